@@ -1,0 +1,220 @@
+"""The bench library: evaluate a candidate on cases in isolated children, verify, record.
+
+`evaluate` is the one call behind `kopt bench` and `kopt verify`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from kopt.cases import Case
+from kopt.isolate import Job, Outcome, run_child
+from kopt.results import CaseResult, Status
+
+#: A kernel reaching more than this share of the measured copy ceiling is not believed.
+IMPLAUSIBLE_FRACTION = 1.15
+
+
+@dataclass
+class BenchOptions:
+    """Everything one evaluation run needs besides the candidate and the cases."""
+
+    device: str = "auto"
+    cold: bool = True
+    graph: bool = False
+    timeout_s: float = 600.0
+    record: bool = True
+    mode: str = "signal"
+    seeds: int = 1
+    quick: bool = False
+    timing: bool = True
+    baseline: str = "auto"
+    config: Optional[dict] = None
+    parent_id: Optional[str] = None
+    technique: Optional[str] = None
+    hypothesis: Optional[str] = None
+    ledger: Optional[Path] = None
+    keep_dir: Optional[Path] = None
+    extra: dict = field(default_factory=dict)
+
+
+def resolve_device(device: str) -> str:
+    """auto -> cuda when a GPU is visible, else cpu; cuda without a GPU is a usage error."""
+    from kopt.errors import UsageError
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise UsageError(f"unknown device {device!r}; use auto, cuda or cpu")
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if device == "cuda":
+        raise UsageError("--device cuda but no CUDA device is visible")
+    return "cpu"
+
+
+def _fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little") % 1_000_000_007
+
+
+def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
+             on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
+    """Evaluate one candidate on each case (one child per case); rows are appended to the ledger."""
+    from kopt import candidate, ledger, paths
+    from kopt.integrity import static_check
+
+    path = candidate.resolve(path)
+    device = resolve_device(opts.device)
+    chash = candidate.content_hash(path)
+    findings = static_check(path)
+    commit = _git_head(path.parent)
+    out: list[CaseResult] = []
+    for case in cases:
+        t0 = time.perf_counter()
+        r = CaseResult(row_id=uuid.uuid4().hex[:16], mode=opts.mode, candidate_path=str(path),
+                       candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
+                       technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
+                       case=case.id, variant=case.variant.label(), commit=commit)
+        errors = [f for f in findings if f.severity == "error"]
+        if errors:
+            r.status, r.message = Status.static_violation, "; ".join(f"{f.code}: {f.message}" for f in errors)[:500]
+            r.device = device
+        else:
+            _run_case(path, case, device, opts, r)
+        r.overhead_s["case_total"] = round(time.perf_counter() - t0, 3)
+        if opts.record:
+            ledger.append(opts.ledger or paths.ledger_file(), [r])
+        if on_result:
+            on_result(r)
+        out.append(r)
+    return out
+
+
+def _run_case(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
+    """Child evaluation, then verification of its saved outputs here, then the derived figures."""
+    seeds = [_fresh_seed() for _ in range(max(opts.seeds, 1))]
+    r.seed = seeds[0]
+    work = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
+    job = Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
+              seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
+              do_timing=opts.timing, cold=opts.cold, graph=opts.graph, quick=opts.quick,
+              baseline=opts.baseline, config=opts.config, out_dir=str(work))
+    try:
+        oc = run_child(job, opts.timeout_s)
+        r.overhead_s["child_wall"] = round(oc.wall_s, 3)
+        _fill_from_child(r, oc, device)
+        if oc.result and oc.failure() is None:
+            t = time.perf_counter()
+            _verify_outputs(r, case, device, work, opts.baseline)
+            r.overhead_s["verify"] = round(time.perf_counter() - t, 3)
+        _derive(r, case, device)
+    finally:
+        if opts.keep_dir:
+            shutil.copytree(work, Path(opts.keep_dir) / f"case{case.id}-{r.row_id}", dirs_exist_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
+    res = oc.result
+    r.device = res.device_name if res else device
+    if res:
+        r.backend, r.compile_s, r.versions = res.backend, res.compile_s, res.versions
+        r.timing, r.ref_timing, r.ref = res.timing, res.ref_timing, res.ref_name
+        r.speedup_ci = res.speedup_ci
+        r.overhead_s.update({k: round(v, 3) for k, v in res.overhead_s.items()})
+        if res.timing:
+            r.runtime_ms = res.timing.median_ms
+        if res.ref_timing:
+            r.ref_runtime_ms = res.ref_timing.median_ms
+        r.speedup = res.speedup
+        r.message = res.message
+    fail = oc.failure()
+    if fail:
+        r.status, r.message = fail[0], fail[1]
+    r.compiled = r.status.compiled and res is not None and res.phase not in ("start", "import")
+
+
+def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, prefer: str) -> None:
+    """Check every saved output against the fp32 reference of the same seed (computed here)."""
+    import torch
+
+    from kopt import baselines, verify
+    from kopt.reference import reference
+    from kopt.workload import make_workload
+
+    base = baselines.pick(case, device, prefer)
+    checks = []
+    cache: dict[int, tuple] = {}
+    for so in r_outputs(work):
+        if so.seed not in cache:
+            w = make_workload(case, so.seed, device)
+            try:
+                b = base.fn(w)
+            except Exception as e:  # the baseline failing must not pass or fail the candidate silently
+                b = reference(w).to(w.q.dtype)
+                r.message = (r.message + f"; tolerance baseline {base.name} failed ({type(e).__name__}),"
+                             " used the reference rounded to the dtype").strip("; ")
+            cache = {so.seed: (w, reference(w), b)}
+        w, ref, b = cache[so.seed]
+        out = torch.load(work / so.file, weights_only=True)
+        chk = verify.check_output(out, ref, b, w.q)
+        if chk.status == Status.incorrect_numerical and so.kind in ("spot", "refill"):
+            chk.status, chk.detail = Status.stale_output, f"{so.kind} output wrong: {chk.detail}"
+        checks.append(chk)
+    status, r.validation = verify.summarize(checks)
+    if status != Status.ok:
+        r.status, r.message = status, r.validation.detail
+    elif not checks:
+        r.status, r.message = Status.runtime_error, "no output was produced"
+    if device == "cuda":
+        del cache
+        torch.cuda.empty_cache()
+
+
+def r_outputs(work: Path):
+    """The outputs the child saved (from its result.json)."""
+    from kopt.isolate import read_result
+
+    res = read_result(work)
+    return res.outputs if res else []
+
+
+def _derive(r: CaseResult, case: Case, device: str) -> None:
+    """Correct flag, bandwidth, %peak, the implausibility guard and the improvement flag."""
+    from kopt import hardware, stats
+    from kopt.workload import bytes_moved
+
+    r.correct = r.status in (Status.ok, Status.baseline_error) and r.compiled
+    if r.runtime_ms:
+        r.gbps = bytes_moved(case) / (r.runtime_ms * 1e-3) / 1e9
+        ceiling = hardware.copy_ceiling_gbps(device) if device == "cuda" else None
+        if ceiling:
+            r.pct_peak = 100.0 * r.gbps / ceiling
+            if r.correct and r.timing and r.timing.cold and r.gbps > IMPLAUSIBLE_FRACTION * ceiling:
+                r.status, r.correct = Status.implausible, False
+                r.message = f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured copy ceiling {ceiling:.0f} GB/s"
+    if r.correct and r.speedup is not None and r.speedup_ci is not None:
+        r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, hardware.aa_spread(r.device))
+    if r.correct and r.ref_runtime_ms is None and r.runtime_ms is not None and r.status == Status.ok and "baseline" in r.message:
+        r.status = Status.baseline_error
+
+
+def _git_head(start: Path) -> Optional[str]:
+    """Short commit of the repository holding the candidate, or None."""
+    import subprocess
+
+    try:
+        p = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=start, capture_output=True,
+                           text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout.strip() or None if p.returncode == 0 else None

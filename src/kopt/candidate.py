@@ -1,0 +1,87 @@
+"""Load a candidate module by path and check it follows the contract."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from kopt.errors import CandidateLoadError, UsageError
+
+REQUIRED_PARAMS = ("q", "k_cache", "v_cache", "cache_seqlens")
+
+
+def resolve(path: Path | str) -> Path:
+    """The candidate file as an absolute path; a missing file is a usage error (exit 2)."""
+    p = Path(path).expanduser().resolve()
+    if not p.is_file():
+        raise UsageError(f"candidate file not found: {path}")
+    if p.suffix != ".py":
+        raise UsageError(f"candidate must be a .py file: {path}")
+    return p
+
+
+def content_hash(path: Path) -> str:
+    """sha256 of the candidate file bytes; the first 12 hex digits are its candidate id."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def candidate_id(path: Path) -> str:
+    """Short id of a candidate: its content hash prefix."""
+    return content_hash(path)[:12]
+
+
+def load(path: Path) -> ModuleType:
+    """Import the candidate file as a fresh module (its folder on sys.path for sibling modules)."""
+    path = Path(path)
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = f"kopt_candidate_{content_hash(path)[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CandidateLoadError(f"cannot import {path.name}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except SyntaxError as e:
+        raise CandidateLoadError(f"syntax error in {path.name} line {e.lineno}: {e.msg}") from None
+    except Exception as e:  # the candidate's own import failed: report, never crash the harness
+        raise CandidateLoadError(f"import of {path.name} failed: {type(e).__name__}: {e}") from None
+    check_contract(mod)
+    return mod
+
+
+def check_contract(mod: ModuleType) -> None:
+    """`run` must exist, be callable and take the contract's arguments; BACKEND should be a string."""
+    run = getattr(mod, "run", None)
+    if not callable(run):
+        raise CandidateLoadError("candidate has no callable `run`")
+    try:
+        params = list(inspect.signature(run).parameters)
+    except (TypeError, ValueError):
+        return
+    has_var = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in inspect.signature(run).parameters.values())
+    if not has_var and params[:4] != list(REQUIRED_PARAMS):
+        raise CandidateLoadError(f"`run` must take {', '.join(REQUIRED_PARAMS)} first; got {', '.join(params[:4])}")
+    backend = getattr(mod, "BACKEND", None)
+    if backend is not None and not isinstance(backend, str):
+        raise CandidateLoadError("BACKEND must be a string")
+
+
+def backend_of(mod: ModuleType) -> str:
+    """The candidate's declared backend, or NA."""
+    return str(getattr(mod, "BACKEND", "NA"))
+
+
+def accepts_config(mod: ModuleType) -> bool:
+    """Whether `run` takes a `config=` keyword."""
+    try:
+        ps = inspect.signature(mod.run).parameters
+    except (TypeError, ValueError):
+        return False
+    return "config" in ps or any(p.kind == p.VAR_KEYWORD for p in ps.values())

@@ -1,0 +1,146 @@
+"""The case matrix: validated models and the loader of bench/cases.yaml."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kopt.errors import CaseError
+
+PageSize = Optional[Literal[16, 32, 64, 256]]
+
+
+class DType(str, Enum):
+    """Element type of q and the KV cache."""
+
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Seqlens(str, Enum):
+    """How cache_seqlens are filled: every sequence at full length, or seeded ragged lengths."""
+
+    full = "full"
+    ragged = "ragged"
+
+
+class Variant(BaseModel):
+    """The knobs a case can be run with; defaults come from the file, overrides from the CLI."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dtype: DType = DType.fp16
+    head_dim: Literal[64, 128] = 128
+    page_size: PageSize = None
+    seqlens: Seqlens = Seqlens.full
+    index_dtype: Literal["int32"] = "int32"
+
+    def label(self) -> str:
+        """Short text such as `fp16-d128-paged256-ragged` for tables and ledger rows."""
+        layout = f"paged{self.page_size}" if self.page_size else "contig"
+        return f"{self.dtype.value}-d{self.head_dim}-{layout}-{self.seqlens.value}"
+
+
+class Case(BaseModel):
+    """One benchmark shape of the workload."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: int = Field(ge=1)
+    batch: int = Field(ge=1)
+    seqlen_k: int = Field(ge=1)
+    kv_heads: int = Field(ge=1)
+    gqa: int = Field(ge=1)
+    kind: Literal["edge", "perf"]
+    c500_ref_ms: Optional[float] = Field(default=None, gt=0)
+    """The seed's C500 baseline time: reference data, never used as a measurement."""
+    variant: Variant = Variant()
+
+    @property
+    def q_heads(self) -> int:
+        """Number of query heads."""
+        return self.kv_heads * self.gqa
+
+    def with_variant(self, **overrides) -> "Case":
+        """A copy with some variant fields replaced (None values are ignored; page_size 0 means contiguous)."""
+        upd = {k: v for k, v in overrides.items() if v is not None}
+        if upd.get("page_size") == 0:
+            upd["page_size"] = None
+        try:
+            variant = Variant.model_validate({**self.variant.model_dump(), **upd})
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise CaseError(f"invalid variant {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        return self.model_copy(update={"variant": variant})
+
+    def shape_dict(self) -> dict:
+        """The plain shape description handed to a candidate's `configs(case)`."""
+        v = self.variant
+        return {"batch": self.batch, "seqlen_k": self.seqlen_k, "kv_heads": self.kv_heads,
+                "gqa": self.gqa, "head_dim": v.head_dim, "dtype": v.dtype.value,
+                "page_size": v.page_size}
+
+
+class CaseFile(BaseModel):
+    """bench/cases.yaml as a whole."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = Field(1, ge=1)
+    defaults: Variant = Variant()
+    cases: list[Case]
+
+    @field_validator("cases")
+    @classmethod
+    def _unique_ids(cls, v: list[Case]) -> list[Case]:
+        ids = [c.id for c in v]
+        if len(ids) != len(set(ids)):
+            raise ValueError("case ids must be unique")
+        if not ids:
+            raise ValueError("at least one case is required")
+        return v
+
+
+def load_cases(path: Path | None = None) -> list[Case]:
+    """Load and validate the case file; each case gets the file's defaults as its variant."""
+    import yaml
+
+    from kopt.paths import cases_file
+
+    p = Path(path) if path else cases_file()
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise CaseError(f"case file not found: {p}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise CaseError(f"{p}: not valid YAML ({type(e).__name__})") from None
+    if not isinstance(raw, dict):
+        raise CaseError(f"{p}: expected a mapping with 'cases'")
+    try:
+        defaults = Variant.model_validate(raw.get("defaults") or {})
+        for c in raw.get("cases") or []:
+            if isinstance(c, dict) and "variant" not in c:
+                c["variant"] = defaults.model_dump()
+        cf = CaseFile.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise CaseError(f"{p}: invalid at {loc}: {err['msg']}") from None
+    except TypeError as e:
+        raise CaseError(f"{p}: invalid structure ({e})") from None
+    return sorted(cf.cases, key=lambda c: c.id)
+
+
+def select(cases: list[Case], ids: list[int] | None = None, kind: str | None = None) -> list[Case]:
+    """Pick cases by id (unknown ids raise, listing the valid ones) or by kind."""
+    by_id = {c.id: c for c in cases}
+    if ids:
+        bad = [i for i in ids if i not in by_id]
+        if bad:
+            valid = ", ".join(str(i) for i in sorted(by_id))
+            raise CaseError(f"unknown case id {bad[0]}; valid ids: {valid}")
+        return [by_id[i] for i in ids]
+    return [c for c in cases if kind is None or c.kind == kind]

@@ -1,0 +1,1 @@
+"""Thin typer commands: parse, make one library call, render."""

@@ -1,0 +1,41 @@
+"""Options shared by commands that select cases and variants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import typer
+
+from kopt.errors import UsageError
+
+
+class VariantOpts:
+    """Reusable typer options for the variant knobs (validated by kopt.cases.Variant)."""
+
+    dtype = typer.Option(None, "--dtype", help="fp16 | bf16 (default from bench/cases.yaml).")
+    head_dim = typer.Option(None, "--head-dim", help="64 | 128.")
+    page_size = typer.Option(None, "--page-size", help="16 | 32 | 64 | 256 for paged KV; 0 for contiguous.")
+    seqlens = typer.Option(None, "--seqlens", help="full | ragged (seeded).")
+
+
+@dataclass
+class CaseSelection:
+    """--case text and --all flag."""
+
+    case: Optional[str]
+    all_: bool
+    kind: Optional[str] = None
+
+
+def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None, seqlens=None):
+    """Load bench/cases.yaml, select cases, apply variant overrides (errors are one-line usage errors)."""
+    from kopt.cases import load_cases, select
+    from kopt.cli.common import parse_ids
+
+    if not sel.case and not sel.all_ and not sel.kind:
+        raise UsageError("choose cases with --case N (e.g. --case 10 or --case 1,4-6) or --all")
+    if sel.case and sel.all_:
+        raise UsageError("--case and --all are exclusive")
+    cases = select(load_cases(), parse_ids(sel.case), sel.kind)
+    return [c.with_variant(dtype=dtype, head_dim=head_dim, page_size=page_size, seqlens=seqlens) for c in cases]

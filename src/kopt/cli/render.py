@@ -1,0 +1,62 @@
+"""Rendering of results: machine lines, JSON, or a rich table; progress on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Callable
+
+from kopt.results import CaseResult, machine_line
+
+
+def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_start: float) -> list[CaseResult]:
+    """Run `run(callback)`; stream machine lines as they come, or render a table/JSON at the end."""
+    from kopt.cli.common import err_console
+
+    err = err_console()
+    done = []
+
+    def on_result(r: CaseResult) -> None:
+        done.append(r)
+        if machine:
+            print(machine_line(r), flush=True)
+        else:
+            err.print(f"[dim]case {r.case}: {r.status.value} ({len(done)}/{total})[/dim]")
+        if r.message and r.status.value != "ok":
+            err.print(f"[yellow]case {r.case}: {r.message}[/yellow]", highlight=False)
+
+    if not machine and not as_json:
+        err.print(f"[dim]evaluating {total} case(s)...[/dim]")
+    results = run(on_result)
+    wall = time.perf_counter() - wall_start
+    if as_json:
+        print(json.dumps({"results": [r.model_dump(mode="json") for r in results],
+                          "lines": [machine_line(r) for r in results],
+                          "overhead_s": {"wall_total": round(wall, 3)}}, indent=None))
+    elif not machine:
+        table(results)
+        err.print(f"[dim]wall time {wall:.1f} s[/dim]")
+    sys.stdout.flush()
+    return results
+
+
+def _f(v, fmt="{:.4f}"):
+    return "NA" if v is None else fmt.format(v)
+
+
+def table(results: list[CaseResult]) -> None:
+    """A rich table of results with the C500 reference column beside measured numbers."""
+    from rich.table import Table
+
+    from kopt.cli.common import out_console
+
+    t = Table(title="kopt bench")
+    for col in ("case", "variant", "status", "runtime ms", "ref ms", "speedup", "CI", "GB/s", "%peak", "ref", "device"):
+        t.add_column(col)
+    for r in results:
+        ci = f"{r.speedup_ci[0]:.3f}-{r.speedup_ci[1]:.3f}" if r.speedup_ci else "NA"
+        style = "green" if r.correct else "red"
+        t.add_row(str(r.case), r.variant, f"[{style}]{r.status.value}[/{style}]", _f(r.runtime_ms), _f(r.ref_runtime_ms),
+                  _f(r.speedup, "{:.3f}x"), ci, _f(r.gbps, "{:.0f}"), _f(r.pct_peak, "{:.1f}"), r.ref, r.device)
+    out_console().print(t)

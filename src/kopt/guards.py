@@ -1,0 +1,107 @@
+"""Dynamic integrity guards used inside the evaluation child: tamper, mutation, alias and poison checks."""
+
+from __future__ import annotations
+
+import time
+
+#: Entry points the harness relies on; a candidate that replaces any of them is `tampered`.
+_WATCHED = (
+    ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "time"),
+    ("torch", "equal"), ("torch", "isfinite"), ("torch", "allclose"), ("torch", "save"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "graph"),
+    ("torch.cuda", "CUDAGraph"), ("torch.profiler", "profile"), ("torch.Tensor", "clone"),
+    ("torch.Tensor", "copy_"), ("torch.Tensor", "float"), ("torch.Tensor", "cpu"),
+    ("torch.Tensor", "data_ptr"), ("torch.cuda.Event", "record"), ("torch.cuda.Event", "elapsed_time"),
+    ("kopt.timing", "time_fn"), ("kopt.timing", "time_pair"), ("kopt.guards", "snapshot"),
+    ("kopt.guards", "changed"), ("kopt.isolate", "write_result"),
+)
+
+
+def _resolve(path: str):
+    import importlib
+
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise ImportError(path)
+
+
+def snapshot() -> dict[str, int]:
+    """Identity of every watched entry point."""
+    out = {}
+    for mod, name in _WATCHED:
+        try:
+            out[f"{mod}.{name}"] = id(getattr(_resolve(mod), name))
+        except (ImportError, AttributeError):
+            continue
+    return out
+
+
+def changed(before: dict[str, int]) -> list[str]:
+    """Names of watched entry points that no longer are the objects they were."""
+    now = snapshot()
+    return sorted(k for k, v in before.items() if now.get(k) != v)
+
+
+class InputGuard:
+    """Exact copies of the inputs, to detect in-place mutation by the candidate."""
+
+    def __init__(self, tensors):
+        self._orig = [(t, t.detach().clone()) for t in tensors]
+
+    def mutated(self) -> bool:
+        """True when any input differs from its copy."""
+        import torch
+
+        return any(not torch.equal(t, c) for t, c in self._orig)
+
+
+def _span(t) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def aliases(out, tensors) -> bool:
+    """True when `out` shares memory with any of `tensors`."""
+    import torch
+
+    if not isinstance(out, torch.Tensor) or out.device.type == "meta":
+        return False
+    a0, a1 = _span(out)
+    for t in tensors:
+        if t is None or t.device != out.device:
+            continue
+        b0, b1 = _span(t)
+        if a0 < b1 and b0 < a1:
+            return True
+    return False
+
+
+def poison_allocator(like, numel: int) -> None:
+    """Fill soon-to-be-reused allocator blocks with NaN so unwritten output elements show up."""
+    import torch
+
+    p = torch.full((max(numel, 1) * 2,), float("nan"), dtype=like.dtype, device=like.device)
+    del p
+
+
+def sync(device: str) -> None:
+    """Device-wide synchronization (all streams)."""
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def now() -> float:
+    """Monotonic seconds, captured before the candidate can patch anything."""
+    return _perf()
+
+
+_perf = time.perf_counter

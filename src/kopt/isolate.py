@@ -1,0 +1,144 @@
+"""Run one evaluation in a child process with a wall-clock timeout; survive whatever the child does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, Field
+
+from kopt.cases import Case
+from kopt.results import Status, TimingStats
+
+
+class Job(BaseModel):
+    """What the child evaluates: one candidate on one case, written as job.json."""
+
+    candidate_path: str
+    case: Case
+    device: str
+    seeds_correct: list[int]
+    seeds_timing: list[int]
+    refill_seed: Optional[int] = None
+    do_timing: bool = True
+    cold: bool = True
+    graph: bool = False
+    quick: bool = False
+    baseline: str = "auto"
+    config: Optional[dict] = None
+    out_dir: str
+
+
+class SavedOutput(BaseModel):
+    """A candidate output the child saved for the parent to check against the reference."""
+
+    file: str
+    seed: int
+    kind: str  # correct | spot | refill
+
+
+class WorkerResult(BaseModel):
+    """What the child reports back in result.json (rewritten after every phase)."""
+
+    phase: str = "start"
+    status: Optional[Status] = None
+    message: str = ""
+    backend: str = "NA"
+    compile_s: Optional[float] = None
+    outputs: list[SavedOutput] = Field(default_factory=list)
+    timing: Optional[TimingStats] = None
+    ref_timing: Optional[TimingStats] = None
+    ratios: list[float] = Field(default_factory=list)
+    speedup: Optional[float] = None
+    speedup_ci: Optional[tuple[float, float]] = None
+    ref_name: str = "NA"
+    ref_note: str = ""
+    device_name: str = "NA"
+    versions: dict[str, str] = Field(default_factory=dict)
+    overhead_s: dict[str, float] = Field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """How the child ended, plus its last reported result (if any)."""
+
+    result: Optional[WorkerResult]
+    returncode: Optional[int]
+    timed_out: bool
+    wall_s: float
+    stderr_tail: str
+
+    def failure(self) -> Optional[tuple[Status, str]]:
+        """(status, message) when the child did not finish normally, else None."""
+        r = self.result
+        phase = r.phase if r else "start"
+        if self.timed_out:
+            return Status.timeout, f"no result within the time limit (phase {phase})"
+        if r and r.phase == "done":
+            return None if r.status in (None, Status.ok) else (r.status, r.message)
+        rc = self.returncode
+        if rc is not None and rc < 0:
+            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+            return Status.crash, f"child killed by {name} in phase {phase}"
+        tail = self.stderr_tail.strip().splitlines()[-1:] or [""]
+        if "out of memory" in self.stderr_tail.lower():
+            return Status.oom, f"out of memory in phase {phase}"
+        if any(s in self.stderr_tail for s in ("illegal memory access", "CUDA error", "device-side assert")):
+            return Status.crash, f"CUDA fault in phase {phase}: {tail[0][:160]}"
+        return Status.crash, f"child exited with code {rc} in phase {phase} without a result {tail[0][:120]}".strip()
+
+
+def run_child(job: Job, timeout_s: float) -> Outcome:
+    """Start `python -m kopt.worker job.json` in its own session; kill the group on timeout."""
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "job.json").write_text(job.model_dump_json())
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    t0 = time.perf_counter()
+    with open(out / "child.log", "wb") as log:
+        p = subprocess.Popen([sys.executable, "-m", "kopt.worker", str(out / "job.json")],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             env=env, start_new_session=True)
+        timed_out = False
+        try:
+            rc = p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(p)
+            rc = p.wait()
+    wall = time.perf_counter() - t0
+    tail = (out / "child.log").read_bytes()[-4000:].decode(errors="replace")
+    return Outcome(read_result(out), rc, timed_out, wall, tail)
+
+
+def _kill_group(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        p.kill()
+
+
+def read_result(out_dir: Path) -> Optional[WorkerResult]:
+    """The child's last complete result.json, or None."""
+    f = Path(out_dir) / "result.json"
+    try:
+        return WorkerResult.model_validate_json(f.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_result(out_dir: Path, r: WorkerResult) -> None:
+    """Atomic write of result.json (write, then rename) so the parent never reads half a file."""
+    f = Path(out_dir) / "result.json"
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(r.model_dump_json())
+    os.replace(tmp, f)

@@ -1,0 +1,39 @@
+"""Where the workspace is: the folder holding bench/cases.yaml, found from the cwd upwards."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Environment variable that pins the workspace (tests point it at a tmp dir).
+ENV_WORKSPACE = "KOPT_WORKSPACE"
+PACKAGE_DIR = Path(__file__).resolve().parent
+TEMPLATES = PACKAGE_DIR / "templates"
+
+
+def workspace(start: Path | None = None) -> Path:
+    """Return the workspace root: $KOPT_WORKSPACE, else the nearest parent holding bench/cases.yaml, else cwd."""
+    env = os.environ.get(ENV_WORKSPACE)
+    if env:
+        return Path(env).resolve()
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "bench" / "cases.yaml").is_file():
+            return d
+    return here
+
+
+def cases_file(root: Path | None = None) -> Path:
+    """The case matrix of the workspace, or the packaged default when the workspace has none."""
+    p = (root or workspace()) / "bench" / "cases.yaml"
+    return p if p.is_file() else TEMPLATES / "bench" / "cases.yaml"
+
+
+def ledger_file(root: Path | None = None) -> Path:
+    """candidates.jsonl of the workspace."""
+    return (root or workspace()) / "candidates.jsonl"
+
+
+def default_candidate(root: Path | None = None) -> Path:
+    """The shipped candidate of the workspace."""
+    return (root or workspace()) / "solution" / "tilelang" / "run_kernel.py"

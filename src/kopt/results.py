@@ -1,0 +1,172 @@
+"""Result models, the status vocabulary and the machine line.
+
+Everything persisted is a pydantic model; "not measured" is None (printed `NA`), never -1.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class Status(str, Enum):
+    """One outcome per evaluation, in the machine line and the ledger."""
+
+    ok = "ok"
+    compile_error = "compile_error"          # import, syntax, missing `run`, compile failure
+    runtime_error = "runtime_error"          # `run` raised
+    unsupported = "unsupported"              # `run` raised ValueError for this shape
+    timeout = "timeout"                      # wall-clock limit hit
+    crash = "crash"                          # the child died: signal, abort, os._exit
+    oom = "oom"                              # out of memory
+    incorrect_numerical = "incorrect_numerical"
+    incorrect_shape = "incorrect_shape"
+    incorrect_dtype = "incorrect_dtype"
+    nan_inf = "nan_inf"
+    mutated_input = "mutated_input"
+    stale_output = "stale_output"            # cached / reused output, aliasing, unwritten poison
+    side_stream = "side_stream"              # work still running after `run` returned
+    tampered = "tampered"                    # harness or torch entry points patched
+    static_violation = "static_violation"
+    implausible = "implausible"              # faster than the bandwidth roofline allows
+    baseline_error = "baseline_error"        # the baseline itself failed; SPEEDUP is NA
+
+    @property
+    def compiled(self) -> bool:
+        """Whether an outcome implies the candidate loaded and compiled."""
+        return self not in (Status.compile_error, Status.static_violation)
+
+
+class TimingStats(BaseModel):
+    """Summary of one timed function: every figure kept, not only the median."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    method: Literal["cupti", "events", "graph", "host"]
+    median_ms: float = Field(gt=0)
+    q1_ms: float = Field(gt=0)
+    q3_ms: float = Field(gt=0)
+    min_ms: float = Field(gt=0)
+    n: int = Field(ge=1)
+    rel_iqr: float = Field(ge=0)
+    """(q3 - q1) / median."""
+    ci_rel: Optional[float] = Field(default=None, ge=0)
+    """Half-width of the 95% CI of the median, relative to the median."""
+    noisy: bool = False
+    cold: bool = True
+    flush_bytes: int = Field(0, ge=0)
+    mean_clock_mhz: Optional[float] = None
+    dropped_low_clock: int = Field(0, ge=0)
+    events_median_ms: Optional[float] = None
+    """CUDA-event time of the same calls: a cross-check, biased upwards by launch overhead."""
+    total_s: Optional[float] = Field(default=None, ge=0)
+
+
+class Validation(BaseModel):
+    """Correctness against the fp32 reference, tolerance from the baseline's own error."""
+
+    correct: bool
+    trials: int = Field(0, ge=0)
+    max_abs_err: Optional[float] = None
+    baseline_err: Optional[float] = None
+    tolerance: Optional[float] = None
+    detail: str = ""
+
+
+class CaseResult(BaseModel):
+    """One ledger row: one candidate evaluated on one case (and variant)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    schema_version: int = SCHEMA_VERSION
+    row_id: str
+    timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    mode: Literal["signal", "verdict", "calibrate", "tune"] = "signal"
+    kind: Literal["case", "stagnation"] = "case"
+    candidate_path: str = ""
+    candidate_hash: str = ""
+    candidate_id: str = ""
+    parent_id: Optional[str] = None
+    technique: Optional[str] = None
+    hypothesis: Optional[str] = None
+    config: Optional[dict] = None
+    case: int = 0
+    variant: str = ""
+    backend: str = "NA"
+    compiled: bool = False
+    correct: bool = False
+    status: Status = Status.ok
+    message: str = ""
+    runtime_ms: Optional[float] = None
+    ref_runtime_ms: Optional[float] = None
+    speedup: Optional[float] = None
+    speedup_ci: Optional[tuple[float, float]] = None
+    improvement: Optional[bool] = None
+    gbps: Optional[float] = None
+    pct_peak: Optional[float] = None
+    compile_s: Optional[float] = None
+    device: str = "NA"
+    ref: str = "NA"
+    timing: Optional[TimingStats] = None
+    ref_timing: Optional[TimingStats] = None
+    validation: Optional[Validation] = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    overhead_s: dict[str, float] = Field(default_factory=dict)
+    commit: Optional[str] = None
+    seed: Optional[int] = None
+
+
+def _num(v: Optional[float], fmt: str = "{:.4f}") -> str:
+    return "NA" if v is None else fmt.format(v)
+
+
+def machine_line(r: CaseResult) -> str:
+    """The one stdout line: the six seed fields in order, then CASE, DEVICE, REF, STATUS, extras."""
+    fields = [
+        f"COMPILED:{r.compiled}",
+        f"CORRECT:{r.correct}",
+        f"BACKEND:{r.backend or 'NA'}",
+        f"RUNTIME:{_num(r.runtime_ms)}",
+        f"REF_RUNTIME:{_num(r.ref_runtime_ms)}",
+        f"SPEEDUP:{_num(r.speedup, '{:.4f}x')}",
+        f"CASE:{r.case}",
+        f"DEVICE:{_token(r.device)}",
+        f"REF:{_token(r.ref)}",
+        f"STATUS:{r.status.value}",
+    ]
+    ci = r.speedup_ci
+    fields.append(f"SPEEDUP_CI:{ci[0]:.4f}-{ci[1]:.4f}" if ci else "SPEEDUP_CI:NA")
+    fields.append(f"NOISY:{int(r.timing.noisy) if r.timing else 'NA'}")
+    fields.append(f"GBPS:{_num(r.gbps, '{:.1f}')}")
+    fields.append(f"PCT_PEAK:{_num(r.pct_peak, '{:.1f}')}")
+    fields.append(f"COMPILE_S:{_num(r.compile_s, '{:.2f}')}")
+    fields.append(f"VARIANT:{_token(r.variant)}")
+    fields.append(f"CANDIDATE:{r.candidate_id or 'NA'}")
+    return " ".join(fields)
+
+
+def _token(s: str) -> str:
+    """Values in the line never contain spaces or colons."""
+    return re.sub(r"[\s:]+", "_", s) if s else "NA"
+
+
+_FIELD = re.compile(r"([A-Z_]+):(\S+)")
+LINE_RE = re.compile(
+    r"^COMPILED:(True|False) CORRECT:(True|False) BACKEND:\S+ "
+    r"RUNTIME:(NA|\d+\.\d+) REF_RUNTIME:(NA|\d+\.\d+) SPEEDUP:(NA|\d+\.\d+x)"
+    r"( [A-Z_]+:\S+)*$"
+)
+
+
+def parse_line(line: str) -> dict[str, str]:
+    """Parse a machine line into its KEY -> VALUE fields (raises ValueError when it is not one)."""
+    line = line.strip()
+    if not LINE_RE.match(line):
+        raise ValueError(f"not a kopt machine line: {line[:80]!r}")
+    return dict(_FIELD.findall(line))

@@ -1,0 +1,239 @@
+"""The evaluation child: `python -m kopt.worker job.json`.
+
+It imports the candidate, runs it on fresh inputs, times it against the baseline (ABBA, rotated
+inputs) and saves outputs for the parent to check. The fp32 reference and the baseline's outputs
+never live in this process: the parent computes them after this process has exited.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+from kopt import guards
+from kopt.isolate import Job, SavedOutput, WorkerResult, write_result
+from kopt.results import Status
+
+
+class Reject(Exception):
+    """Stop the evaluation with a status."""
+
+    def __init__(self, status: Status, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _classify(e: BaseException) -> Status:
+    import torch
+
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, torch.OutOfMemoryError) or "out of memory" in text.lower():
+        return Status.oom
+    if "illegal memory access" in text or "CUDA error" in text or "device-side assert" in text:
+        return Status.crash
+    if isinstance(e, ValueError):
+        return Status.unsupported
+    return Status.runtime_error
+
+
+class Evaluation:
+    """One candidate on one case, phase by phase; every phase updates result.json."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.out = Path(job.out_dir)
+        self.res = WorkerResult()
+        self.held = []  # earlier outputs kept alive so a reused buffer is detectable
+
+    def save(self, phase: str | None = None) -> None:
+        """Record progress so a crash still tells the parent how far we got."""
+        if phase:
+            self.res.phase = phase
+        write_result(self.out, self.res)
+
+    def call(self, w, poison: bool = True):
+        """One candidate call (allocator poisoned first, except when timed); exceptions become a Reject."""
+        if poison:
+            guards.poison_allocator(w.q, w.q.numel())
+        kw = w.kwargs()
+        if self.job.config is not None:
+            kw["config"] = self.job.config
+        try:
+            return self.mod.run(*w.args(), **kw)
+        except Exception as e:
+            raise Reject(_classify(e), f"run raised {type(e).__name__}: {str(e)[:300]}") from None
+
+    def checked_call(self, w, kind: str) -> None:
+        """Call, then check mutation, aliasing, buffer reuse and unfinished side work; save the output."""
+        import torch
+
+        guard = guards.InputGuard(w.tensors)
+        out = self.call(w)
+        if isinstance(out, torch.Tensor):
+            early = out.detach().clone()  # ordered on the current stream only
+        guards.sync(self.job.device)
+        if not isinstance(out, torch.Tensor):
+            raise Reject(Status.incorrect_shape, f"run returned {type(out).__name__}, not a tensor")
+        if guard.mutated():
+            raise Reject(Status.mutated_input, "an input tensor was modified in place")
+        if guards.aliases(out, w.tensors):
+            raise Reject(Status.stale_output, "output shares memory with an input")
+        if any(guards.aliases(out, [h]) for h in self.held):
+            raise Reject(Status.stale_output, "output reuses the buffer of an earlier call")
+        if out.shape == early.shape and not torch.equal(early.nan_to_num(0.5), out.detach().nan_to_num(0.5)):
+            raise Reject(Status.side_stream, "output still changing after run returned (work on another stream or thread)")
+        self.held.append(out)
+        f = self.out / f"{kind}-{w.seed}.pt"
+        torch.save(out.detach().cpu(), f)
+        self.res.outputs.append(SavedOutput(file=f.name, seed=w.seed, kind=kind))
+
+    def run(self) -> None:
+        """All phases in order."""
+        t_start = guards.now()
+        job = self.job
+        import torch
+
+        from kopt import candidate
+        from kopt.hardware import detect
+        from kopt.workload import make_workload
+
+        self.res.device_name = detect(job.device).name
+        self.res.versions = _versions()
+        before = guards.snapshot()
+        self.save("import")
+        t = guards.now()
+        try:
+            self.mod = candidate.load(Path(job.candidate_path))
+        except Exception as e:
+            raise Reject(Status.compile_error, str(e)) from None
+        self.res.backend = candidate.backend_of(self.mod)
+        self.res.overhead_s["import"] = guards.now() - t
+        if guards.changed(before):
+            raise Reject(Status.tampered, f"import patched {', '.join(guards.changed(before))}")
+
+        self.save("compile")
+        t = guards.now()
+        w0 = make_workload(job.case, job.seeds_correct[0], job.device)
+        prep = getattr(self.mod, "prepare", None)
+        if callable(prep):
+            try:
+                kw = w0.kwargs() | ({"config": job.config} if job.config is not None else {})
+                prep(*w0.args(), **kw)
+            except Exception as e:
+                raise Reject(_classify(e) if not isinstance(e, ValueError) else Status.unsupported,
+                             f"prepare raised {type(e).__name__}: {str(e)[:300]}") from None
+        self.call(w0)
+        guards.sync(job.device)
+        self.res.compile_s = guards.now() - t
+
+        self.save("correctness")
+        t = guards.now()
+        sets = {w0.seed: w0}
+        for seed in job.seeds_correct:
+            w = sets.get(seed) or make_workload(job.case, seed, job.device)
+            self.checked_call(w, "correct")
+            sets[seed] = w
+        self.res.overhead_s["correctness"] = guards.now() - t
+        if guards.changed(before):
+            raise Reject(Status.tampered, f"run patched {', '.join(guards.changed(before))}")
+
+        if job.do_timing:
+            self.save("timing")
+            t = guards.now()
+            timed = [sets.get(s) or make_workload(job.case, s, job.device) for s in job.seeds_timing]
+            self.time(timed)
+            self.res.overhead_s["timing"] = guards.now() - t
+            if guards.changed(before):
+                raise Reject(Status.tampered, f"timing saw patched {', '.join(guards.changed(before))}")
+            self.save("spot-check")
+            for w in timed:  # outputs of timed inputs, checked by the parent like the others
+                self.checked_call(w, "spot")
+            if job.refill_seed is not None:  # same pointers, new contents: pointer-keyed caches fail
+                fresh = make_workload(job.case, job.refill_seed, job.device)
+                w = timed[0]
+                for dst, src in zip(w.tensors, fresh.tensors):
+                    dst.copy_(src)
+                w.seed = job.refill_seed
+                self.checked_call(w, "refill")
+        del torch
+        self.res.overhead_s["worker_total"] = guards.now() - t_start
+        self.res.status = Status.ok
+        self.save("done")
+
+    def time(self, timed) -> None:
+        """ABBA timing of candidate against the baseline over rotated input sets."""
+        from kopt import baselines
+        from kopt.timing import TimingOptions, time_fn, time_pair
+
+        job = self.job
+        opts = TimingOptions.for_device(job.device, quick=job.quick)
+        opts.cold, opts.graph = job.cold, job.graph
+        base = baselines.pick(job.case, job.device, job.baseline)
+        self.res.ref_name, self.res.ref_note = base.name, base.note
+        state = {"a": 0, "b": 0}
+
+        def fn_a():
+            state["a"] += 1
+            return self.call(timed[state["a"] % len(timed)], poison=False)
+
+        def fn_b():
+            state["b"] += 1
+            return base.fn(timed[state["b"] % len(timed)])
+
+        try:
+            base.fn(timed[0])
+            guards.sync(job.device)
+        except Exception as e:
+            self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
+            self.res.timing = time_fn(fn_a, job.device, opts)
+            return
+        pair = time_pair(fn_a, fn_b, job.device, opts)
+        self.res.timing, self.res.ref_timing = pair.a, pair.b
+        self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci
+
+
+def _versions() -> dict[str, str]:
+    import platform
+
+    import torch
+
+    import kopt
+    from kopt.baselines import flash_attn_version
+
+    v = {"python": platform.python_version(), "torch": torch.__version__, "kopt": kopt.__version__}
+    try:
+        from importlib.metadata import version
+
+        v["tilelang"] = version("tilelang")
+    except Exception:
+        v["tilelang"] = "NA"
+    v["flash_attn"] = flash_attn_version() or "NA"
+    if torch.cuda.is_available():
+        v["cuda"] = str(torch.version.cuda)
+    return v
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of the child process."""
+    job = Job.model_validate_json(Path(argv[1]).read_text())
+    ev = Evaluation(job)
+    try:
+        if job.device == "cuda":
+            import torch
+
+            torch.cuda.init()
+        ev.run()
+    except Reject as r:
+        ev.res.status, ev.res.message = r.status, str(r)
+        ev.save("done")
+    except Exception as e:  # a harness bug or a candidate escaping `call`: still a result, never silence
+        ev.res.status = _classify(e)
+        ev.res.message = f"{type(e).__name__}: {str(e)[:300]}"
+        traceback.print_exc()
+        ev.save("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,40 @@
+"""Shared fixtures: kopt state in tmp_path; the gpu marker is skipped without CUDA."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "solution" / "tilelang" / "run_kernel.py"
+CANDIDATES = Path(__file__).resolve().parent / "candidates"
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def workspace(tmp_path, monkeypatch) -> Path:
+    """A throwaway workspace with the real case file; KOPT_WORKSPACE points at it."""
+    ws = tmp_path / "ws"
+    (ws / "bench").mkdir(parents=True)
+    shutil.copy(REPO / "bench" / "cases.yaml", ws / "bench" / "cases.yaml")
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    return ws

@@ -1,0 +1,54 @@
+"""Case loader, selection and variant validation."""
+
+import pytest
+
+from kopt.cases import DType, load_cases, select
+from kopt.errors import CaseError
+
+SEED_C500 = [0.036, 0.035, 0.042, 0.050, 0.043, 0.048, 0.302, 0.105, 0.316, 0.062, 0.244, 0.595, 0.212, 0.162]
+
+
+def test_fourteen_cases_with_fixed_ids():
+    cases = load_cases()
+    assert [c.id for c in cases] == list(range(1, 15))
+    c10 = select(cases, [10])[0]
+    assert (c10.batch, c10.seqlen_k, c10.kv_heads, c10.gqa, c10.q_heads) == (1, 8192, 4, 8, 32)
+    assert [c.c500_ref_ms for c in cases] == SEED_C500
+    assert {c.kind for c in cases[:3]} == {"edge"} and {c.kind for c in cases[3:]} == {"perf"}
+    assert all(c.variant.head_dim == 128 and c.variant.dtype == DType.fp16 for c in cases)
+
+
+def test_unknown_case_lists_valid_ids():
+    with pytest.raises(CaseError, match=r"unknown case id 99; valid ids: 1, 2, .*14"):
+        select(load_cases(), [99])
+
+
+def test_variant_overrides_and_errors():
+    c = load_cases()[0].with_variant(dtype="bf16", page_size=64, seqlens="ragged", head_dim=64)
+    assert c.variant.label() == "bf16-d64-paged64-ragged"
+    assert c.with_variant(page_size=0).variant.page_size is None
+    with pytest.raises(CaseError, match="dtype"):
+        c.with_variant(dtype="fp8")
+    with pytest.raises(CaseError, match="page_size"):
+        c.with_variant(page_size=48)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("cases: [", "not valid YAML"),
+    ("- 1\n- 2", "expected a mapping"),
+    ("cases: []", "at least one case"),
+    ("cases:\n  - {id: 1, batch: 0, seqlen_k: 1, kv_heads: 1, gqa: 1, kind: edge}", "batch"),
+    ("cases:\n  - {id: 1, batch: 1, seqlen_k: 1, kv_heads: 1, gqa: 1, kind: edge}\n"
+     "  - {id: 1, batch: 1, seqlen_k: 1, kv_heads: 1, gqa: 1, kind: edge}", "unique"),
+    ("defaults: {dtype: fp64}\ncases:\n  - {id: 1, batch: 1, seqlen_k: 1, kv_heads: 1, gqa: 1, kind: edge}", "dtype"),
+])
+def test_malformed_case_files(tmp_path, text, match):
+    f = tmp_path / "cases.yaml"
+    f.write_text(text)
+    with pytest.raises(CaseError, match=match):
+        load_cases(f)
+
+
+def test_missing_case_file(tmp_path):
+    with pytest.raises(CaseError, match="not found"):
+        load_cases(tmp_path / "nope.yaml")
