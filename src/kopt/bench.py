@@ -36,12 +36,15 @@ class BenchOptions:
     quick: bool = False
     timing: bool = True
     baseline: str = "auto"
+    pair: str = "ab"
     config: Optional[dict] = None
     parent_id: Optional[str] = None
     technique: Optional[str] = None
     hypothesis: Optional[str] = None
     ledger: Optional[Path] = None
     keep_dir: Optional[Path] = None
+    hidden: Optional[bool] = None
+    """Also check a hidden variant of each case (None: on for verdicts); a failure there fails the case."""
     extra: dict = field(default_factory=dict)
 
 
@@ -90,6 +93,9 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
             r.device = device
         else:
             _run_case(path, case, device, opts, r)
+            hidden = opts.hidden if opts.hidden is not None else opts.mode == "verdict"
+            if hidden and r.correct:
+                _check_hidden(path, case, device, opts, r)
         r.overhead_s["case_total"] = round(time.perf_counter() - t0, 3)
         if opts.record:
             ledger.append(opts.ledger or paths.ledger_file(), [r])
@@ -107,7 +113,7 @@ def _run_case(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseRe
     job = Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
               seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
               do_timing=opts.timing, cold=opts.cold, graph=opts.graph, quick=opts.quick,
-              baseline=opts.baseline, config=opts.config, out_dir=str(work))
+              baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work))
     try:
         oc = run_child(job, opts.timeout_s)
         r.overhead_s["child_wall"] = round(oc.wall_s, 3)
@@ -121,6 +127,26 @@ def _run_case(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseRe
         if opts.keep_dir:
             shutil.copytree(work, Path(opts.keep_dir) / f"case{case.id}-{r.row_id}", dirs_exist_ok=True)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def hidden_variant(case: Case) -> Case:
+    """A shape the candidate has never been shown: 3 more sequences, 13 more cache slots, ragged lengths."""
+    c = case.model_copy(update={"batch": case.batch + 3, "seqlen_k": case.seqlen_k + 13})
+    return c.with_variant(seqlens="ragged")
+
+
+def _check_hidden(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
+    """Correctness (untimed) on the hidden variant; a candidate special-casing the table shapes fails here."""
+    from dataclasses import replace
+
+    hc = hidden_variant(case)
+    h = CaseResult(row_id=r.row_id, case=case.id, variant=hc.variant.label())
+    _run_case(path, hc, device, replace(opts, timing=False, keep_dir=None), h)
+    r.overhead_s["hidden"] = round(h.overhead_s.get("child_wall", 0.0) + h.overhead_s.get("verify", 0.0), 3)
+    if not h.correct:
+        r.status, r.correct, r.improvement = h.status, False, None
+        r.message = (f"hidden variant (batch {hc.batch}, seqlen_k {hc.seqlen_k}, {hc.variant.label()}): "
+                     f"{h.status.value}: {h.message}")[:500]
 
 
 def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
@@ -190,7 +216,7 @@ def r_outputs(work: Path):
 
 def _derive(r: CaseResult, case: Case, device: str) -> None:
     """Correct flag, bandwidth, %peak, the implausibility guard and the improvement flag."""
-    from kopt import hardware, stats
+    from kopt import calibrate, hardware, stats
     from kopt.workload import bytes_moved
 
     r.correct = r.status in (Status.ok, Status.baseline_error) and r.compiled
@@ -203,7 +229,7 @@ def _derive(r: CaseResult, case: Case, device: str) -> None:
                 r.status, r.correct = Status.implausible, False
                 r.message = f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured copy ceiling {ceiling:.0f} GB/s"
     if r.correct and r.speedup is not None and r.speedup_ci is not None:
-        r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, hardware.aa_spread(r.device))
+        r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, calibrate.aa_spread(r.device))
     if r.correct and r.ref_runtime_ms is None and r.runtime_ms is not None and r.status == Status.ok and "baseline" in r.message:
         r.status = Status.baseline_error
 

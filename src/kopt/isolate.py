@@ -31,6 +31,8 @@ class Job(BaseModel):
     graph: bool = False
     quick: bool = False
     baseline: str = "auto"
+    pair: str = "ab"
+    """ab: candidate vs baseline; aa_base / aa_cand: A/A runs of the baseline / candidate against itself."""
     config: Optional[dict] = None
     out_dir: str
 

@@ -28,7 +28,9 @@ def _classify(e: BaseException) -> Status:
     import torch
 
     text = f"{type(e).__name__}: {e}"
-    if isinstance(e, torch.OutOfMemoryError) or "out of memory" in text.lower():
+    # CPU allocation failures say "can't allocate memory" (DefaultCPUAllocator) or are MemoryError.
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)) or any(
+            s in text.lower() for s in ("out of memory", "can't allocate memory")):
         return Status.oom
     if "illegal memory access" in text or "CUDA error" in text or "device-side assert" in text:
         return Status.crash
@@ -45,6 +47,7 @@ class Evaluation:
         self.out = Path(job.out_dir)
         self.res = WorkerResult()
         self.held = []  # earlier outputs kept alive so a reused buffer is detectable
+        self.threads = guards.thread_idents()  # the harness's own threads, before the candidate runs
 
     def save(self, phase: str | None = None) -> None:
         """Record progress so a crash still tells the parent how far we got."""
@@ -72,6 +75,7 @@ class Evaluation:
         out = self.call(w)
         if isinstance(out, torch.Tensor):
             early = out.detach().clone()  # ordered on the current stream only
+        guards.settle_threads(self.threads)  # CPU has no device sync: wait for threads the candidate left
         guards.sync(self.job.device)
         if not isinstance(out, torch.Tensor):
             raise Reject(Status.incorrect_shape, f"run returned {type(out).__name__}, not a tensor")
@@ -123,7 +127,9 @@ class Evaluation:
             except Exception as e:
                 raise Reject(_classify(e) if not isinstance(e, ValueError) else Status.unsupported,
                              f"prepare raised {type(e).__name__}: {str(e)[:300]}") from None
-        self.call(w0)
+        first = self.call(w0)
+        if isinstance(first, torch.Tensor):
+            self.held.append(first)  # a candidate returning this same buffer again is stale
         guards.sync(job.device)
         self.res.compile_s = guards.now() - t
 
@@ -173,21 +179,23 @@ class Evaluation:
         self.res.ref_name, self.res.ref_note = base.name, base.note
         state = {"a": 0, "b": 0}
 
-        def fn_a():
-            state["a"] += 1
-            return self.call(timed[state["a"] % len(timed)], poison=False)
+        def rotating(f, key):
+            def g():
+                state[key] += 1
+                return f(timed[state[key] % len(timed)])
+            return g
 
-        def fn_b():
-            state["b"] += 1
-            return base.fn(timed[state["b"] % len(timed)])
-
+        cand = rotating(lambda w: self.call(w, poison=False), "a")
         try:
             base.fn(timed[0])
             guards.sync(job.device)
         except Exception as e:
             self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
-            self.res.timing = time_fn(fn_a, job.device, opts)
+            self.res.timing = time_fn(cand, job.device, opts)
             return
+        # ab: candidate vs baseline; A/A pairs time one function against itself (calibration).
+        fn_a = rotating(base.fn, "a") if job.pair == "aa_base" else cand
+        fn_b = rotating(lambda w: self.call(w, poison=False), "b") if job.pair == "aa_cand" else rotating(base.fn, "b")
         pair = time_pair(fn_a, fn_b, job.device, opts)
         self.res.timing, self.res.ref_timing = pair.a, pair.b
         self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci

@@ -6,6 +6,7 @@ torch, tilelang and git are imported inside the library calls, so `kopt --help` 
 
 from __future__ import annotations
 
+import functools
 import sys
 from importlib import import_module
 
@@ -24,16 +25,54 @@ app = typer.Typer(
 #: command name -> module under kopt.cli exposing `command` (a function) or `app` (a sub-typer).
 COMMANDS: dict[str, str] = {
     "bench": "bench",
+    "calibrate": "calibrate",
     "cases": "cases",
     "doctor": "doctor",
+    "candidates": "candidates",
+    "commit": "commit",
+    "init": "init",
+    "log": "log",
+    "plot": "plot",
+    "profile": "profile",
+    "report": "report",
+    "revert": "revert",
+    "status": "status",
+    "trace": "trace",
 }
 
-for _name, _mod in COMMANDS.items():
-    _m = import_module(f"kopt.cli.{_mod}")
-    if hasattr(_m, "app"):
-        app.add_typer(_m.app, name=_name)
+
+def guarded(fn):
+    """Wrap a command so domain errors become one stderr line and their exit code, also under CliRunner."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except KoptError as e:
+            print(f"kopt: error: {e}", file=sys.stderr)
+            raise typer.Exit(e.exit_code) from None
+
+    return wrapper
+
+
+def _register(target: typer.Typer, name: str, module: str) -> None:
+    try:
+        m = import_module(f"kopt.cli.{module}")
+    except ModuleNotFoundError as e:  # tests/test_cli.py asserts every entry imports
+        if e.name != f"kopt.cli.{module}":
+            raise
+        print(f"kopt: warning: command module {module} missing", file=sys.stderr)
+        return
+    if hasattr(m, "app"):
+        for info in m.app.registered_commands:
+            info.callback = guarded(info.callback)
+        target.add_typer(m.app, name=name)
     else:
-        app.command(name=_name)(_m.command)
+        target.command(name=name)(guarded(m.command))
+
+
+for _name, _mod in COMMANDS.items():
+    _register(app, _name, _mod)
 
 
 def main() -> None:

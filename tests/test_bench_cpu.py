@@ -1,0 +1,75 @@
+"""End to end on the CPU: the shipped TileLang candidate through `kopt bench`, the line and the ledger row."""
+
+import json
+import re
+
+from typer.testing import CliRunner
+
+from kopt.cli.main import app
+from kopt.ledger import load
+from kopt.results import CaseResult, parse_line
+
+from conftest import CANDIDATES, SHIPPED
+
+LINE = re.compile(r"^COMPILED:True CORRECT:True BACKEND:tilelang RUNTIME:\d+\.\d{4} REF_RUNTIME:\d+\.\d{4} "
+                  r"SPEEDUP:\d+\.\d{4}x CASE:(\d+) DEVICE:cpu REF:torch-cpu STATUS:ok( [A-Z_]+:\S+)*$")
+
+
+def test_bench_shipped_candidate_case1_and_10(workspace):
+    r = CliRunner().invoke(app, ["bench", "--case", "1,10", "--device", "cpu", "--machine",
+                                 "--candidate", str(SHIPPED)])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 2
+    assert [LINE.match(x).group(1) for x in lines] == ["1", "10"]
+    rows = load(CaseResult, workspace / "candidates.jsonl")
+    assert not rows.skipped and [x.case for x in rows.rows] == [1, 10]
+    row = rows.rows[0]
+    assert row.correct and row.mode == "signal" and row.device == "cpu" and row.ref == "torch-cpu"
+    assert len(row.candidate_hash) == 64 and row.candidate_id == row.candidate_hash[:12]
+    assert row.timing and row.timing.method == "host" and row.timing.n >= 1
+    assert row.validation and row.validation.correct and row.validation.trials >= 1
+    assert row.versions["tilelang"].startswith("0.1") and row.compile_s is not None
+
+
+def test_bench_json_and_paged_variant(workspace):
+    r = CliRunner().invoke(app, ["bench", "--case", "3", "--device", "cpu", "--json", "--no-record", "--quick",
+                                 "--page-size", "16", "--seqlens", "ragged", "--dtype", "bf16",
+                                 "--candidate", str(SHIPPED)])
+    assert r.exit_code == 0, r.output
+    obj = json.loads(r.stdout)
+    res = obj["results"][0]
+    assert res["correct"] and res["variant"] == "bf16-d128-paged16-ragged"
+    assert parse_line(obj["lines"][0])["STATUS"] == "ok"
+    assert obj["overhead_s"]["wall_total"] > 0 and "child_wall" in res["overhead_s"]
+    assert not (workspace / "candidates.jsonl").exists()
+
+
+def test_failing_candidate_exit_1_line_still_printed(workspace, tmp_path):
+    bad = tmp_path / "zeros.py"
+    bad.write_text("import torch\nBACKEND='torch'\n"
+                   "def run(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None):\n"
+                   "    return torch.zeros_like(q)\n")
+    r = CliRunner().invoke(app, ["bench", "--case", "2", "--device", "cpu", "--machine", "--quick",
+                                 "--candidate", str(bad)])
+    assert r.exit_code == 1
+    f = parse_line(r.stdout.strip())
+    assert f["COMPILED"] == "True" and f["CORRECT"] == "False" and f["STATUS"] == "incorrect_numerical"
+    assert load(CaseResult, workspace / "candidates.jsonl").rows[0].status.value == "incorrect_numerical"
+
+
+def test_usage_errors_exit_2(workspace):
+    runner = CliRunner()
+    for args, msg in ([["bench", "--case", "99"], "valid ids"],
+                      [["bench"], "--case"],
+                      [["bench", "--case", "1", "--dtype", "fp8"], "dtype"],
+                      [["bench", "--case", "1", "--candidate", "nope.py"], "not found"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and msg in str(r.exception) + r.output, (args, r.output)
+
+
+def test_honest_torch_candidate_ok(workspace):
+    r = CliRunner().invoke(app, ["bench", "--case", "2", "--device", "cpu", "--machine", "--quick", "--no-record",
+                                 "--candidate", str(CANDIDATES / "torch_honest.py")])
+    assert r.exit_code == 0, r.output
+    assert parse_line(r.stdout.strip())["BACKEND"] == "torch"

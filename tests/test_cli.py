@@ -1,0 +1,51 @@
+"""CLI surface: every command registers, has --help, and --help stays light (no torch/tilelang import)."""
+
+import subprocess
+import sys
+from importlib import import_module
+
+import pytest
+from typer.testing import CliRunner
+
+from kopt.cli.main import COMMANDS, app
+
+
+def test_every_command_module_imports():
+    for mod in COMMANDS.values():
+        m = import_module(f"kopt.cli.{mod}")
+        assert hasattr(m, "command") or hasattr(m, "app"), mod
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help_on_every_command(name):
+    r = CliRunner().invoke(app, [name, "--help"])
+    assert r.exit_code == 0 and "Usage" in r.output
+
+
+def test_help_is_light():
+    code = ("import sys; from kopt.cli.main import app; "
+            "bad=[m for m in ('torch','tilelang','git','pandas','matplotlib') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_cases_table_and_json():
+    import json
+
+    r = CliRunner().invoke(app, ["cases", "--json"])
+    assert r.exit_code == 0
+    rows = json.loads(r.stdout)
+    assert len(rows) == 14 and rows[9]["c500_ref_ms"] == 0.062 and rows[9]["q_heads"] == 32
+    r = CliRunner().invoke(app, ["cases", "--case", "12"])
+    assert r.exit_code == 0 and "32768" in r.stdout and "0.595" in r.stdout
+    r = CliRunner().invoke(app, ["cases", "--case", "15"])
+    assert r.exit_code == 2
+
+
+def test_doctor_json():
+    import json
+
+    r = CliRunner().invoke(app, ["doctor", "--json"])
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    assert d["torch"] and "will_run" in d and "profilers" in d
