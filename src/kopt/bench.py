@@ -43,6 +43,8 @@ class BenchOptions:
     hypothesis: Optional[str] = None
     ledger: Optional[Path] = None
     keep_dir: Optional[Path] = None
+    tag: str = ""
+    """Appended to each row's variant label (e.g. `matrix`, `hidden-b5-s141`)."""
     hidden: Optional[bool] = None
     """Also check a hidden variant of each case (None: on for verdicts); a failure there fails the case."""
     extra: dict = field(default_factory=dict)
@@ -86,7 +88,8 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
         r = CaseResult(row_id=uuid.uuid4().hex[:16], mode=opts.mode, candidate_path=str(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
-                       case=case.id, variant=case.variant.label(), commit=commit)
+                       case=case.id, variant=case.variant.label() + (f"-{opts.tag}" if opts.tag else ""),
+                       commit=commit)
         errors = [f for f in findings if f.severity == "error"]
         if errors:
             r.status, r.message = Status.static_violation, "; ".join(f"{f.code}: {f.message}" for f in errors)[:500]

@@ -84,6 +84,28 @@ class Case(BaseModel):
                 "page_size": v.page_size}
 
 
+class MatrixEntry(BaseModel):
+    """Correctness-only variant runs of the Verdict: these cases with these variant fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cases: list[int] = Field(min_length=1)
+    dtype: Optional[DType] = None
+    head_dim: Optional[Literal[64, 128]] = None
+    page_size: PageSize = None
+    seqlens: Optional[Seqlens] = None
+
+
+class VerifySpec(BaseModel):
+    """The `verify:` section: fresh seeds per correctness run, the matrix, how many hidden variants."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seeds: int = Field(3, ge=1, le=16)
+    matrix: list[MatrixEntry] = Field(default_factory=list)
+    hidden: int = Field(4, ge=0, le=64)
+
+
 class CaseFile(BaseModel):
     """bench/cases.yaml as a whole."""
 
@@ -92,6 +114,7 @@ class CaseFile(BaseModel):
     schema_version: int = Field(1, ge=1)
     defaults: Variant = Variant()
     cases: list[Case]
+    verify: VerifySpec = VerifySpec()
 
     @field_validator("cases")
     @classmethod
@@ -106,6 +129,11 @@ class CaseFile(BaseModel):
 
 def load_cases(path: Path | None = None) -> list[Case]:
     """Load and validate the case file; each case gets the file's defaults as its variant."""
+    return load_file(path).cases
+
+
+def load_file(path: Path | None = None) -> CaseFile:
+    """Load and validate the whole case file (cases sorted by id)."""
     import yaml
 
     from kopt.paths import cases_file
@@ -131,7 +159,12 @@ def load_cases(path: Path | None = None) -> list[Case]:
         raise CaseError(f"{p}: invalid at {loc}: {err['msg']}") from None
     except TypeError as e:
         raise CaseError(f"{p}: invalid structure ({e})") from None
-    return sorted(cf.cases, key=lambda c: c.id)
+    known = {c.id for c in cf.cases}
+    for m in cf.verify.matrix:
+        if bad := [i for i in m.cases if i not in known]:
+            raise CaseError(f"{p}: verify.matrix names unknown case id {bad[0]}")
+    cf.cases.sort(key=lambda c: c.id)
+    return cf
 
 
 def select(cases: list[Case], ids: list[int] | None = None, kind: str | None = None) -> list[Case]:

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "revert": "revert",
     "status": "status",
     "trace": "trace",
+    "verify": "verify",
 }
 
 

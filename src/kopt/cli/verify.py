@@ -1,0 +1,74 @@
+"""`kopt verify [PATH]`: the Verdict. A machine line per run and one aggregate VERDICT line."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def command(
+    path: Optional[Path] = typer.Argument(None, help="Candidate file (default solution/tilelang/run_kernel.py)."),
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Perf cases to time (default: every perf case)."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    parent: Optional[str] = typer.Option(None, "--parent", help="Parent candidate id (default: the current best)."),
+    technique: Optional[str] = typer.Option(None, "--technique", help="What this candidate tries (e.g. split-kv)."),
+    hypothesis: Optional[str] = typer.Option(None, "--hypothesis", help="The prediction being tested."),
+    config: Optional[str] = typer.Option(None, "--config", help="JSON config passed to run(config=...)."),
+    machine: bool = typer.Option(False, "--machine", help="Only machine lines on stdout."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per run, seconds."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs only)."),
+) -> None:
+    """Time every perf case cold, run the correctness matrix and hidden variants; record verdict rows."""
+    from kopt import verdict
+    from kopt.bench import BenchOptions
+    from kopt.candidate import resolve
+    from kopt.cases import load_file, select
+    from kopt.cli.bench import _json
+    from kopt.cli.common import err_console, parse_ids
+    from kopt.paths import default_candidate, ledger_file
+    from kopt.results import machine_line
+
+    t0 = time.perf_counter()
+    cf = load_file()
+    ids = parse_ids(case)
+    if ids:
+        select(cf.cases, ids)  # unknown ids -> usage error listing the valid ones
+    p = resolve(path or default_candidate())
+    opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick, config=_json(config),
+                        parent_id=parent or _current_best(ledger_file()), technique=technique, hypothesis=hypothesis)
+    err = err_console()
+
+    def on_result(r):
+        if machine:
+            print(machine_line(r), flush=True)
+        elif not as_json:
+            err.print(f"[dim]case {r.case} {r.variant}: {r.status.value}[/dim]")
+
+    v = verdict.run(p, cf, opts, ids, on_result)
+    if as_json:
+        print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
+                          "min_speedup": v.min_speedup, "rows": [r.model_dump(mode="json") for r in v.rows],
+                          "wall_s": round(time.perf_counter() - t0, 2)}))
+    else:
+        if not machine:
+            from kopt.cli.render import table
+
+            table(v.rows)
+        print(v.line(), flush=True)
+    if not v.passed:
+        raise typer.Exit(1)
+
+
+def _current_best(ledger: Path) -> Optional[str]:
+    """The top-ranked candidate id of the ledger, if any."""
+    if not ledger.exists():
+        return None
+    from kopt import ranking
+
+    table = ranking.report(ledger, top=1).candidates
+    return None if table.empty else str(table.iloc[0]["candidate_id"])
