@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from kopt.cases import Case
-from kopt.isolate import Job, Outcome, run_child
+from kopt.isolate import Job, Outcome, run_jobs
 from kopt.results import CaseResult, Status
 
 #: A kernel reaching more than this share of the measured copy ceiling is not believed.
@@ -45,8 +45,9 @@ class BenchOptions:
     keep_dir: Optional[Path] = None
     tag: str = ""
     """Appended to each row's variant label (e.g. `matrix`, `hidden-b5-s141`)."""
-    hidden: Optional[bool] = None
-    """Also check a hidden variant of each case (None: on for verdicts); a failure there fails the case."""
+    hidden: bool = False
+    """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
+    Verdicts add hidden rows of their own (kopt.verdict), so they leave this off."""
     extra: dict = field(default_factory=dict)
 
 
@@ -73,7 +74,7 @@ def _fresh_seed() -> int:
 
 def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
              on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
-    """Evaluate one candidate on each case (one child per case); rows are appended to the ledger."""
+    """Evaluate one candidate on each case in isolated children; rows are appended to the ledger."""
     from kopt import candidate, ledger, paths
     from kopt.integrity import static_check
 
@@ -82,54 +83,62 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     chash = candidate.content_hash(path)
     findings = static_check(path)
     commit = _git_head(path.parent)
-    out: list[CaseResult] = []
-    for case in cases:
-        t0 = time.perf_counter()
-        r = CaseResult(row_id=uuid.uuid4().hex[:16], mode=opts.mode, candidate_path=str(path),
+    errors = [f for f in findings if f.severity == "error"]
+    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], mode=opts.mode, candidate_path=str(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
                        case=case.id, variant=case.variant.label() + (f"-{opts.tag}" if opts.tag else ""),
-                       commit=commit)
-        errors = [f for f in findings if f.severity == "error"]
-        if errors:
+                       commit=commit, device=device) for case in cases]
+    if errors:
+        for r in rows:
             r.status, r.message = Status.static_violation, "; ".join(f"{f.code}: {f.message}" for f in errors)[:500]
-            r.device = device
-        else:
-            _run_case(path, case, device, opts, r)
-            hidden = opts.hidden if opts.hidden is not None else opts.mode == "verdict"
-            if hidden and r.correct:
-                _check_hidden(path, case, device, opts, r)
-        r.overhead_s["case_total"] = round(time.perf_counter() - t0, 3)
+    else:
+        _run_cases(path, cases, device, opts, rows)
+    for case, r in zip(cases, rows):
+        t0 = time.perf_counter()
+        if not errors and opts.hidden and r.correct:
+            _check_hidden(path, case, device, opts, r)
+        r.overhead_s["hidden_s"] = round(time.perf_counter() - t0, 3)
         if opts.record:
             ledger.append(opts.ledger or paths.ledger_file(), [r])
         if on_result:
             on_result(r)
-        out.append(r)
-    return out
+    return rows
 
 
-def _run_case(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
-    """Child evaluation, then verification of its saved outputs here, then the derived figures."""
+def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> Job:
     seeds = [_fresh_seed() for _ in range(max(opts.seeds, 1))]
     r.seed = seeds[0]
     work = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
-    job = Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
-              seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
-              do_timing=opts.timing, cold=opts.cold, graph=opts.graph, quick=opts.quick,
-              baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work))
+    return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
+               seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
+               do_timing=opts.timing, cold=opts.cold, graph=opts.graph, quick=opts.quick,
+               baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work))
+
+
+def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, rows: list[CaseResult]) -> None:
+    """Children evaluate the cases (one child for all unless one dies); then each is verified here."""
+    jobs = [_make_job(path, c, device, opts, r) for c, r in zip(cases, rows)]
     try:
-        oc = run_child(job, opts.timeout_s)
-        r.overhead_s["child_wall"] = round(oc.wall_s, 3)
-        _fill_from_child(r, oc, device)
-        if oc.result and oc.failure() is None:
-            t = time.perf_counter()
-            _verify_outputs(r, case, device, work, opts.baseline)
-            r.overhead_s["verify"] = round(time.perf_counter() - t, 3)
-        _derive(r, case, device)
+        outcomes = run_jobs(jobs, opts.timeout_s)
+        for case, r, job, oc in zip(cases, rows, jobs, outcomes):
+            t0 = time.perf_counter()
+            r.overhead_s["child_wall"] = round(oc.wall_s, 3)
+            _fill_from_child(r, oc, device)
+            if oc.result and oc.failure() is None:
+                _verify_outputs(r, case, device, Path(job.out_dir), opts.baseline)
+            _derive(r, case, device)
+            r.overhead_s["verify"] = round(time.perf_counter() - t0, 3)
     finally:
-        if opts.keep_dir:
-            shutil.copytree(work, Path(opts.keep_dir) / f"case{case.id}-{r.row_id}", dirs_exist_ok=True)
-        shutil.rmtree(work, ignore_errors=True)
+        for case, r, job in zip(cases, rows, jobs):
+            if opts.keep_dir:
+                shutil.copytree(job.out_dir, Path(opts.keep_dir) / f"case{case.id}-{r.row_id}", dirs_exist_ok=True)
+            shutil.rmtree(job.out_dir, ignore_errors=True)
+
+
+def _run_case(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
+    """One case in its own child (used for hidden variants)."""
+    _run_cases(path, [case], device, opts, [r])
 
 
 def hidden_variant(case: Case) -> Case:

@@ -88,7 +88,30 @@ def poison_allocator(like, numel: int) -> None:
     import torch
 
     p = torch.full((max(numel, 1) * 2,), float("nan"), dtype=like.dtype, device=like.device)
-    del p
+    # Exact-size blocks too: a freed output of an earlier call (same size) is what an allocator hands
+    # back first, and it may hold a correct answer that would hide unwritten elements.
+    exact = [torch.full((max(numel, 1),), float("nan"), dtype=dt, device=like.device)
+             for dt in (like.dtype, torch.float32) for _ in range(4)]
+    del p, exact
+
+
+def thread_idents() -> set[int]:
+    """Idents of the Python threads alive now."""
+    import threading
+
+    return {t.ident for t in threading.enumerate()}
+
+
+def settle_threads(baseline: set[int], timeout_s: float = 2.0) -> None:
+    """Wait (bounded) for Python threads started after `baseline`: on CPU, sync() cannot see them,
+    so a thread finishing the output after `run` returned is only visible once it has run."""
+    import threading
+
+    deadline = _perf() + timeout_s
+    for t in threading.enumerate():
+        if t.ident in baseline or t is threading.current_thread():
+            continue
+        t.join(max(0.0, deadline - _perf()))
 
 
 def sync(device: str) -> None:

@@ -97,29 +97,64 @@ class Outcome:
 
 
 def run_child(job: Job, timeout_s: float) -> Outcome:
-    """Start `python -m kopt.worker job.json` in its own session; kill the group on timeout."""
-    out = Path(job.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "job.json").write_text(job.model_dump_json())
+    """Evaluate one job in its own child process."""
+    return run_jobs([job], timeout_s)[0]
+
+
+def run_jobs(jobs: list[Job], timeout_s: float) -> list[Outcome]:
+    """Evaluate jobs in as few children as possible, each job within `timeout_s`.
+
+    One child runs the jobs in order (imports and compile caches are paid once). When a job kills
+    or hangs its child, that job gets the failure and the jobs after it run in a fresh child.
+    """
+    outcomes: list[Optional[Outcome]] = [None] * len(jobs)
+    start = 0
+    while start < len(jobs):
+        start = _run_batch(jobs, start, timeout_s, outcomes)
+    return outcomes  # type: ignore[return-value]
+
+
+def _done(job: Job) -> Optional[WorkerResult]:
+    r = read_result(Path(job.out_dir))
+    return r if r and r.phase == "done" else None
+
+
+def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list) -> int:
+    """Run jobs[start:] in one child; fill outcomes; return the index to restart from."""
+    batch = jobs[start:]
+    for j in batch:
+        Path(j.out_dir).mkdir(parents=True, exist_ok=True)
+    first = Path(batch[0].out_dir)
+    (first / "jobs.json").write_text("[" + ",".join(j.model_dump_json() for j in batch) + "]")
     env = dict(os.environ)
     src = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("PYTHONUNBUFFERED", "1")
-    t0 = time.perf_counter()
-    with open(out / "child.log", "wb") as log:
-        p = subprocess.Popen([sys.executable, "-m", "kopt.worker", str(out / "job.json")],
+    t0 = t_job = time.perf_counter()
+    cur, timed_out = 0, False
+    with open(first / "child.log", "wb") as log:
+        p = subprocess.Popen([sys.executable, "-m", "kopt.worker", str(first / "jobs.json")],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              env=env, start_new_session=True)
-        timed_out = False
-        try:
-            rc = p.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(p)
-            rc = p.wait()
+        while p.poll() is None:
+            time.sleep(0.05)
+            while cur < len(batch) and _done(batch[cur]):
+                cur, t_job = cur + 1, time.perf_counter()
+            if time.perf_counter() - t_job > timeout_s:
+                timed_out = True
+                _kill_group(p)
+                break
+        rc = p.wait()
     wall = time.perf_counter() - t0
-    tail = (out / "child.log").read_bytes()[-4000:].decode(errors="replace")
-    return Outcome(read_result(out), rc, timed_out, wall, tail)
+    tail = (first / "child.log").read_bytes()[-4000:].decode(errors="replace")
+    for i, j in enumerate(batch):
+        res = _done(j)
+        if res is not None:
+            outcomes[start + i] = Outcome(res, rc, False, wall, tail)
+            continue
+        outcomes[start + i] = Outcome(read_result(Path(j.out_dir)), rc, timed_out, wall, tail)
+        return start + i + 1
+    return len(jobs)
 
 
 def _kill_group(p: subprocess.Popen) -> None:

@@ -16,6 +16,10 @@ from kopt.isolate import Job, SavedOutput, WorkerResult, write_result
 from kopt.results import Status
 
 
+#: Identity of the watched entry points before any candidate was imported in this process.
+PRISTINE: dict | None = None
+
+
 class Reject(Exception):
     """Stop the evaluation with a status."""
 
@@ -104,7 +108,7 @@ class Evaluation:
 
         self.res.device_name = detect(job.device).name
         self.res.versions = _versions()
-        before = guards.snapshot()
+        before = PRISTINE or guards.snapshot()
         self.save("import")
         t = guards.now()
         try:
@@ -223,8 +227,18 @@ def _versions() -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of the child process."""
-    job = Job.model_validate_json(Path(argv[1]).read_text())
+    """Entry point of the child process: evaluate each job of jobs.json in order."""
+    import json
+
+    global PRISTINE
+    jobs = [Job.model_validate(j) for j in json.loads(Path(argv[1]).read_text())]
+    PRISTINE = guards.snapshot()  # before any candidate is imported: later jobs compare against this
+    for job in jobs:
+        _evaluate(job)
+    return 0
+
+
+def _evaluate(job: Job) -> None:
     ev = Evaluation(job)
     try:
         if job.device == "cuda":
@@ -240,7 +254,12 @@ def main(argv: list[str]) -> int:
         ev.res.message = f"{type(e).__name__}: {str(e)[:300]}"
         traceback.print_exc()
         ev.save("done")
-    return 0
+    finally:
+        ev.held.clear()
+        if job.device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
