@@ -44,6 +44,7 @@ class BenchOptions:
     ledger: Optional[Path] = None
     keep_dir: Optional[Path] = None
     tag: str = ""
+    run_id: Optional[str] = None
     """Appended to each row's variant label (e.g. `matrix`, `hidden-b5-s141`)."""
     hidden: bool = False
     """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
@@ -84,7 +85,8 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     findings = static_check(path)
     commit = _git_head(path.parent)
     errors = [f for f in findings if f.severity == "error"]
-    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], mode=opts.mode, candidate_path=str(path),
+    run_id = opts.run_id or uuid.uuid4().hex[:12]
+    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=str(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
                        case=case.id, variant=case.variant.label() + (f"-{opts.tag}" if opts.tag else ""),

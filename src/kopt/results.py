@@ -86,6 +86,8 @@ class CaseResult(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     row_id: str
+    run_id: Optional[str] = None
+    """Shared by every row of one `kopt bench` / `kopt verify` invocation."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     mode: Literal["signal", "verdict", "calibrate", "tune"] = "signal"
     kind: Literal["case", "stagnation"] = "case"

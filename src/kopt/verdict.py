@@ -69,7 +69,9 @@ def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[in
     """Run the whole Verdict; every row goes to the ledger with mode=verdict."""
     by_id = {c.id: c for c in cf.cases}
     perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind == "perf"]
-    base = replace(opts, mode="verdict")
+    import uuid
+
+    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12])
     v = Verdict(evaluate(path, perf, base, on_result), [], [])
     check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
     for m in cf.verify.matrix:

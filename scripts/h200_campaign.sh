@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Everything the recorded H200 results rest on, in one bounded run; logs and ledger rows end up in
+# OUTDIR/campaign.tgz.   usage: bash scripts/h200_campaign.sh OUTDIR [STEP ...]
+# Steps (default: all, in this order): doctor gputests wall bench bf16 paged256 paged64 paged16 calibrate
+#   repeat12 ncu12 profile verify
+set -u
+out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
+mkdir -p "$out/logs"
+steps=${*:-doctor gputests wall bench bf16 paged256 paged64 paged16 calibrate repeat12 ncu12 profile verify}
+export PYTHONUNBUFFERED=1 KOPT_WORKSPACE=$PWD
+log=$out/logs
+k() { python3 -m kopt "$@"; }
+run() {  # run NAME LIMIT_S CMD...: stdout/stderr to logs, wall time and rc appended
+  local name=$1 lim=$2; shift 2
+  local t0=$(date +%s.%N)
+  timeout "$lim" "$@" >"$log/$name.out" 2>"$log/$name.err"; local rc=$?
+  printf '%s rc=%s wall_s=%.2f\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$log/steps.txt" >&2
+}
+for s in $steps; do case $s in
+  doctor)    run doctor 60 k doctor --json ;;
+  gputests)  run gputests 420 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests ;;
+  wall)      run wall_compile 120 k bench --case 10 --cold-cache --machine --no-record
+             run wall_warm 60 k bench --case 10 --cold-cache --machine ;;
+  bench)     run bench_fp16 420 k bench --all --cold-cache --machine ;;
+  bf16)      run bench_bf16 300 k bench --all --cold-cache --machine --dtype bf16 --quick ;;
+  paged256)  run bench_paged256 300 k bench --all --cold-cache --machine --page-size 256 --quick ;;
+  paged64)   run bench_paged64 300 k bench --case 7-14 --cold-cache --machine --page-size 64 --quick ;;
+  paged16)   run bench_paged16 300 k bench --case 7-14 --cold-cache --machine --page-size 16 --quick ;;
+  calibrate) run calibrate 300 k calibrate --case 10,12 --json ;;
+  repeat12)  for i in 1 2 3 4 5; do run repeat12_$i 120 k bench --case 12 --cold-cache --machine; done ;;
+  ncu12)     run ncu12_fa2 300 k profile --case 12 --tool ncu --candidate bench/fa2_candidate.py --json ;;
+  profile)   run profile10 300 k profile --case 10 --tool ncu --json
+             run profile12 300 k profile --case 12 --tool ncu --json ;;
+  verify)    run verify 600 k verify --machine --technique shipped --hypothesis "the shipped kernel passes the verdict on the H200" ;;
+  *) echo "unknown step $s" >&2 ;;
+esac; done
+cp candidates.jsonl "$out/logs/" 2>/dev/null
+tar czf "$out/campaign.tgz" -C "$out" logs -C "$PWD" results

@@ -1,0 +1,79 @@
+"""`kopt candidates`: the ledger ranked — geomean per candidate, best per case, lineage."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+
+TEXT_TOP = 20
+#: (field, header, format; None = text) of the terminal tables.
+COLUMNS = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("geomean", "geomean", ".3f"),
+           ("n_cases", "cases", "d"), ("n_incorrect", "bad", "d"), ("basis", "basis", None),
+           ("technique", "technique", None), ("ancestors", "parent", None)]
+COLUMNS_CASE = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("variant", "variant", None),
+                ("runtime_ms", "runtime ms", ".4f"), ("ref_runtime_ms", "ref ms", ".4f"),
+                ("speedup", "speedup", ".3f"), ("mode", "mode", None)]
+
+
+def _short(parents: list[str]) -> str:
+    """Ancestors for a terminal: the parent, then how many more (--json/--csv give the whole chain)."""
+    return parents[0] + (f" +{len(parents) - 1}" if len(parents) > 1 else "") if parents else "-"
+
+
+def _fmt(v, spec: str = ".4f") -> str:
+    return "NA" if v is None else format(v, spec)
+
+
+def command(
+    top: Optional[int] = typer.Option(None, "--top", min=1, help="Show the N best candidates."),
+    case: Optional[int] = typer.Option(None, "--case", help="Rank candidates on one case by runtime."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_csv: bool = typer.Option(False, "--csv", help="Print the ranking as CSV."),
+) -> None:
+    """Rank candidates.jsonl: geomean speedup per candidate (verdict rows preferred), best per case."""
+    from kopt import ranking
+    from kopt.cli.common import err_console, out_console
+    from kopt.errors import UsageError
+    from kopt.paths import ledger_file
+
+    if as_json and as_csv:
+        raise UsageError("--json and --csv are exclusive")
+    # A terminal table of hundreds of rows is unreadable (and slow to lay out): 20 unless asked.
+    rep = ranking.report(ledger_file(), top=top or (None if as_json or as_csv else TEXT_TOP), case=case)
+    if rep.skipped:
+        err_console().print(f"[yellow]skipped {len(rep.skipped)} unreadable ledger line(s)[/]")
+    table = rep.candidates.assign(lineage=[" <- ".join(rep.lineage[c]) for c in rep.candidates["candidate_id"]])
+    if as_csv:
+        print(table.to_csv(index=False), end="")
+        return
+    if as_json:
+        print(json.dumps({"case": case, "candidates": ranking.records(table),
+                          "best_per_case": ranking.records(rep.best_per_case),
+                          "skipped_lines": len(rep.skipped)}, indent=2))
+        return
+    from rich.table import Table
+
+    con = out_console()
+    if not len(table):
+        con.print("no candidate rows in candidates.jsonl yet")
+        return
+    t = Table(title=f"candidates on case {case}" if case is not None else "candidates (geomean speedup)")
+    spec = COLUMNS_CASE if case is not None else COLUMNS
+    for _, head, fmt in spec:
+        t.add_column(head, justify="left" if fmt is None else "right", min_width=12 if head == "candidate" else None)
+    for r in ranking.records(table):
+        r["ancestors"] = _short(rep.lineage[r["candidate_id"]][1:])
+        t.add_row(*[("NA" if r[k] is None else str(r[k]) if fmt is None else format(r[k], fmt)) for k, _, fmt in spec])
+    con.print(t)
+    if top is None and len(table) == TEXT_TOP:
+        con.print(f"(first {TEXT_TOP}; --top N, --json or --csv for more)")
+    b = Table(title="best per case (lowest runtime among correct rows)")
+    for c in ("case", "variant", "candidate_id", "runtime ms", "ref ms", "speedup", "mode"):
+        b.add_column(c)
+    for r in ranking.records(rep.best_per_case):
+        b.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"], _fmt(r["runtime_ms"]),
+                  _fmt(r["ref_runtime_ms"]), _fmt(r["speedup"], ".3f"), r["mode"])
+    con.print(b)

@@ -1,0 +1,60 @@
+"""`kopt status`: iterations, best per case and overall, recent outcomes, stagnation protocol."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+
+def _x(v) -> str:
+    return "NA" if v is None else f"{v:.3f}x"
+
+
+def command(
+    last: int = typer.Option(5, "--last", min=0, help="How many recent iterations to list."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    no_record: bool = typer.Option(False, "--no-record", help="Do not record stagnation in the ledger."),
+) -> None:
+    """Where the loop stands; after 3 non-improving iterations, the re-profile protocol."""
+    from kopt import loop
+    from kopt.cli.common import out_console
+    from kopt.paths import workspace
+
+    rep = loop.status(workspace(), last=last, record=not no_record)
+    if as_json:
+        print(json.dumps(rep.to_dict(), indent=2))
+        return
+    from rich.table import Table
+
+    con = out_console()
+    best = rep.best
+    con.print(f"iterations: {rep.iterations}   since last improvement: {rep.since_improvement}   "
+              f"improvement threshold: +{rep.threshold * 100:.1f}%")
+    if best:
+        con.print(f"best iteration: {best.iteration} ({best.label}) candidate {best.candidate_id} "
+                  f"geomean {_x(best.geomean)} over {best.n_cases} cases")
+    if rep.best_candidate:
+        c = rep.best_candidate
+        con.print(f"best candidate in the ledger: {c['candidate_id']} geomean {_x(c['geomean'])} "
+                  f"over {c['n_cases']} cases ({c['basis']})")
+    if rep.best_per_case:
+        t = Table(title="best per case")
+        for col in ("case", "variant", "candidate", "runtime ms", "speedup"):
+            t.add_column(col)
+        for r in rep.best_per_case:
+            t.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"],
+                      f"{r['runtime_ms']:.4f}", _x(r["speedup"]))
+        con.print(t)
+    if rep.recent:
+        t = Table(title=f"last {len(rep.recent)} iterations")
+        for col in ("iter", "label", "candidate", "geomean", "cases", "outcome"):
+            t.add_column(col)
+        for it in rep.recent:
+            t.add_row(str(it.iteration), it.label, it.candidate_id or "NA", _x(it.geomean), str(it.n_cases), it.outcome)
+        con.print(t)
+    if rep.stagnating:
+        con.print(f"[bold red]STAGNATION[/]: {rep.since_improvement} iterations without improvement"
+                  + (" (recorded in candidates.jsonl)" if rep.recorded else ""))
+        for i, step in enumerate(rep.protocol, 1):
+            con.print(f"  ({i}) {step}")

@@ -1,0 +1,159 @@
+"""The whole loop through the CLI: init -> verdict -> log -> commit (x4) -> status -> revert best."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kopt import journal, ledger, loop
+from kopt.cli.main import app
+from kopt.results import CaseResult
+from kopt.vcs import candidate_hash
+
+CASES = (1, 2, 3)
+#: KOPT_TEST_REAL_VERDICT=1 runs the real `kopt verify` (CPU, quick) instead of writing verdict rows.
+REAL = os.environ.get("KOPT_TEST_REAL_VERDICT") == "1"
+
+
+@pytest.fixture(autouse=True)
+def git_env(tmp_path, monkeypatch):
+    """Real git, isolated from the user's config, with a fixed identity."""
+    (tmp_path / "gitconfig").write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "kopt test")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")
+
+
+def kopt(*args: str, code: int = 0):
+    """Run kopt through typer's CliRunner; assert the exit code."""
+    res = CliRunner().invoke(app, [str(a) for a in args])
+    got = getattr(res.exception, "exit_code", res.exit_code) if res.exception else res.exit_code
+    assert got == code, (res.stdout, repr(res.exception))
+    return res
+
+
+def fake_verdict(ws: Path, speedup: float, correct: bool = True) -> str:
+    """Verdict rows for the current solution, as `kopt verify` will append them; returns the candidate id."""
+    h, cid = candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")
+    rows = [CaseResult(row_id=uuid.uuid4().hex, mode="verdict", candidate_hash=h, candidate_id=cid, case=c,
+                       compiled=True, correct=correct or c != 2, status="ok" if correct or c != 2 else
+                       "incorrect_numerical", runtime_ms=0.1 / speedup, ref_runtime_ms=0.1, speedup=speedup,
+                       device="cpu", backend="tilelang") for c in CASES]
+    ledger.append(ws / "candidates.jsonl", rows)
+    return cid
+
+
+def real_verdict(ws: Path, speedup: float, correct: bool = True) -> str:
+    """The real `kopt verify` on case 1 (CPU, quick); its numbers cannot be steered: structure checks only."""
+    res = CliRunner().invoke(app, ["verify", "--case", "1", "--device", "cpu", "--quick", "--machine"])
+    assert res.exit_code in (0, 1), (res.stdout, res.stderr, repr(res.exception))   # 1: the verdict failed
+    return candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")[1]
+
+
+verdict = real_verdict if REAL else fake_verdict
+
+
+def edit_solution(ws: Path, k: int) -> None:
+    """A new candidate: the starter plus a marker line (a different hash, still a working kernel)."""
+    p = ws / "solution" / "tilelang" / "run_kernel.py"
+    p.write_text(p.read_text() + f"\n# iteration {k} variant\n")
+
+
+def iteration(ws: Path, k: int, speedup: float, correct: bool = True) -> str:
+    edit_solution(ws, k)
+    cid = verdict(ws, speedup, correct)
+    kopt("log", "--title", f"try {k}", "--hypothesis", f"hypothesis {k}", "--analysis", f"analysis {k}",
+         "--next", f"next {k}")
+    kopt("commit", "-m", f"try {k}: tile change")
+    return cid
+
+
+def test_whole_loop(tmp_path, monkeypatch):
+    ws = tmp_path / "loop"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+
+    iteration(ws, 1, 1.20)
+    first = (ws / "solution" / "tilelang" / "run_kernel.py").read_text()
+    iteration(ws, 2, 1.10)                     # slower
+    iteration(ws, 3, 1.19)                     # not better than 1.20
+    s3 = json.loads(kopt("status", "--json").stdout)
+    if not REAL:
+        assert [it["outcome"] for it in s3["recent"]] == ["improved", "not improved", "not improved"]
+        assert s3["since_improvement"] == 2 and not s3["stagnating"]
+    iteration(ws, 4, 1.50, correct=False)      # fast but wrong on case 2: failed
+
+    import git
+
+    subjects = git.Repo(ws).git.log("--format=%s").splitlines()
+    assert [s.split("]")[0] + "]" for s in subjects if s.startswith("[iter")] == [f"[iter {k}]" for k in (4, 3, 2, 1)]
+    assert subjects[-1] == "kopt init"
+    snaps = sorted(p.name for p in (ws / "trajectory").iterdir() if p.is_dir())
+    assert [s.split("-")[0] for s in snaps] == ["1", "2", "3", "4"]
+    assert all((ws / "trajectory" / s / "solution" / "tilelang" / "run_kernel.py").is_file() for s in snaps)
+    entries = journal.parse((ws / "ITERATIONS.md").read_text())
+    assert [e.number for e in entries] == [1, 2, 3, 4]
+    assert list(entries[0].sections) == list(journal.SECTIONS)
+    assert "run_kernel.py" in entries[1].sections["Changes"]
+
+    if REAL:
+        return
+    s4 = json.loads(kopt("status", "--json").stdout)
+    assert [it["outcome"] for it in s4["recent"]] == ["improved", "not improved", "not improved", "failed"]
+    assert s4["stagnating"] and s4["since_improvement"] == 3 and s4["recorded"]
+    assert s4["worst_case"] == 2 and "kopt profile --case 2" in s4["protocol"][0]
+    text = kopt("status").stdout
+    assert "STAGNATION" in text and "diagnosis_checklist.md" in text
+    stag = [r for r in ledger.load_dicts(ws / "candidates.jsonl").rows if r.get("kind") == "stagnation"]
+    assert len(stag) == 1, "recorded once per episode"
+    assert "improved" in entries[1].sections["Bench"] and "previous best 1.200x" in entries[1].sections["Bench"]
+
+    res = kopt("revert", "best")
+    assert "[revert] solution from iter 1" in res.stdout
+    assert (ws / "solution" / "tilelang" / "run_kernel.py").read_text() == first
+    assert git.Repo(ws).head.commit.summary == "[revert] solution from iter 1"
+    assert loop.history(ws)[-1].iteration == 4, "a revert is not an iteration"
+
+
+def test_status_empty_workspace(tmp_path, monkeypatch):
+    ws = tmp_path / "w"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    rep = json.loads(kopt("status", "--json").stdout)
+    assert rep["iterations"] == 0 and rep["best"] is None and not rep["stagnating"]
+    assert "iterations: 0" in kopt("status").stdout
+
+
+def test_threshold_from_calibration(tmp_path, monkeypatch):
+    ws = tmp_path / "w"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    assert loop.threshold(ws) == pytest.approx(0.03)         # no calibration: 3 x DEFAULT_SPREAD
+    fake_verdict(ws, 1.0)
+    (ws / "results" / "calibration-cpu.json").write_text(json.dumps(
+        {"device": "cpu", "timestamp": "t", "entries": [], "spread": 0.002}))
+    assert loop.threshold(ws) == pytest.approx(0.01)         # max(1%, 3 x 0.2%)
+    (ws / "results" / "calibration-cpu.json").write_text(json.dumps(
+        {"device": "cpu", "timestamp": "t", "entries": [], "spread": 0.02}))
+    assert loop.threshold(ws) == pytest.approx(0.06)
+
+
+def test_late_verdict_and_no_verdict(tmp_path, monkeypatch):
+    """An iteration committed before its verdict uses the later verdict; none at all is 'failed'."""
+    ws = tmp_path / "w"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    edit_solution(ws, 1)
+    kopt("log", "--hypothesis", "h")
+    kopt("commit", "-m", "no verdict yet")
+    assert loop.history(ws)[0].outcome == "failed"
+    fake_verdict(ws, 1.3)
+    it = loop.history(ws)[0]
+    assert (it.outcome, it.geomean) == ("improved", pytest.approx(1.3))

@@ -1,0 +1,225 @@
+"""`kopt commit` / `kopt revert` on real git repositories: staging scope, snapshots, refusals."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kopt import ledger, vcs
+from kopt.cli.main import app, main
+from kopt.errors import KoptError
+from kopt.results import CaseResult
+
+
+@pytest.fixture(autouse=True)
+def git_env(tmp_path, monkeypatch):
+    """Real git, isolated from the user's config, with a fixed identity."""
+    (tmp_path / "gitconfig").write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "kopt test")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch) -> Path:
+    """A fresh `kopt init` workspace; KOPT_WORKSPACE points at it."""
+    root = tmp_path / "w"
+    res = CliRunner().invoke(app, ["init", str(root)])
+    assert res.exit_code == 0, res.stdout
+    monkeypatch.setenv("KOPT_WORKSPACE", str(root))
+    return root
+
+
+def kopt(*args: str):
+    """CliRunner result."""
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+def failure(res) -> tuple[int, str]:
+    """(exit code, stderr) of a failed CliRunner run, whether or not main guards the command."""
+    if isinstance(res.exception, KoptError):  # unguarded: the domain error escaped to CliRunner
+        return res.exception.exit_code, f"kopt: error: {res.exception}\n"
+    return res.exit_code, res.stderr
+
+
+
+def refusal(monkeypatch, capsys, *args: str) -> tuple[int, str]:
+    """(exit code, stderr) of a command that must be refused."""
+    return failure(kopt(*args))
+
+
+def test_console_entry_point_exit_code(tmp_path, monkeypatch, capsys):
+    """The installed `kopt` (kopt.cli.main.main) exits 2 with one stderr line on a refusal."""
+    monkeypatch.setenv("KOPT_WORKSPACE", str(tmp_path / "ws"))
+    monkeypatch.setattr(sys, "argv", ["kopt", "commit", "-m", "x"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "not a git repository" in err
+
+
+def edit(ws: Path, text: str = "# change\n") -> None:
+    p = ws / "solution" / "tilelang" / "run_kernel.py"
+    p.write_text(p.read_text() + text)
+
+
+def test_commit_stages_only_workspace_paths(ws):
+    import git
+
+    repo = git.Repo(ws)
+    (ws / "README.md").write_text("unrelated edit\n")           # tracked, outside the workspace paths
+    (ws / "notes.txt").write_text("untracked scratch\n")
+    (ws / "HINTS.md").write_text("staged by hand\n")
+    repo.git.add("HINTS.md")                                     # even a staged unrelated file stays out
+    edit(ws)
+    (ws / "results" / "profile.txt").write_text("profile summary\n")
+    res = kopt("commit", "-m", "first try")
+    assert res.exit_code == 0, (res.stdout, res.exception)
+    committed = set(repo.git.show("--name-only", "--format=", "HEAD").splitlines())
+    assert "solution/tilelang/run_kernel.py" in committed and "results/profile.txt" in committed
+    assert not committed & {"README.md", "notes.txt", "HINTS.md"}
+    assert any(p.startswith("trajectory/1-") for p in committed)
+    assert repo.head.commit.summary == "[iter 1] first try"
+    status = repo.git.status("--porcelain")
+    assert " M README.md" in status and "?? notes.txt" in status and "M  HINTS.md" in status
+
+
+def test_snapshot_contents_and_numbering(ws):
+    edit(ws)
+    h, cid = vcs.candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")
+    ledger.append(ws / "candidates.jsonl", [CaseResult(
+        row_id=uuid.uuid4().hex, mode="verdict", candidate_hash=h, candidate_id=cid, case=c, correct=True,
+        compiled=True, runtime_ms=0.05, ref_runtime_ms=0.1) for c in (4, 5)])
+    assert kopt("log", "--title", "Split KV", "--hypothesis", "more blocks").exit_code == 0
+    assert kopt("commit", "-m", "Split KV: 4 ways!").exit_code == 0
+    (snap, meta), = vcs.snapshots(ws)
+    assert snap.name.startswith("1-") and snap.name.endswith("-split-kv-4-ways")
+    assert len(snap.name.split("-")[1]) == 15 and snap.name.split("-")[1][8] == "T"       # YYYYmmddTHHMMSS
+    assert (meta.iteration, meta.candidate_id, meta.candidate_hash) == (1, cid, h)
+    assert meta.geomean == pytest.approx(2.0) and meta.n_cases == 2 and not meta.failed
+    assert [r["case"] for r in json.loads((snap / "results.json").read_text())] == [4, 5]
+    assert (snap / "iteration.md").read_text().startswith("## Iteration 1 — Split KV")
+    assert (snap / "solution" / "tilelang" / "run_kernel.py").read_bytes() == \
+        (ws / "solution" / "tilelang" / "run_kernel.py").read_bytes()
+    assert not [p for p in (ws / "trajectory").iterdir() if p.name.startswith(".tmp")]
+    edit(ws, "# two\n")
+    assert kopt("commit", "-m", "again").exit_code == 0      # a commit without a log entry still counts
+    assert vcs.next_iteration(ws) == 3 and [m.iteration for _, m in vcs.snapshots(ws)] == [1, 2]
+
+
+def test_refuse_not_a_repo(tmp_path, monkeypatch, capsys):
+    plain = tmp_path / "plain"
+    (plain / "solution").mkdir(parents=True)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(plain))
+    code, err = refusal(monkeypatch, capsys, "commit", "-m", "x")
+    assert code == 2 and err.count("\n") == 1 and "not a git repository" in err and "kopt init" in err
+
+
+def test_refuse_nothing_changed(ws, monkeypatch, capsys):
+    (ws / "README.md").write_text("only an unrelated change\n")
+    code, err = refusal(monkeypatch, capsys, "commit", "-m", "x")
+    assert code == 2 and err.count("\n") == 1 and "nothing changed" in err
+
+
+def test_refuse_detached_head(ws, monkeypatch, capsys):
+    import git
+
+    repo = git.Repo(ws)
+    repo.git.checkout("--detach")
+    edit(ws)
+    code, err = refusal(monkeypatch, capsys, "commit", "-m", "x")
+    assert code == 2 and err.count("\n") == 1 and "detached" in err
+
+
+def test_refuse_merge_in_progress(ws, monkeypatch, capsys):
+    import git
+
+    repo = git.Repo(ws)
+    repo.git.checkout("-b", "side")
+    (ws / "knowledge" / "README.md").write_text("side\n")
+    repo.git.commit("-am", "side")
+    repo.git.checkout("main")
+    (ws / "knowledge" / "README.md").write_text("main\n")
+    repo.git.commit("-am", "main")
+    with pytest.raises(git.GitCommandError):
+        repo.git.merge("side")                                   # conflict: MERGE_HEAD stays
+    assert (Path(repo.git_dir) / "MERGE_HEAD").exists()
+    code, err = refusal(monkeypatch, capsys, "commit", "-m", "x")
+    assert code == 2 and err.count("\n") == 1 and "merge is in progress" in err
+
+
+def test_revert_number_is_a_new_commit(ws):
+    import git
+
+    repo = git.Repo(ws)
+    edit(ws, "# one\n")
+    one = (ws / "solution" / "tilelang" / "run_kernel.py").read_text()
+    kopt("commit", "-m", "one")
+    edit(ws, "# two\n")
+    (ws / "solution" / "tilelang" / "helper.py").write_text("X = 2\n")
+    kopt("commit", "-m", "two")
+    before = repo.head.commit.hexsha
+    res = kopt("revert", "1")
+    assert res.exit_code == 0, (res.stdout, res.exception)
+    assert (ws / "solution" / "tilelang" / "run_kernel.py").read_text() == one
+    assert not (ws / "solution" / "tilelang" / "helper.py").exists()
+    assert repo.head.commit.summary == "[revert] solution from iter 1"
+    assert repo.head.commit.parents[0].hexsha == before                 # history kept, no reset
+    assert set(repo.git.show("--name-only", "--format=", "HEAD").splitlines()) == {
+        "solution/tilelang/run_kernel.py", "solution/tilelang/helper.py"}
+    assert vcs.next_iteration(ws) == 3
+
+
+def test_revert_refusals(ws):
+    code, err = failure(kopt("revert", "1"))
+    assert code == 2 and "no trajectory snapshots" in err
+    edit(ws)
+    kopt("commit", "-m", "one")
+    assert "no trajectory snapshot for iteration 7" in failure(kopt("revert", "7"))[1]
+    assert "already matches iteration 1" in failure(kopt("revert", "1"))[1]
+    assert "iteration number or 'best'" in failure(kopt("revert", "latest"))[1]
+    edit(ws, "# dirty\n")
+    assert failure(kopt("revert", "1")) == (2, "kopt: error: solution/ has uncommitted changes: "
+                                               "commit them (`kopt commit`) or discard them first\n")
+
+
+def test_slugify():
+    assert vcs.slugify("Split-KV: 4 ways, BLOCK_N=64!") == "split-kv-4-ways-block-n-64"
+    assert vcs.slugify("...") == "iter"
+    assert len(vcs.slugify("x" * 100)) == 40
+
+
+def test_commit_in_subfolder_workspace(tmp_path, monkeypatch):
+    """A workspace below the repository root stages its own paths only."""
+    import git
+
+    repo = git.Repo.init(tmp_path / "repo")
+    ws = tmp_path / "repo" / "kernels"
+    (ws / "solution" / "tilelang").mkdir(parents=True)
+    (ws / "solution" / "tilelang" / "run_kernel.py").write_text("BACKEND = 'tilelang'\n")
+    (tmp_path / "repo" / "other.txt").write_text("x\n")
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    res = kopt("commit", "-m", "start")
+    assert res.exit_code == 0, (res.stdout, res.exception)
+    files = repo.git.show("--name-only", "--format=", "HEAD").splitlines()
+    assert "kernels/solution/tilelang/run_kernel.py" in files and "other.txt" not in files
+
+
+def test_failed_commit_leaves_no_snapshot(ws):
+    import git
+
+    hook = ws / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\necho 'hook says no' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    edit(ws)
+    res = kopt("commit", "-m", "blocked")
+    code, err = failure(res)
+    assert code == 2 and "git commit failed: hook says no" in err
+    assert vcs.snapshots(ws) == []
+    assert "trajectory/1-" not in git.Repo(ws).git.status("--porcelain", "--untracked-files=all")
