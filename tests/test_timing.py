@@ -1,0 +1,197 @@
+"""kopt.timing: CUPTI span extraction on synthetic records, host timing on CPU, GPU checks (gpu marker)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from kopt import timing
+from kopt.stats import StopRule
+from kopt.timing import CALL_RANGE, FLUSH_RANGE, Samples, TimingOptions
+
+
+def _busy(ms: float):
+    def f():
+        end = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < end:
+            pass
+    return f
+
+
+# ---------------------------------------------------------------- pure span extraction
+
+def test_call_spans_two_kernels_and_exclusions():
+    recs = [
+        ("flush", 0.0, 50.0, -1),                  # harness: outside every call
+        ("split_kv", 60.0, 80.0, 0),
+        ("combine", 82.0, 90.0, 0),                # the span covers both kernels and the gap
+        ("flush", 100.0, 150.0, -1),
+        ("kopt_internal", 151.0, 152.0, 1),        # excluded by name
+        ("split_kv", 160.0, 181.0, 1),
+    ]
+    assert timing.call_spans(recs, 3, exclude=("kopt_",)) == [30.0, 21.0, None]
+    assert timing.call_spans(recs, 2) == [30.0, 30.0]
+
+
+def test_attribute_calls_by_launch_time():
+    ranges = [(1000, 2000), (5000, 6000)]          # host ranges of the two timed calls (ns)
+    dev = [
+        ("zero", 2500, 4000, 1500.0 - 1000),       # launched at 500 ns: before call 0 (a flush)
+        ("k1", 7000, 8000, 1200),                  # launched inside call 0
+        ("k2", 8000, 9000, 1900),
+        ("zero", 9000, 9500, 3000),                # launched between calls
+        ("k1", 10000, 12000, 5100),                # call 1
+        ("lost", 13000, 14000, None),              # no launch record
+    ]
+    out = timing.attribute_calls(ranges, dev)
+    assert [r[3] for r in out] == [-1, 0, 0, -1, 1, -1]
+    assert out[1][1:3] == (7.0, 8.0)               # ns -> µs
+    assert timing.call_spans(out, 2) == [2.0, 2.0]
+
+
+class _Ev:
+    """Stand-in for torch's _KinetoEvent with the accessors kineto_records uses."""
+
+    def __init__(self, name, dev, start, end, corr, linked=0, ann=False):
+        self._a = (name, dev, start, end, corr, linked, ann)
+
+    def name(self): return self._a[0]
+    def device_type(self): return f"DeviceType.{self._a[1]}"
+    def start_ns(self): return self._a[2]
+    def end_ns(self): return self._a[3]
+    def correlation_id(self): return self._a[4]
+    def linked_correlation_id(self): return self._a[5]
+    def is_user_annotation(self): return self._a[6]
+
+
+def test_kineto_records_layout_seen_on_torch_2_11():
+    # The layout printed by torch 2.11 + CUPTI on an H200: the device record shares its
+    # correlation id with cudaLaunchKernel and links to the aten op's id.
+    evs = [
+        _Ev(FLUSH_RANGE, "CPU", 100, 200, 513, ann=True),
+        _Ev("aten::fill_", "CPU", 110, 190, 515),
+        _Ev("cudaLaunchKernel", "CPU", 120, 130, 27, 515),
+        _Ev("fill_kernel", "CUDA", 140, 400, 27, 515),
+        _Ev(FLUSH_RANGE, "CUDA", 140, 400, 513, ann=True),
+        _Ev(CALL_RANGE, "CPU", 210, 300, 516, ann=True),
+        _Ev("aten::add_", "CPU", 220, 250, 517),
+        _Ev("cudaLaunchKernel", "CPU", 230, 240, 36, 517),
+        _Ev("add_kernel", "CUDA", 410, 420, 36, 517),
+        _Ev("aten::mul_", "CPU", 260, 290, 518),
+        _Ev("cuLaunchKernel", "CPU", 270, 280, 43, 518),
+        _Ev("mul_kernel", "CUDA", 425, 440, 43, 518),
+        _Ev("memset_no_runtime_record", "CUDA", 441, 445, 99, 518),   # falls back to the aten op
+        _Ev(CALL_RANGE, "CUDA", 410, 445, 516, ann=True),
+    ]
+    base = 1_795_935_191_829_970_104                 # real kineto timestamps: ns since the epoch
+    for e in evs:
+        a = e._a
+        e._a = (a[0], a[1], a[2] + base, a[3] + base, *a[4:])
+    ranges, recs = timing.kineto_records(evs)
+    assert ranges == [(70, 160)]                     # shifted to the first timestamp (140)
+    spans = timing.call_spans(timing.attribute_calls(ranges, recs), 1)
+    assert spans == [pytest.approx(0.035, abs=1e-9)]  # no 256-ns float rounding
+
+
+# ---------------------------------------------------------------- summaries
+
+def test_summarize_low_clock_and_fallbacks():
+    s = Samples(dev=[1.0, 1.0, 1.0], ev=[1.2, 1.2, 1.3], low_dev=[2.0], low_ev=[2.2], clocks=[1980.0, 900.0])
+    st = timing.summarize(s, "cupti", True, True, 256 << 20)
+    assert st.median_ms == 1.0 and st.n == 3 and st.dropped_low_clock == 1
+    assert st.events_median_ms == 1.2 and st.mean_clock_mhz == 1440.0 and st.noisy is False
+    assert Samples(dev=[1.0] * 10 + [None]).use_cupti(True)          # 1 of 11 without records
+    assert not Samples(dev=[1.0] * 8 + [None] * 2).use_cupti(True)   # 20%: fall back to events
+    assert not s.use_cupti(False)
+    throttled = Samples(low_dev=[1.0] * 5, low_ev=[1.1] * 5)
+    st2 = timing.summarize(throttled, "events", False, True, 0)
+    assert st2.noisy is True and st2.n == 5 and st2.dropped_low_clock == 0
+    graph = timing.summarize(Samples(ev=[20.0] * 4), "graph", False, False, 0, scale=1 / 20)
+    assert graph.median_ms == pytest.approx(1.0) and graph.events_median_ms == pytest.approx(1.0)
+
+
+def test_options_for_device():
+    cpu = TimingOptions.for_device("cpu")
+    assert cpu.cold is False and cpu.rounds == 2 and cpu.stop.min_samples == 3 and cpu.stop.max_time_s <= 1.5
+    gpu = TimingOptions.for_device("cuda")
+    assert gpu.cold and gpu.rounds == 6 and gpu.stop == StopRule()
+    assert gpu.warmup_s == 0.025 and gpu.warmup_calls == 10
+    assert TimingOptions.for_device("cuda:0", quick=True).stop.max_time_s < 1.0
+
+
+# ---------------------------------------------------------------- host clock
+
+def test_time_fn_cpu_busy_function():
+    st = timing.time_fn(_busy(1.0), "cpu", TimingOptions.for_device("cpu"))
+    assert st.method == "host" and st.cold is False and st.flush_bytes == 0
+    assert 1.0 <= st.median_ms < 2.0 and st.min_ms <= st.median_ms and st.q1_ms <= st.q3_ms
+    assert st.n >= 3 and st.events_median_ms is None and st.total_s < 2.0
+
+
+def test_time_fn_cpu_respects_caps():
+    opts = TimingOptions(cold=False, warmup_calls=1, warmup_s=0.0,
+                         stop=StopRule(min_samples=10**6, min_time_s=0.0, max_time_s=0.05, max_samples=10**6))
+    t0 = time.perf_counter()
+    st = timing.time_fn(_busy(0.2), "cpu", opts)
+    assert time.perf_counter() - t0 < 0.5 and st.n >= 10
+
+
+def test_time_pair_cpu_half_speed():
+    # Fixed work (not a wall-clock busy-wait): a preempted call only inflates that one sample,
+    # and the per-round medians shrug it off even on a loaded test machine.
+    x = np.random.default_rng(0).random(20000)
+    fast = lambda: np.sort(x)  # noqa: E731
+    opts = TimingOptions.for_device("cpu")
+    opts.rounds = 6
+    pt = timing.time_pair(lambda: (fast(), fast()), fast, "cpu", opts)   # a = candidate, 2x slower
+    assert len(pt.ratios) == 6
+    assert pt.speedup == pytest.approx(0.5, rel=0.05)
+    assert pt.ci[0] <= pt.speedup <= pt.ci[1]
+    assert pt.ci[0] <= 0.5 * 1.02 and pt.ci[1] >= 0.5 * 0.98              # truth, to call overhead
+    assert pt.a.median_ms == pytest.approx(2 * pt.b.median_ms, rel=0.1)
+    assert pt.a.method == pt.b.method == "host"
+
+
+# ---------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_gpu_empty_kernel_cupti_vs_events():
+    import torch
+
+    x = torch.empty(1, device="cuda")
+    fn = lambda: x.add_(1)  # noqa: E731
+    fn()
+    st = timing.time_fn(fn, "cuda", TimingOptions.for_device("cuda", quick=True))
+    assert st.method == "cupti" and st.cold and st.flush_bytes >= 256 << 20
+    assert 0 < st.median_ms < 0.05                  # an empty-ish kernel runs in microseconds
+    assert st.events_median_ms >= st.median_ms      # events add launch overhead
+
+
+@pytest.mark.gpu
+def test_gpu_two_kernel_span_covers_both():
+    import torch
+
+    a = torch.randn(16 << 20, device="cuda")        # 64 MiB: each pass ~30 µs, past launch noise
+    b = torch.randn(16 << 20, device="cuda")
+    one = lambda: a.mul_(1.0001)  # noqa: E731
+    two = lambda: (a.mul_(1.0001), b.mul_(1.0001))  # noqa: E731
+    opts = TimingOptions.for_device("cuda", quick=True)
+    t1, t2 = timing.time_fn(one, "cuda", opts), timing.time_fn(two, "cuda", opts)
+    assert t1.method == t2.method == "cupti"
+    assert t2.median_ms >= 1.8 * t1.median_ms
+
+
+@pytest.mark.gpu
+def test_gpu_graph_and_pair():
+    import torch
+
+    a = torch.randn(16 << 20, device="cuda")
+    opts = TimingOptions.for_device("cuda", quick=True)
+    opts.graph = True
+    st = timing.time_fn(lambda: a.mul_(1.0001), "cuda", opts)
+    assert st.method == "graph" and st.cold is False and st.median_ms > 0
+    pt = timing.time_pair(lambda: (a.mul_(1.0001), a.mul_(1.0001)), lambda: a.mul_(1.0001), "cuda",
+                          TimingOptions.for_device("cuda", quick=True))
+    assert pt.speedup == pytest.approx(0.5, rel=0.15)
