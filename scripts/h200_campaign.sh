@@ -9,9 +9,13 @@ mkdir -p "$out/logs"
 steps=${*:-doctor gputests wall bench bf16 paged256 paged64 paged16 calibrate repeat12 ncu12 profile verify}
 export PYTHONUNBUFFERED=1 KOPT_WORKSPACE=$PWD
 log=$out/logs
+deadline=$(( $(date +%s) + ${CAMPAIGN_BUDGET_S:-3600} ))   # steps past the budget are skipped
 k() { python3 -m kopt "$@"; }
 run() {  # run NAME LIMIT_S CMD...: stdout/stderr to logs, wall time and rc appended
   local name=$1 lim=$2; shift 2
+  local left=$(( deadline - $(date +%s) ))
+  if (( left < 20 )); then echo "$name skipped (budget)" | tee -a "$log/steps.txt" >&2; return; fi
+  (( lim > left )) && lim=$left
   local t0=$(date +%s.%N)
   timeout "$lim" "$@" >"$log/$name.out" 2>"$log/$name.err"; local rc=$?
   printf '%s rc=%s wall_s=%.2f\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$log/steps.txt" >&2
