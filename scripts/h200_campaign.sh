@@ -10,33 +10,34 @@ steps=${*:-doctor gputests wall bench bf16 paged256 paged64 paged16 calibrate re
 export PYTHONUNBUFFERED=1 KOPT_WORKSPACE=$PWD
 log=$out/logs
 deadline=$(( $(date +%s) + ${CAMPAIGN_BUDGET_S:-3600} ))   # steps past the budget are skipped
-k() { python3 -m kopt "$@"; }
 run() {  # run NAME LIMIT_S CMD...: stdout/stderr to logs, wall time and rc appended
   local name=$1 lim=$2; shift 2
   local left=$(( deadline - $(date +%s) ))
   if (( left < 20 )); then echo "$name skipped (budget)" | tee -a "$log/steps.txt" >&2; return; fi
   (( lim > left )) && lim=$left
-  local t0=$(date +%s.%N)
+  local t0=$(date +%s%N)
   timeout "$lim" "$@" >"$log/$name.out" 2>"$log/$name.err"; local rc=$?
-  printf '%s rc=%s wall_s=%.2f\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$log/steps.txt" >&2
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  printf '%s rc=%s wall_s=%d.%03d\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) | tee -a "$log/steps.txt" >&2
 }
 for s in $steps; do case $s in
-  doctor)    run doctor 60 k doctor --json ;;
+  doctor)    run doctor 60 python3 -m kopt doctor --json ;;
   gputests)  run gputests 420 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests ;;
-  wall)      run wall_compile 120 k bench --case 10 --cold-cache --machine --no-record
-             run wall_warm 60 k bench --case 10 --cold-cache --machine ;;
-  bench)     run bench_fp16 420 k bench --all --cold-cache --machine ;;
-  bf16)      run bench_bf16 300 k bench --all --cold-cache --machine --dtype bf16 --quick ;;
-  paged256)  run bench_paged256 300 k bench --all --cold-cache --machine --page-size 256 --quick ;;
-  paged64)   run bench_paged64 300 k bench --case 7-14 --cold-cache --machine --page-size 64 --quick ;;
-  paged16)   run bench_paged16 300 k bench --case 7-14 --cold-cache --machine --page-size 16 --quick ;;
-  calibrate) run calibrate 300 k calibrate --case 10,12 --json ;;
-  repeat12)  for i in 1 2 3 4 5; do run repeat12_$i 120 k bench --case 12 --cold-cache --machine; done ;;
-  ncu12)     run ncu12_fa2 300 k profile --case 12 --tool ncu --candidate bench/fa2_candidate.py --json ;;
-  profile)   run profile10 300 k profile --case 10 --tool ncu --json
-             run profile12 300 k profile --case 12 --tool ncu --json ;;
-  verify)    run verify 600 k verify --machine --technique shipped --hypothesis "the shipped kernel passes the verdict on the H200" ;;
+  wall)      run wall_compile 120 python3 -m kopt bench --case 10 --cold-cache --machine --no-record
+             run wall_warm 60 python3 -m kopt bench --case 10 --cold-cache --machine ;;
+  bench)     run bench_fp16 420 python3 -m kopt bench --all --cold-cache --machine ;;
+  bf16)      run bench_bf16 300 python3 -m kopt bench --all --cold-cache --machine --dtype bf16 --quick ;;
+  paged256)  run bench_paged256 300 python3 -m kopt bench --all --cold-cache --machine --page-size 256 --quick ;;
+  paged64)   run bench_paged64 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 64 --quick ;;
+  paged16)   run bench_paged16 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 16 --quick ;;
+  calibrate) run calibrate 300 python3 -m kopt calibrate --case 10,12 --json ;;
+  repeat12)  for i in 1 2 3 4 5; do run repeat12_$i 120 python3 -m kopt bench --case 12 --cold-cache --machine; done ;;
+  ncu12)     run ncu12_fa2 300 python3 -m kopt profile --case 12 --tool ncu --candidate bench/fa2_candidate.py --json ;;
+  profile)   run profile10 300 python3 -m kopt profile --case 10 --tool ncu --json
+             run profile12 300 python3 -m kopt profile --case 12 --tool ncu --json ;;
+  verify)    run verify 600 python3 -m kopt verify --machine --technique shipped --hypothesis "the shipped kernel passes the verdict on the H200" ;;
   *) echo "unknown step $s" >&2 ;;
 esac; done
 cp candidates.jsonl "$out/logs/" 2>/dev/null
+mkdir -p results
 tar czf "$out/campaign.tgz" -C "$out" logs -C "$PWD" results

@@ -86,7 +86,7 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     commit = _git_head(path.parent)
     errors = [f for f in findings if f.severity == "error"]
     run_id = opts.run_id or uuid.uuid4().hex[:12]
-    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=str(path),
+    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=_shown(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
                        case=case.id, variant=case.variant.label() + (f"-{opts.tag}" if opts.tag else ""),
@@ -106,6 +106,16 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
         if on_result:
             on_result(r)
     return rows
+
+
+def _shown(path: Path) -> str:
+    """The candidate path as rows record it: relative to the workspace when inside it."""
+    from kopt.paths import workspace
+
+    try:
+        return str(path.relative_to(workspace()))
+    except ValueError:
+        return str(path)
 
 
 def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> Job:

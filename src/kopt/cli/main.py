@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "revert": "revert",
     "status": "status",
     "trace": "trace",
+    "tune": "tune",
     "verify": "verify",
 }
 
@@ -79,7 +80,8 @@ for _name, _mod in COMMANDS.items():
 def main() -> None:
     """Console entry point: domain errors become one stderr line and their exit code."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click *returns* the code of a typer.Exit instead of exiting with it.
+        rc = app(standalone_mode=False)
     except KoptError as e:
         print(f"kopt: error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
@@ -94,8 +96,11 @@ def main() -> None:
     except Exception as e:  # click usage errors and anything unexpected: one line, never a traceback
         import click
 
-        if isinstance(e, click.exceptions.ClickException):
+        # typer >= 0.2x vendors click: its usage errors derive from typer.TyperException, not click's.
+        usage = (click.exceptions.ClickException, getattr(typer, "TyperException", click.exceptions.ClickException))
+        if isinstance(e, usage) and hasattr(e, "format_message"):
             print(f"kopt: error: {e.format_message()}", file=sys.stderr)
             sys.exit(e.exit_code if e.exit_code else 2)
         print(f"kopt: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         sys.exit(3)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -22,6 +22,7 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per run, seconds."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs only)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the runs over N GPUs of this host (or 'all')."),
 ) -> None:
     """Time every perf case cold, run the correctness matrix and hidden variants; record verdict rows."""
     from kopt import verdict
@@ -49,7 +50,11 @@ def command(
         elif not as_json:
             err.print(f"[dim]case {r.case} {r.variant}: {r.status.value}[/dim]")
 
-    v = verdict.run(p, cf, opts, ids, on_result)
+    from kopt import gpupool
+    from kopt.bench import resolve_device
+
+    pool = gpupool.plan(gpus, resolve_device(device)) if gpus else []
+    v = gpupool.run_verdict(p, cf, opts, ids, on_result, pool) if pool else verdict.run(p, cf, opts, ids, on_result)
     if as_json:
         print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
                           "min_speedup": v.min_speedup, "rows": [r.model_dump(mode="json") for r in v.rows],

@@ -1,0 +1,49 @@
+"""`kopt profile`: profile one case with ncu / mcProfiler / torch.profiler and print the six-dimension diagnosis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kopt.cli.options import VariantOpts
+
+
+def command(
+    case: int = typer.Option(..., "--case", "-c", help="Case id of bench/cases.yaml."),
+    tool: str = typer.Option("auto", "--tool", help="auto | ncu | torch | mcprofiler | mctracer."),
+    candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py)."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    dtype: Optional[str] = VariantOpts.dtype,
+    head_dim: Optional[int] = VariantOpts.head_dim,
+    page_size: Optional[int] = VariantOpts.page_size,
+    seqlens: Optional[str] = VariantOpts.seqlens,
+    seed: int = typer.Option(0, "--seed", help="Input seed."),
+    warmup: int = typer.Option(5, "--warmup", min=1, help="Calls before the profiled one (the first compiles)."),
+    calls: int = typer.Option(3, "--calls", min=1, max=50, help="Calls recorded in the timeline."),
+    timeline: bool = typer.Option(True, "--timeline/--no-timeline", help="Also record a timeline beside ncu/mcProfiler counters."),
+    kernel_name: Optional[str] = typer.Option(None, "--kernel-name", help="mcProfiler kernel-name filter."),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per profiler run, seconds."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object (summary.json) on stdout."),
+) -> None:
+    """Profile one case of a candidate; raw reports, summary.md and summary.json go to results/<backend>/profiling/."""
+    from kopt.cli.common import err_console, out_console
+    from kopt.profile.diagnosis import pattern_titles
+    from kopt.profile.render import diagnosis_table
+    from kopt.profile.runner import ProfileOptions, profile
+
+    opts = ProfileOptions(case=case, tool=tool, candidate=candidate, device=device, dtype=dtype, head_dim=head_dim,
+                          page_size=page_size, seqlens=seqlens, seed=seed, warmup=warmup, calls=calls,
+                          timeout_s=timeout, timeline=timeline, kernel_name=kernel_name)
+    err = err_console()
+    with err.status(f"profiling case {case}...") as st:
+        s = profile(opts, progress=lambda msg: st.update(f"case {case}: {msg}"))
+    if as_json:
+        print(s.model_dump_json())
+        return
+    out_console().print(diagnosis_table(s.diagnosis, pattern_titles(),
+                                        title=f"case {case} ({s.variant}) - {s.diagnosis.source}"))
+    for n in s.notes:
+        err.print(f"[dim]note: {n}[/dim]", highlight=False)
+    err.print(f"wrote {s.out_dir}/summary.md (kernel: {s.diagnosis.kernel or 'NA'})", highlight=False)

@@ -1,0 +1,112 @@
+"""Persisted profiling results: summary.json of a `kopt profile` run.
+
+"Not measured" is None (printed NA) with a reason next to it, never a made-up number.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+Number = Optional[Union[float, int, str]]
+
+
+class Score(str, Enum):
+    """How much a dimension limits the kernel."""
+
+    ok = "ok"
+    watch = "watch"
+    limiting = "limiting"
+    na = "NA"
+
+
+class Tool(str, Enum):
+    """Which profiler produced the data."""
+
+    ncu = "ncu"
+    torch = "torch"
+    mcprofiler = "mcprofiler"
+    mctracer = "mctracer"
+
+
+class KernelMetrics(BaseModel):
+    """Curated metrics of one profiled kernel launch, keyed by kopt's short names (see ncu.METRICS)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    launch_id: Optional[int] = None
+    metrics: dict[str, Optional[float]] = Field(default_factory=dict)
+    """Short name -> value in kopt's units (ns, bytes, %, cycles); None = not reported."""
+    raw: dict[str, str] = Field(default_factory=dict)
+    """Tool metric name -> value text exactly as the tool printed it."""
+    missing: dict[str, str] = Field(default_factory=dict)
+    """Short name -> why it is NA."""
+
+
+class Dimension(BaseModel):
+    """One of the six diagnosis dimensions."""
+
+    key: str
+    title: str
+    score: Score = Score.na
+    evidence: dict[str, Number] = Field(default_factory=dict)
+    reason: str = ""
+    """One line: why this score (or why NA)."""
+    patterns: list[str] = Field(default_factory=list)
+    """Letters of knowledge/profiling/diagnosis_checklist.md this finding points to."""
+    advice: str = ""
+
+
+class Diagnosis(BaseModel):
+    """The six dimensions for the dominant kernel (or the whole call where a timeline is all there is)."""
+
+    kernel: Optional[str] = None
+    units: Optional[int] = None
+    unit_name: str = "SM"
+    source: str = ""
+    """What the scores rest on: ncu counters, a kineto timeline, mcProfiler counters..."""
+    dimensions: list[Dimension] = Field(default_factory=list)
+
+    def limiting(self) -> list[Dimension]:
+        """Dimensions scored limiting, in table order."""
+        return [d for d in self.dimensions if d.score == Score.limiting]
+
+
+class ProfileSummary(BaseModel):
+    """summary.json of one `kopt profile` run."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    schema_version: int = SCHEMA_VERSION
+    created: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    case: int = Field(ge=1)
+    variant: str = ""
+    shape: dict = Field(default_factory=dict)
+    candidate_path: str = ""
+    candidate_id: str = ""
+    backend: str = "NA"
+    tool: Tool
+    requested_tool: str = "auto"
+    device: str = "NA"
+    """cuda / cpu as the target ran."""
+    device_name: str = "NA"
+    out_dir: str = ""
+    """Relative to the workspace."""
+    files: list[str] = Field(default_factory=list)
+    """Raw outputs kept next to the summary (names relative to out_dir)."""
+    commands: list[list[str]] = Field(default_factory=list)
+    kernels: list[KernelMetrics] = Field(default_factory=list)
+    timeline: Optional[dict] = None
+    """kopt.profile.trace.summarize(...).to_dict() of the timeline, when one was taken."""
+    diagnosis: Diagnosis = Field(default_factory=Diagnosis)
+    ideal_bytes: Optional[int] = None
+    """Bytes a decode call must move (kopt.workload.bytes_moved)."""
+    copy_ceiling_gbps: Optional[float] = None
+    notes: list[str] = Field(default_factory=list)
+    """Fallbacks taken, unverified formats, tools missing."""

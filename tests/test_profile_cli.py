@@ -1,0 +1,58 @@
+"""`kopt profile` end to end on the CPU (torch.profiler fallback), and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kopt.cli.main import app
+from kopt.profile.models import ProfileSummary
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "solution" / "tilelang" / "run_kernel.py"
+HONEST = REPO / "tests" / "candidates" / "torch_honest.py"
+runner = CliRunner()
+
+
+def test_profile_torch_cpu_end_to_end(workspace):
+    cand = SHIPPED if SHIPPED.is_file() else HONEST
+    r = runner.invoke(app, ["profile", "--case", "1", "--tool", "torch", "--device", "cpu",
+                            "--candidate", str(cand), "--calls", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)                          # exactly one JSON object on stdout
+    s = ProfileSummary.model_validate(d)
+    assert s.tool.value == "torch" and s.case == 1 and s.device == "cpu"
+    out = workspace / s.out_dir
+    assert out.parent == workspace / "results" / s.backend / "profiling" / "case1"
+    for f in ("summary.json", "summary.md", "trace.json", "target.log"):
+        assert (out / f).is_file() and f in s.files
+    assert (out / "trace.json").stat().st_size < 200_000
+    assert ProfileSummary.model_validate_json((out / "summary.json").read_text()).candidate_id == s.candidate_id
+    dims = {x.key: x for x in s.diagnosis.dimensions}
+    assert list(dims) == ["occupancy", "tail", "stalls", "tensor", "timeline", "memory"]
+    for key in ("occupancy", "tail", "stalls", "tensor"):
+        assert dims[key].score.value == "NA" and dims[key].reason      # NA always says why
+    assert dims["timeline"].score.value != "NA" and s.timeline["calls"] and len(s.timeline["calls"]) == 2
+    md = (out / "summary.md").read_text()
+    assert "## Diagnosis" in md and "SM timeline" in md
+
+
+def test_profile_errors_are_one_line(workspace):
+    r = runner.invoke(app, ["profile", "--case", "1", "--tool", "ncu", "--device", "cpu", "--candidate", str(HONEST)])
+    assert r.exit_code == 1 and "ncu needs a CUDA device" in r.stderr
+    r = runner.invoke(app, ["profile", "--case", "99", "--device", "cpu", "--candidate", str(HONEST)])
+    assert r.exit_code == 2 and "unknown case id 99" in r.stderr
+    r = runner.invoke(app, ["profile", "--case", "1", "--device", "cpu", "--candidate", "missing.py"])
+    assert r.exit_code == 2 and "candidate file not found" in r.stderr
+    r = runner.invoke(app, ["profile", "--case", "1", "--tool", "nsys", "--device", "cpu", "--candidate", str(HONEST)])
+    assert r.exit_code == 2 and "--tool must be one of" in r.stderr
+
+
+def test_profile_reports_a_failing_candidate(workspace, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("BACKEND = 'torch'\ndef run(q, k_cache, v_cache, cache_seqlens, block_table=None, "
+                   "softmax_scale=None):\n    raise RuntimeError('boom')\n")
+    r = runner.invoke(app, ["profile", "--case", "1", "--tool", "torch", "--device", "cpu", "--candidate", str(bad)])
+    assert r.exit_code == 1 and "the profiled target failed" in r.stderr and "boom" in r.stderr
