@@ -18,6 +18,7 @@ from kopt.results import Status
 
 #: Identity of the watched entry points before any candidate was imported in this process.
 PRISTINE: dict | None = None
+THREADS: set | None = None  # Python threads alive before any candidate was imported
 
 
 class Reject(Exception):
@@ -51,7 +52,7 @@ class Evaluation:
         self.out = Path(job.out_dir)
         self.res = WorkerResult()
         self.held = []  # earlier outputs kept alive so a reused buffer is detectable
-        self.threads = guards.thread_idents()  # the harness's own threads, before the candidate runs
+        self.threads = THREADS or guards.thread_idents()  # the harness's own threads, before any candidate
 
     def save(self, phase: str | None = None) -> None:
         """Record progress so a crash still tells the parent how far we got."""
@@ -93,7 +94,9 @@ class Evaluation:
             raise Reject(Status.side_stream, "output still changing after run returned (work on another stream or thread)")
         self.held.append(out)
         f = self.out / f"{kind}-{w.seed}.pt"
-        torch.save(out.detach().cpu(), f)
+        # Save what `run` had produced when it returned (stream-ordered on CUDA): work finishing later,
+        # on a native thread or a stream nothing here can see, leaves this copy incomplete.
+        torch.save(early.cpu(), f)
         self.res.outputs.append(SavedOutput(file=f.name, seed=w.seed, kind=kind))
 
     def run(self) -> None:
@@ -166,6 +169,8 @@ class Evaluation:
                     dst.copy_(src)
                 w.seed = job.refill_seed
                 self.checked_call(w, "refill")
+        if guards.changed(before):  # a patch that undoes itself when the timer reads it is left by the last call
+            raise Reject(Status.tampered, f"spot checks left patched {', '.join(guards.changed(before))}")
         del torch
         self.res.overhead_s["worker_total"] = guards.now() - t_start
         self.res.status = Status.ok
@@ -230,9 +235,10 @@ def main(argv: list[str]) -> int:
     """Entry point of the child process: evaluate each job of jobs.json in order."""
     import json
 
-    global PRISTINE
+    global PRISTINE, THREADS
     jobs = [Job.model_validate(j) for j in json.loads(Path(argv[1]).read_text())]
     PRISTINE = guards.snapshot()  # before any candidate is imported: later jobs compare against this
+    THREADS = guards.thread_idents()
     for job in jobs:
         _evaluate(job)
     return 0
