@@ -190,7 +190,10 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
     fail = oc.failure()
     if fail:
         r.status, r.message = fail[0], fail[1]
-    r.compiled = r.status.compiled and res is not None and res.phase not in ("start", "import")
+    # Compilation happens on first use: a candidate whose first call (or `prepare`) failed did not compile.
+    first_call_failed = fail is not None and res is not None and res.compile_s is None
+    r.compiled = r.status.compiled and res is not None and res.phase not in ("start", "import") \
+        and not first_call_failed
 
 
 def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, prefer: str) -> None:

@@ -1,0 +1,74 @@
+"""`kopt tune`: try the candidate's configs per case, keep the fastest correct one in the tuning table."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kopt.cli.options import CaseSelection, VariantOpts, resolve_cases
+
+
+def command(
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Case ids: 10, or 1,4-6."),
+    all_: bool = typer.Option(False, "--all", help="Every case of bench/cases.yaml."),
+    candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py)."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the work over N GPUs of this host (or 'all')."),
+    max_configs: Optional[int] = typer.Option(None, "--max-configs", min=1,
+                                              help="Try at most K configs per case: the default + K-1 spread evenly."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; the budget choice)."),
+    hot: bool = typer.Option(True, "--hot/--no-hot", help="Also time hot (CUDA-graph replay); cold always decides."),
+    compile_jobs: Optional[int] = typer.Option(None, "--compile-jobs", min=0,
+                                               help="Parallel compile children per case (default: auto on CUDA, 0 on CPU)."),
+    dtype: Optional[str] = VariantOpts.dtype,
+    head_dim: Optional[int] = VariantOpts.head_dim,
+    page_size: Optional[int] = VariantOpts.page_size,
+    csv: Optional[Path] = typer.Option(None, "--csv", help="Tuning table (default results/<backend>/tuning.csv)."),
+    no_write: bool = typer.Option(False, "--no-write", help="Do not update the tuning table."),
+    no_record: bool = typer.Option(False, "--no-record", help="Do not append mode=tune rows to candidates.jsonl."),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per tuning child, seconds."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+) -> None:
+    """Per case: compile, check and time every config of configs(case); upsert the winner (fastest correct cold)."""
+    from kopt import gpupool, tune
+    from kopt.candidate import resolve
+    from kopt.paths import default_candidate
+
+    t0 = time.perf_counter()
+    gpupool.parse_spec(gpus)  # a bad --gpus is a usage error before any work
+    cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, None)
+    path = resolve(candidate or default_candidate())
+    opts = tune.TuneOptions(device=device, gpus=gpus, max_configs=max_configs, quick=quick, hot=hot,
+                            timeout_s=timeout, csv=csv, write=not no_write, record=not no_record,
+                            compile_jobs=compile_jobs)
+    results = tune.tune(path, cases, opts, on_case=None if as_json else lambda ct: print(ct.line(), flush=True))
+    wall = time.perf_counter() - t0
+    g = tune.geomean([ct.gain for ct in results if ct.gain])
+    summary = (f"TUNE_SUMMARY CASES:{len(results)} TUNED:{sum(ct.ok for ct in results)} "
+               f"GEOMEAN_GAIN:{'NA' if g is None else f'{g:.4f}x'} WALL:{wall:.1f}s")
+    if as_json:
+        print(json.dumps({"summary": summary, "geomean_gain": g, "wall_s": round(wall, 2),
+                          "cases": [_case_json(ct) for ct in results]}))
+    else:
+        print(summary, flush=True)
+        csvs = sorted({str(ct.csv) for ct in results if ct.csv})
+        if csvs:
+            import sys
+
+            print(f"kopt tune: table {', '.join(csvs)}", file=sys.stderr)
+    if not all(ct.ok for ct in results):
+        raise typer.Exit(1)
+
+
+def _case_json(ct) -> dict:
+    """A JSON-able summary of one case's tuning."""
+    ms = lambda c: None if c is None or c.cold is None else c.cold.median_ms  # noqa: E731
+    return {"case": ct.case.id, "line": ct.line(), "ok": ct.ok, "gain": ct.gain, "note": ct.note,
+            "default_ms": ms(ct.default), "best_ms": ms(ct.winner), "config": ct.winner.config if ct.winner else None,
+            "wall_s": round(ct.wall_s, 2), "csv": str(ct.csv) if ct.csv else None,
+            "row": ct.row.model_dump() if ct.row else None,
+            "configs": [c.model_dump(mode="json", exclude={"outputs", "dir"}) for c in ct.configs]}

@@ -1,0 +1,250 @@
+"""Tuning: per case, try the candidate's configs in isolated children and keep the fastest correct one.
+
+A case's config list (`configs(case)`, first entry = the heuristic default) is cut to
+--max-configs (the default plus K-1 spread evenly), split into shards when there are more GPUs
+than cases (every shard re-times the default, so gains are always measured in one process on one
+GPU), and each shard runs in one `kopt.tune_worker` child. Optional prewarm children compile the
+shard's configs in parallel first (TileLang's disk cache is process-safe), so the timing child
+mostly loads kernels. A child that dies blames the config in progress and a fresh child takes the
+rest. Outputs are checked here against the fp32 reference; the winner is the fastest correct
+cold median, unless it beats the default by less than their timing CIs (then the default stays).
+Winners are upserted into results/<backend>/tuning.csv (kopt.tuning).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Callable, Optional
+
+from kopt.cases import Case
+from kopt.results import Status
+from kopt.tune_shard import ShardItem, reaping, run_shard
+from kopt.tune_worker import ConfigResult, ShardResult
+
+#: Largest timing CI (relative) that can make a faster config a tie with the default.
+NOISE_CAP = 0.05
+
+
+@dataclass
+class TuneOptions:
+    """Everything a tuning run needs besides the candidate and the cases."""
+
+    device: str = "auto"
+    gpus: Optional[str] = None
+    """--gpus N | all; None: this process's device only."""
+    max_configs: Optional[int] = None
+    quick: bool = False
+    hot: bool = True
+    timeout_s: float = 600.0
+    """Wall-clock limit per tuning child (one shard)."""
+    baseline: str = "auto"
+    csv: Optional[Path] = None
+    """Tuning table; default <workspace>/results/<backend>/tuning.csv."""
+    write: bool = True
+    record: bool = True
+    """Append one mode=tune ledger row per case (the winner)."""
+    ledger: Optional[Path] = None
+    compile_jobs: Optional[int] = None
+    """Parallel prewarm children per shard; None: auto (CUDA only), 0/1: none."""
+    max_reruns: int = 3
+    keep_dir: Optional[Path] = None
+
+
+@dataclass
+class CaseTune:
+    """The outcome of tuning one case."""
+
+    case: Case
+    shards: list[ShardResult] = field(default_factory=list)
+    configs: list[ConfigResult] = field(default_factory=list)
+    winner: Optional[ConfigResult] = None
+    default: Optional[ConfigResult] = None
+    gain: Optional[float] = None
+    note: str = ""
+    wall_s: float = 0.0
+    row: Optional[object] = None
+    csv: Optional[Path] = None
+
+    @property
+    def meta(self) -> ShardResult:
+        """The first shard's report (device, backend, config count)."""
+        return self.shards[0] if self.shards else ShardResult()
+
+    @property
+    def ok(self) -> bool:
+        """A correct winner was found."""
+        return self.winner is not None
+
+    def line(self) -> str:
+        """One stdout line per case: KEY:VALUE fields like the machine line."""
+        m, w, d = self.meta, self.winner, self.default
+        ms = lambda c: "NA" if c is None or c.cold is None else f"{c.cold.median_ms:.4f}"  # noqa: E731
+        cfg = "NA" if w is None else _json(w.config or {})
+        n_ok = sum(bool(c.correct) for c in self.configs)
+        msg = "" if w else f" MESSAGE:{(m.message or _first_failure(self.configs)).replace(' ', '_')[:160]}"
+        return (f"TUNE CASE:{self.case.id} DEVICE:{m.device_name} CONFIGS:{len(self.configs)}/{m.n_configs} "
+                f"CORRECT:{n_ok} DEFAULT:{ms(d)} BEST:{ms(w)} "
+                f"GAIN:{'NA' if self.gain is None else f'{self.gain:.4f}x'} CONFIG:{cfg} "
+                f"TIME:{self.wall_s:.1f}s STATUS:{'ok' if w else 'failed'}{msg}")
+
+
+def _json(v) -> str:
+    import json
+
+    return json.dumps(v, sort_keys=True, separators=(",", ":"))
+
+
+def _first_failure(cfgs: list[ConfigResult]) -> str:
+    bad = next((c for c in cfgs if not c.correct), None)
+    return f"{bad.status.value if bad.status else 'failed'}: {bad.message}" if bad else "no config ran"
+
+
+# ---------------------------------------------------------------- the library call
+
+def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Callable[[CaseTune], None]] = None,
+         log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CaseTune]:
+    """Tune every case; winners go to the tuning table (and the ledger); returns one CaseTune per case."""
+    from kopt import candidate, gpupool
+    from kopt.bench import resolve_device
+    from kopt.errors import KoptError
+    from kopt.integrity import static_check
+
+    path = candidate.resolve(path)
+    errors = [f for f in static_check(path) if f.severity == "error"]
+    if errors:
+        raise KoptError("static check failed: " + "; ".join(f"{f.code}: {f.message}" for f in errors)[:400])
+    device = resolve_device(opts.device)
+    gpus = gpupool.plan(opts.gpus, device, warn=log)
+    n_shards = max(1, len(gpus) // len(cases)) if gpus and cases else 1
+    jobs = opts.compile_jobs
+    if jobs is None:       # nvcc per kernel is seconds: compile in parallel on the host's cores
+        jobs = 0 if device == "cpu" else max(1, min(8, (os.cpu_count() or 2) // (2 * max(1, len(gpus)))))
+    if opts.max_configs:
+        jobs = min(jobs, opts.max_configs)
+    items = [ShardItem(c, s, n_shards) for c in cases for s in range(n_shards)]
+    fn = partial(run_shard, str(path), device, replace(opts, compile_jobs=jobs))
+    by_case: dict[int, list[ShardResult]] = {}
+    out: list[CaseTune] = []
+
+    def done(item: ShardItem, res: ShardResult) -> None:
+        by_case.setdefault(item.case.id, []).append(res)
+        if len(by_case[item.case.id]) == item.shards:
+            ct = finish_case(path, item.case, by_case[item.case.id], opts, parallel=bool(gpus))
+            log(f"kopt tune: case {ct.case.id}: {len(ct.configs)} configs in {ct.wall_s:.1f} s"
+                f" ({ct.meta.device_name}, {item.shards} shard(s)); "
+                + (f"gain {ct.gain:.3f}x over the default" if ct.gain else ct.note or "no gain figure"))
+            out.append(ct)
+            if on_case:
+                on_case(ct)
+
+    def on_result(r):
+        it = items[r.index]
+        done(it, r.value if r.error is None else ShardResult(
+            status=Status.crash, message=f"pool worker: {r.error.splitlines()[0][:300]}", wall_s=r.wall_s))
+
+    with reaping():
+        if gpus:
+            gpupool.run(fn, items, gpus, on_result=on_result)
+        else:
+            for it in items:
+                done(it, fn(it))
+    order = {c.id: i for i, c in enumerate(cases)}
+    return sorted(out, key=lambda ct: order[ct.case.id])
+
+
+# ---------------------------------------------------------------- winner, table row, ledger row
+
+def pick_winner(results: list[ConfigResult]) -> tuple[Optional[ConfigResult], Optional[ConfigResult], Optional[float], str]:
+    """(winner, default it is compared with, gain, note): fastest correct cold median, relative to its shard's default.
+
+    A winner faster than the default by less than the larger of their CI half-widths is noise:
+    the default is kept (gain 1). The CI is capped at NOISE_CAP: wider than that, it says the
+    timing is noisy (few host samples on a busy CPU), not that the configs tie.
+    """
+    ok = [r for r in results if r.correct and r.cold]
+    if not ok:
+        return None, None, None, "no correct config"
+    defaults = {r.shard: r for r in ok if r.index == 0}
+    relative = all(r.shard in defaults for r in ok)
+    score = (lambda r: r.cold.median_ms / defaults[r.shard].cold.median_ms) if relative else \
+        (lambda r: r.cold.median_ms)
+    best = min(ok, key=lambda r: (score(r), r.index))
+    default = defaults.get(best.shard) or next((r for r in ok if r.index == 0), None)
+    if default is None:
+        return best, None, None, "the default config failed"
+    gain = default.cold.median_ms / best.cold.median_ms
+    noise = min(NOISE_CAP, max(best.cold.ci_rel or 0.0, default.cold.ci_rel or 0.0))
+    if best is not default and gain < 1.0 + noise:
+        return default, default, 1.0, f"best other config within noise ({gain:.3f}x, CI {noise:.1%})"
+    return best, default, gain, ""
+
+
+def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOptions, parallel: bool) -> CaseTune:
+    """Merge shards, pick the winner, upsert the table row and append the ledger row."""
+    shards = sorted(shards, key=lambda s: 0 if s.n_configs else 1)   # a shard that loaded first (for meta)
+    ct = CaseTune(case=case, shards=shards, configs=[c for s in shards for c in s.results])
+    ct.wall_s = max((s.wall_s for s in shards), default=0.0) if parallel else sum(s.wall_s for s in shards)
+    ct.winner, ct.default, ct.gain, ct.note = pick_winner(ct.configs)
+    if ct.winner is None:
+        return ct
+    ct.row = table_row(case, ct, path)
+    if opts.write:
+        from kopt import tuning
+
+        ct.csv = Path(opts.csv) if opts.csv else tuning.default_path(ct.meta.backend or "tilelang")
+        tuning.upsert(ct.csv, [ct.row])
+    if opts.record:
+        from kopt import ledger, paths
+
+        ledger.append(opts.ledger or paths.ledger_file(), [ledger_row(path, case, ct)])
+    return ct
+
+
+def table_row(case: Case, ct: CaseTune, path: Path):
+    """The tuning-table row of a case's winner (seqlen bucket from the cache capacity the kernel sees)."""
+    from kopt import tuning
+    from kopt.bench import _git_head
+
+    v, w, d = case.variant, ct.winner, ct.default
+    page = v.page_size or 0
+    capacity = -(-case.seqlen_k // page) * page if page else case.seqlen_k
+    return tuning.TuningRow(
+        device=ct.meta.device_name, units=ct.meta.units, dtype=v.dtype.value, head_dim=v.head_dim,
+        batch=case.batch, seqlen_bucket=tuning.bucket(capacity), kv_heads=case.kv_heads, gqa=case.gqa,
+        page_size=page, config=w.config or {}, runtime_ms=w.cold.median_ms,
+        default_runtime_ms=d.cold.median_ms if d else None, gain=ct.gain, commit=_git_head(Path(path).parent))
+
+
+def ledger_row(path: Path, case: Case, ct: CaseTune):
+    """A mode=tune ledger row for the winner (its speedup is a ratio of unpaired medians: no CI)."""
+    import uuid
+
+    from kopt import candidate
+    from kopt.results import CaseResult
+    from kopt.workload import bytes_moved
+
+    w = ct.winner
+    m = next((s for s in ct.shards if any(c is w for c in s.results)), ct.meta)
+    chash = candidate.content_hash(Path(path))
+    ref_ms = m.ref_cold.median_ms if m.ref_cold else None
+    return CaseResult(
+        row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=str(path), candidate_hash=chash,
+        candidate_id=chash[:12], technique="tune", config=w.config, case=case.id, variant=case.variant.label(),
+        backend=m.backend, compiled=True, correct=True, status=Status.ok,
+        message=f"tuned over {len(ct.configs)} configs; gain {ct.gain:.4f}x over the default"
+        if ct.gain else f"tuned over {len(ct.configs)} configs; {ct.note}",
+        runtime_ms=w.cold.median_ms, ref_runtime_ms=ref_ms, speedup=ref_ms / w.cold.median_ms if ref_ms else None,
+        gbps=bytes_moved(case) / (w.cold.median_ms * 1e-3) / 1e9, compile_s=w.compile_s, device=m.device_name,
+        ref=m.ref_name, timing=w.cold, ref_timing=m.ref_cold, validation=w.validation, versions=m.versions,
+        overhead_s={"tune_wall": round(ct.wall_s, 3)}, commit=ct.row.commit if ct.row else None)
+
+
+def geomean(values: list[float]) -> Optional[float]:
+    """Geometric mean (None when empty)."""
+    v = [x for x in values if x and x > 0]
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None

@@ -1,0 +1,230 @@
+"""One shard of a tuning run: prewarm children, the timing child (rerun past crashes), output checks.
+
+Runs in the `kopt tune` process or in a gpupool worker pinned to one GPU; children run in their own
+sessions and are killed with this process (SIGTERM, Ctrl-C, errors), so a bounded run leaves no
+orphan on the GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from kopt.cases import Case
+from kopt.results import Status
+from kopt.tune_worker import ConfigResult, ShardResult, TuneJob
+
+if TYPE_CHECKING:
+    from kopt.tune import TuneOptions
+
+
+@dataclass
+class ShardItem:
+    """One unit of pool work: a shard of one case's configs."""
+
+    case: Case
+    shard: int = 0
+    shards: int = 1
+
+
+_LIVE: set = set()   # tuning children of this process, killed if it is terminated
+
+
+@contextmanager
+def reaping():
+    """Kill this process's tuning children (their own sessions) when it ends early: SIGTERM, Ctrl-C, errors."""
+    import signal
+    import threading
+
+    old = None
+    if threading.current_thread() is threading.main_thread():
+        def stop(signum, frame):
+            raise SystemExit(128 + signum)
+        old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        for p in list(_LIVE):
+            _kill(p)
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
+
+
+def run_shard(path: str, device: str, opts: TuneOptions, item: ShardItem) -> ShardResult:
+    """Prewarm, then time the shard's configs in a child (rerun past crashes), then check outputs here."""
+    from kopt.bench import _fresh_seed
+
+    t0 = time.perf_counter()
+    s0 = _fresh_seed()
+    base = dict(candidate_path=path, case=item.case, device=device, shard=item.shard, shards=item.shards,
+                max_configs=opts.max_configs, seeds_correct=[s0], seeds_timing=[s0, _fresh_seed()],
+                quick=opts.quick, hot=opts.hot, baseline=opts.baseline)
+    work = Path(tempfile.mkdtemp(prefix="kopt-tune-"))
+    try:
+        with reaping():
+            if (opts.compile_jobs or 0) > 1:
+                _prewarm(base, work, opts.compile_jobs, opts.timeout_s)
+            merged = _timed(base, work, opts)
+            if merged.results:
+                _check(merged, item.case, device, opts.baseline)
+    finally:
+        if opts.keep_dir:
+            shutil.copytree(work, Path(opts.keep_dir) / f"case{item.case.id}-shard{item.shard}", dirs_exist_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+    merged.wall_s = time.perf_counter() - t0
+    merged.overhead_s["shard_wall"] = round(merged.wall_s, 3)
+    return merged
+
+
+def _launch(job: TuneJob) -> subprocess.Popen:
+    out = Path(job.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "job.json").write_text(job.model_dump_json())
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    with open(out / "child.log", "wb") as log:
+        p = subprocess.Popen([sys.executable, "-m", "kopt.tune_worker", str(out / "job.json")],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)
+    _LIVE.add(p)
+    return p
+
+
+def _kill(p: subprocess.Popen) -> None:
+    """SIGKILL a child's whole process group (its own session: a candidate's helpers go too)."""
+    import signal
+
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        p.kill()
+    p.wait()
+    _LIVE.discard(p)
+
+
+def _wait(p: subprocess.Popen, deadline: float) -> tuple[Optional[int], bool]:
+    """(returncode, timed_out); the child's whole process group is killed on timeout."""
+    try:
+        rc = p.wait(timeout=max(0.1, deadline - time.perf_counter()))
+        _LIVE.discard(p)
+        return rc, False
+    except subprocess.TimeoutExpired:
+        _kill(p)
+        return p.returncode, True
+
+
+def _read(out: Path) -> Optional[ShardResult]:
+    try:
+        return ShardResult.model_validate_json((out / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _prewarm(base: dict, work: Path, jobs: int, timeout_s: float) -> None:
+    """Compile the shard's configs in `jobs` children at once; their results are never used, only the disk cache."""
+    ps = [_launch(TuneJob(**base, prewarm=True, part=j, parts=jobs, out_dir=str(work / f"prewarm{j}")))
+          for j in range(jobs)]
+    deadline = time.perf_counter() + timeout_s
+    for p in ps:
+        _wait(p, deadline)
+
+
+def _timed(base: dict, work: Path, opts: TuneOptions) -> ShardResult:
+    """The timing child, rerun on the configs left after a crash or timeout (the config in progress is blamed).
+
+    A child that ends without finishing or blaming any config stops the shard (a rerun would
+    fail the same way), as does a failure before the first config (import, configs()).
+    """
+    merged = ShardResult()
+    done: dict[int, ConfigResult] = {}
+    indices = None
+    for attempt in range(opts.max_reruns + 1):
+        out = work / f"run{attempt}"
+        p = _launch(TuneJob(**base, indices=indices, out_dir=str(out)))
+        rc, timed_out = _wait(p, time.perf_counter() + opts.timeout_s)
+        res = _read(out)
+        why = "timed out" if timed_out else f"died (code {rc})"
+        if res is None:
+            tail = (out / "child.log").read_bytes()[-2000:].decode(errors="replace").strip().splitlines()[-1:]
+            merged.status = merged.status or (Status.timeout if timed_out else Status.crash)
+            merged.message = f"tuning child {why} before reporting: {' '.join(tail)[:200]}"
+            break
+        if attempt == 0:
+            merged = res.model_copy(update={"results": []})
+        if res.hot_error:                            # a capture that failed once fails again: skip it
+            base = dict(base, hot=False)
+            merged.hot_error = merged.hot_error or res.hot_error
+        before = len(done)
+        for cr in res.results:
+            cr.dir = str(out / cr.dir)
+            done.setdefault(cr.index, cr)
+        if res.current is not None and res.current not in done:
+            done[res.current] = ConfigResult(index=res.current, shard=base["shard"], config=res.current_config,
+                                             status=Status.timeout if timed_out else Status.crash,
+                                             message=f"tuning child {why} on this config")
+        if res.phase == "done" and res.status not in (None, Status.ok) and not res.results:
+            merged.status, merged.message = res.status, res.message
+            break
+        indices = [i for i in res.indices if i not in done]
+        if not indices:
+            break
+        if len(done) == before:
+            merged.message = f"tuning child {why} in phase {res.phase}; {len(indices)} config(s) not run"
+            break
+    merged.results = [done[i] for i in sorted(done)]
+    return merged
+
+
+def _check(shard: ShardResult, case: Case, device: str, prefer: str) -> None:
+    """Each config's saved outputs against the fp32 reference of the same seed; then the plausibility guard."""
+    import torch
+
+    from kopt import baselines, hardware, verify
+    from kopt.bench import IMPLAUSIBLE_FRACTION
+    from kopt.reference import reference
+    from kopt.workload import bytes_moved, make_workload
+
+    base = baselines.pick(case, device, prefer)
+    cache: dict[int, tuple] = {}
+    for cr in shard.results:
+        if cr.status != Status.ok:
+            cr.correct = False
+            continue
+        checks = []
+        for so in cr.outputs:
+            if so.seed not in cache:
+                w = make_workload(case, so.seed, device)
+                try:
+                    b = base.fn(w)
+                except Exception:  # no baseline: the reference rounded to the dtype sets the tolerance
+                    b = reference(w).to(w.q.dtype)
+                cache[so.seed] = (w, reference(w), b)
+            w, ref, b = cache[so.seed]
+            chk = verify.check_output(torch.load(Path(cr.dir) / so.file, weights_only=True), ref, b, w.q)
+            if chk.status == Status.incorrect_numerical and so.kind == "spot":
+                chk.status, chk.detail = Status.stale_output, f"spot output wrong: {chk.detail}"
+            checks.append(chk)
+        status, cr.validation = verify.summarize(checks)
+        if not checks:
+            status, cr.validation.detail = Status.runtime_error, "no output was produced"
+        cr.correct = status == Status.ok
+        if not cr.correct:
+            cr.status, cr.message = status, cr.validation.detail
+    ceiling = hardware.copy_ceiling_gbps(device) if device != "cpu" else None
+    for cr in shard.results:
+        gbps = bytes_moved(case) / (cr.cold.median_ms * 1e-3) / 1e9 if cr.correct and cr.cold else None
+        if ceiling and gbps and cr.cold.cold and gbps > IMPLAUSIBLE_FRACTION * ceiling:
+            cr.correct, cr.status = False, Status.implausible
+            cr.message = f"{gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the copy ceiling {ceiling:.0f} GB/s"
+    del cache
+    if device != "cpu":
+        torch.cuda.empty_cache()
