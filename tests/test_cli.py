@@ -49,3 +49,18 @@ def test_doctor_json():
     assert r.exit_code == 0
     d = json.loads(r.stdout)
     assert d["torch"] and "will_run" in d and "profilers" in d
+
+
+@pytest.mark.parametrize("text", [",", "3-1", "1-999999999", "a", "1,,x"])
+def test_parse_ids_rejects_bad_lists(text):
+    from kopt.cli.common import parse_ids
+    from kopt.errors import UsageError
+
+    with pytest.raises(UsageError):
+        parse_ids(text)
+
+
+def test_parse_ids_ranges():
+    from kopt.cli.common import parse_ids
+
+    assert parse_ids("1,3,5-7") == [1, 3, 5, 6, 7] and parse_ids(None) is None

@@ -27,6 +27,7 @@ if _HERE not in sys.path:
 
 import tl_decode_cpu as _cpu  # noqa: E402
 import tl_decode_cuda as _cuda  # noqa: E402
+import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and device, results/tilelang/tuning.csv)
 
 # config keys understood by the CUDA path
 _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads")
@@ -93,7 +94,8 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     page = int(k_cache.shape[1]) if paged else 0
     if paged and page < 1:
         raise ValueError("page_size must be >= 1")
-    cfg = _check_config(config)
+    # An explicit config wins; else the tuned row for this shape and device; else the heuristic below.
+    cfg = _check_config(config) or _tuning.lookup_for(q, k_cache, block_table, keys=_CFG_KEYS) or {}
     unknown = set(cfg) - set(_CFG_KEYS) - {"cpu_block_N"}
     if unknown:
         raise ValueError(f"unknown config keys {sorted(unknown)} (known: {list(_CFG_KEYS)})")

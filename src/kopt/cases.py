@@ -143,8 +143,11 @@ def load_file(path: Path | None = None) -> CaseFile:
         raw = yaml.safe_load(p.read_text())
     except FileNotFoundError:
         raise CaseError(f"case file not found: {p}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        # ValueError: a malformed timestamp or similar scalar; RecursionError: absurd nesting.
         raise CaseError(f"{p}: not valid YAML ({type(e).__name__})") from None
+    except OSError as e:
+        raise CaseError(f"cannot read case file {p}: {e.strerror or e}") from None
     if not isinstance(raw, dict):
         raise CaseError(f"{p}: expected a mapping with 'cases'")
     try:

@@ -38,6 +38,23 @@ SYNCED = ("SKILL.md", "HINTS.md", "bench/cases.yaml", "knowledge", "workflows/pr
 _SIBLING_RE = re.compile(r'_load_sibling\("(\w+)"\)')
 
 
+def _imported_names(source: str) -> list[str]:
+    """Top-level module names a source imports (plain imports and the `_load_sibling("x")` helper)."""
+    import ast
+
+    names = list(_SIBLING_RE.findall(source))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module.split(".")[0])
+    return names
+
+
 @dataclass
 class InitResult:
     """What `kopt init` created."""
@@ -126,7 +143,7 @@ def starter_files(solution_dir: Path) -> list[Path]:
         if p in seen or not p.is_file():
             continue
         seen.append(p)
-        todo += _SIBLING_RE.findall(p.read_text())
+        todo += _imported_names(p.read_text())
     return seen
 
 

@@ -24,23 +24,19 @@ _LOCK = threading.Lock()
 _KIND_OF = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
 
 
-def _cpu_compile_flags() -> list[str]:
+def _cpu_compile_flags() -> list:
     flags = ["-O3", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math"]
-    # Only ask for AVX2/FMA when this CPU has them (the object is built and run on this host).
-    try:
+    # Only ask for AVX2/FMA when this CPU has them (the object is built and run on this host; the
+    # flags are part of TileLang's cache key).
+    cpu_flags = set()
+    if os.path.isfile("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as fh:
-            info = fh.read(1 << 16)
-        cpu_flags = set()
-        for line in info.splitlines():
-            if line.startswith("flags"):
-                cpu_flags = set(line.split(":", 1)[1].split())
-                break
-        if {"avx2", "fma"} <= cpu_flags:
-            flags += ["-mavx2", "-mfma"]
-        if "f16c" in cpu_flags:
-            flags += ["-mf16c"]
-    except OSError:
-        pass
+            for line in fh:
+                if line.startswith("flags"):
+                    cpu_flags = set(line.split(":", 1)[1].split())
+                    break
+    if {"avx2", "fma"} <= cpu_flags:
+        flags += ["-mavx2", "-mfma"]
     return flags
 
 

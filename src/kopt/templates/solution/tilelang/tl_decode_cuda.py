@@ -223,31 +223,33 @@ def sm_count(device) -> int:
 
 
 def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
-                         ctas_per_sm: int = 2, min_tiles: int = 8) -> int:
+                         ctas_per_sm: int = 2, min_tiles: int = 12, min_tiles_per_split: int = 4) -> int:
     """Split count in the spirit of FlashAttention's num_splits_heuristic.
 
     A decode CTA streams K/V of one (batch, kv_head); several CTAs per SM are needed to keep enough
     bytes in flight, so aim for about ``ctas_per_sm * num_sms`` CTAs in total. No split when
     batch * kv_heads already fills the machine (>= 3/4 of the target) or the sequence is short
-    (< ``min_tiles`` KV tiles: the extra combine launch costs more than it saves); at least two KV
-    tiles per split, and the count is rebalanced so that no split is left empty.
+    (< ``min_tiles`` KV tiles: the extra combine launch costs more than it saves); at least
+    ``min_tiles_per_split`` KV tiles per split, and the count is rebalanced so that no split is
+    left empty. (Tuned on an H200 with the 14 benchmark shapes, see tune_cuda.py.)
     """
     base = batch * hkv
     n_tiles = max(1, -(-seqlen // block_N))
     target = ctas_per_sm * num_sms
     if base * 4 >= target * 3 or n_tiles < min_tiles:
         return 1
-    ns = max(1, min(max_splits, n_tiles // 2, round(target / base)))
+    ns = max(1, min(max_splits, n_tiles // min_tiles_per_split, round(target / base)))
     per = -(-n_tiles // ns)
     return max(1, -(-n_tiles // per))
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0):
-    """(block_N, num_splits): explicit values win; otherwise 64-key tiles when the KV range is split
-    and 128-key tiles when one CTA per (batch, kv_head) already covers the machine (measured on H200)."""
+    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles when the KV range is split
+    or short (<= 256 keys), 128-key tiles when one CTA per (batch, kv_head) streams a longer range
+    (measured on H200)."""
     bn = block_N or 64
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
-    if not block_N and ns == 1:
+    if not block_N and ns == 1 and max_seqlen > 256:
         bn = 128
     ns = max(1, min(ns, -(-max_seqlen // bn)))
     return bn, ns
@@ -258,8 +260,6 @@ def fast_call(kernel):
     allocation): skips the generic Python argument wrapper of JITKernel.__call__. Other execution
     backends are returned unchanged."""
     adapter = getattr(kernel, "adapter", None)
-    if os.environ.get("KOPT_TL_NO_FAST_CALL") == "1":
-        return kernel
     if getattr(kernel, "execution_backend", None) == "tvm_ffi" and hasattr(adapter, "_get_executable") \
             and not getattr(adapter, "result_idx", None):
         return adapter._get_executable()
@@ -374,50 +374,46 @@ def build_cuda_source(**shape) -> str:
     return src
 
 
-def _nvcc_cmd(source_path: str, out_path: str, arch: str) -> list:
+def _nvcc_cubin(source: str, arch: str) -> dict:
+    """nvcc-compile one CUDA source to cubin through tilelang's nvcc helper (ptxas -v captured
+    from its log); returns size, registers and spill bytes."""
+    import logging
+    import re
+
+    import tilelang
     from tilelang.contrib import nvcc as tl_nvcc
-    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
 
     sm = arch.removeprefix("sm_")
-    nvcc_bin = os.path.join(tl_nvcc.find_cuda_path(), "bin", "nvcc")
-    return [nvcc_bin, "-cubin", "-std=c++20", "-w", "-O3", "-gencode", f"arch=compute_{sm},code=sm_{sm}",
-            "-I" + TILELANG_TEMPLATE_PATH, "-I" + CUTLASS_INCLUDE_DIR, "-Xptxas", "-v", "-o", out_path, source_path]
+    records = []
+
+    class _Grab(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    grab = _Grab(level=logging.INFO)
+    log = tilelang.logger
+    old_level = log.level
+    log.addHandler(grab)
+    log.setLevel(logging.INFO)
+    try:
+        cubin = tl_nvcc.compile_cuda(source, "cubin", ["-gencode", f"arch=compute_{sm},code=sm_{sm}"],
+                                     options=tl_nvcc.default_compile_options(["-std=c++20", "-w", "-Xptxas", "-v"]),
+                                     verbose=True)
+    finally:
+        log.removeHandler(grab)
+        log.setLevel(old_level)
+    text = "\n".join(records)
+    regs = [int(x) for x in re.findall(r"Used (\d+) registers", text)]
+    spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
+    return {"cubin_bytes": len(cubin), "registers": regs, "spill_bytes": spills, "ptxas_log": text}
 
 
-def _nvcc_cubins(sources: dict, arch: str) -> dict:
-    """nvcc-compile several CUDA sources to cubin, in parallel; returns per-name sizes/regs/spills."""
-    import re
-    import subprocess
-    import tempfile
-
-    results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = {}
-        for name, src in sources.items():
-            cu = os.path.join(tmp, f"{name}.cu")
-            with open(cu, "w") as fh:
-                fh.write(src)
-            out = os.path.join(tmp, f"{name}.cubin")
-            procs[name] = (out, subprocess.Popen(_nvcc_cmd(cu, out, arch), stdout=subprocess.PIPE,
-                                                 stderr=subprocess.STDOUT, text=True))
-        for name, (out, proc) in procs.items():
-            log, _ = proc.communicate()
-            if proc.returncode != 0:
-                raise RuntimeError(f"nvcc failed on {name} ({proc.returncode}):\n{log[-4000:]}")
-            regs = [int(x) for x in re.findall(r"Used (\d+) registers", log)]
-            spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)]
-            results[name] = {"cubin_bytes": os.path.getsize(out), "registers": regs, "spill_bytes": spills,
-                             "ptxas_log": log}
-    return results
-
-
-def compile_cuda_check(**shape) -> dict:
-    """Lower the main (and, when split, combine) kernels for `arch` (default sm_90a) and nvcc-compile
-    them to cubin; needs nvcc, no GPU. Returns per kernel: cubin_bytes, registers, spill_bytes,
-    ptxas_log, dyn_smem_bytes, source."""
+def compile_cuda_check(with_combine: bool = True, **shape) -> dict:
+    """Lower the main (and, when split and with_combine, the combine) kernel for `arch` (default
+    sm_90a) and nvcc-compile them to cubin; needs nvcc, no GPU. Returns per kernel: cubin_bytes,
+    registers, spill_bytes, ptxas_log, dyn_smem_bytes, source."""
     args, arch = _shape_args(**shape)
     lowered = {"main": _lowered(args, arch, "main")}
-    if args["split"]:
+    if args["split"] and with_combine:
         lowered["combine"] = _lowered(args, arch, "combine")
-    built = _nvcc_cubins({name: src for name, (src, _) in lowered.items()}, arch)
-    return {name: dict(built[name], dyn_smem_bytes=smem, source=src) for name, (src, smem) in lowered.items()}
+    return {name: dict(_nvcc_cubin(src, arch), dyn_smem_bytes=smem, source=src) for name, (src, smem) in lowered.items()}
