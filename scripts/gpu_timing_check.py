@@ -21,7 +21,7 @@ def main() -> int:
 
     import torch
 
-    from kopt import hardware, timing
+    from kopt import hardware, timing, timing_cuda
     from kopt.timing import TimingOptions
 
     dev = args.device
@@ -81,7 +81,7 @@ def main() -> int:
     print(f"  1 kernel moves {gbps:.0f} GB/s cold")
 
     # Attribution vs kineto's own device-side range (gpu_user_annotation), batch of 20 calls.
-    t = timing._CudaTimer(dev, opts)
+    t = timing_cuda.CudaTimer(dev, opts)
     spans, ev, mhz = t._batch(two, 20, cupti=True)
     print(f"  batch spans(us) {[round(s * 1e3, 1) for s in spans[:5]]} events(us) {[round(e * 1e3, 1) for e in ev[:5]]} clock {mhz}")
     check("every call attributed", all(s is not None for s in spans), f"{sum(s is None for s in spans)} missing")

@@ -8,14 +8,10 @@ does. CUDA events around every call are recorded too, as a cross-check (they add
 
 from __future__ import annotations
 
-import bisect
-import math
 import time
-import warnings
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -86,72 +82,6 @@ class PairTiming:
     speedup: float
     ci: tuple[float, float]
 
-
-# ---------------------------------------------------------------- pure CUPTI span extraction
-
-def attribute_calls(
-    call_ranges: Sequence[tuple[float, float]],
-    device_records: Sequence[tuple[str, float, float, Optional[float]]],
-) -> list[tuple[str, float, float, int]]:
-    """(name, start, end, launch_time) -> (name, start_us, end_us, call_index); -1 when launched outside every call.
-
-    Times in ns, one clock for host and device (kineto aligns them). call_ranges are the host
-    ranges of the timed calls, in call order, non-overlapping.
-    """
-    order = sorted(range(len(call_ranges)), key=lambda i: call_ranges[i][0])
-    starts = [call_ranges[i][0] for i in order]
-    out = []
-    for name, s, e, launch in device_records:
-        idx = -1
-        if launch is not None:
-            j = bisect.bisect_right(starts, launch) - 1
-            if j >= 0 and launch <= call_ranges[order[j]][1]:
-                idx = order[j]
-        out.append((name, s / 1e3, e / 1e3, idx))
-    return out
-
-
-def call_spans(
-    records: Sequence[tuple[str, float, float, int]], n_calls: int, exclude: Sequence[str] = ()
-) -> list[Optional[float]]:
-    """Per call: last end - first start (µs) over its records; None for a call with no record.
-
-    Records named with a prefix in `exclude` (harness kernels) and records of call -1 are ignored.
-    """
-    lo, hi = [math.inf] * n_calls, [-math.inf] * n_calls
-    for name, s, e, i in records:
-        if 0 <= i < n_calls and not any(name.startswith(x) for x in exclude):
-            lo[i], hi[i] = min(lo[i], s), max(hi[i], e)
-    return [h - l if h >= l else None for l, h in zip(lo, hi)]
-
-
-def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, float, float, Optional[float]]]]:
-    """Split kineto events into the host ranges of the timed calls and device records with launch times."""
-    ranges, runtime, ops, dev = [], {}, {}, []
-    for e in events:
-        on_host = str(e.device_type()).endswith("CPU")
-        name = e.name()
-        if e.is_user_annotation():
-            if on_host and name == CALL_RANGE:
-                ranges.append((e.start_ns(), e.end_ns()))
-            continue                       # device-side mirrors of the ranges are not work
-        if on_host:
-            # Runtime/driver calls (cudaLaunchKernel, cuLaunchKernel, cudaMemsetAsync,
-            # cudaGraphLaunch) share the device record's correlation id; ops ("ns::op") are what
-            # the device record's linked id names, a fallback when the runtime call is missing.
-            d = runtime if name.startswith("cu") and "::" not in name else ops
-            d[e.correlation_id()] = min(d.get(e.correlation_id(), math.inf), e.start_ns())
-        else:
-            dev.append((name, e.start_ns(), e.end_ns(), e.correlation_id(), e.linked_correlation_id()))
-    # Shift to the first timestamp while still integers: ns since the epoch (~1.8e18) as floats
-    # are only exact to 256 ns, which would quantize every span to 0.25 µs.
-    t0 = min([r[0] for r in ranges] + [d[1] for d in dev], default=0)
-    recs = [(n, s - t0, t - t0, None if (L := runtime.get(c, ops.get(lk))) is None else L - t0)
-            for n, s, t, c, lk in dev]
-    return sorted((a - t0, b - t0) for a, b in ranges), recs
-
-
-# ---------------------------------------------------------------- samples and summaries
 
 @dataclass
 class Samples:
@@ -248,152 +178,23 @@ class _HostTimer:
 
 # ---------------------------------------------------------------- CUDA
 
-class _Clock:
-    """SM clock through NVML (optional); never changes clocks, only reads them."""
-
-    def __init__(self, torch, index: int):
-        self.nvml, self.h, self.ref = None, None, None
-        try:
-            import pynvml as nv
-
-            nv.nvmlInit()
-            p = torch.cuda.get_device_properties(index)
-            try:
-                bus = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
-                self.h = nv.nvmlDeviceGetHandleByPciBusId(bus)
-            except Exception:
-                self.h = nv.nvmlDeviceGetHandleByIndex(index)
-            try:
-                self.ref = nv.nvmlDeviceGetDefaultApplicationsClock(self.h, nv.NVML_CLOCK_SM)
-            except Exception:
-                self.ref = nv.nvmlDeviceGetMaxClockInfo(self.h, nv.NVML_CLOCK_SM)
-            self.nvml = nv
-        except Exception:                      # no pynvml, no NVML (MACA), or no permission
-            self.nvml = None
-
-    def read(self) -> Optional[float]:
-        try:
-            return float(self.nvml.nvmlDeviceGetClockInfo(self.h, self.nvml.NVML_CLOCK_SM)) if self.nvml else None
-        except Exception:
-            return None
-
-    def low(self, mhz: Optional[float]) -> bool:
-        return bool(mhz is not None and self.ref and mhz < LOW_CLOCK_FRAC * self.ref)
-
-
-_CUPTI_OK: dict[str, bool] = {}
-
-
-class _CudaTimer:
-    """Cold (flushed) or hot timing of callables on one CUDA device."""
-
-    def __init__(self, device: str, opts: TimingOptions):
-        import torch
-
-        from kopt import hardware
-
-        self.torch, self.opts = torch, opts
-        self.dev = torch.device(device)
-        index = self.dev.index if self.dev.index is not None else torch.cuda.current_device()
-        self.cold = opts.cold and not opts.graph
-        self.flush = hardware.flush_bytes(hardware.detect(device)) if self.cold else 0
-        with torch.cuda.device(index):
-            self.buf = torch.empty(self.flush, dtype=torch.uint8, device=self.dev) if self.cold else None
-        self.clock = _Clock(torch, index)
-        self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
-        if device not in _CUPTI_OK:          # once per process: CUPTI's start-up, ~5 s on an H200
-            _CUPTI_OK[device] = self._probe_cupti()
-        self.cupti = _CUPTI_OK[device]
-
-    def method(self, use_dev: bool) -> str:
-        return "graph" if self.opts.graph else ("cupti" if use_dev else "events")
-
-    def _profiler(self):
-        from torch.profiler import ProfilerActivity, profile
-
-        return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-
-    def _probe_cupti(self) -> bool:
-        try:
-            x = self.torch.zeros(1, device=self.dev)
-            spans, _, _ = self._batch(lambda: x.add_(1), 2, cupti=True)
-            return all(s is not None for s in spans)
-        except Exception:                      # no kineto / CUPTI in this build
-            return False
-
-    def _batch(self, fn, n: int, cupti: bool):
-        torch, rf = self.torch, self.torch.profiler.record_function
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        prof = self._profiler() if cupti else nullcontext()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")    # kineto's per-cycle notices
-            with prof:
-                for i in range(n):
-                    if self.buf is not None:
-                        with rf(FLUSH_RANGE):
-                            self.buf.zero_()
-                    starts[i].record()
-                    with rf(CALL_RANGE):
-                        fn()
-                    ends[i].record()
-                mhz = self.clock.read()        # read while the queued batch keeps the GPU busy
-                torch.cuda.synchronize(self.dev)
-        ev = [a.elapsed_time(b) for a, b in zip(starts, ends)]
-        if not cupti:
-            return [None] * n, ev, mhz
-        ranges, recs = kineto_records(prof.profiler.kineto_results.events())
-        if len(ranges) != n:                   # ranges lost: attribution would be guesswork
-            return [None] * n, ev, mhz
-        spans = call_spans(attribute_calls(ranges, recs), n)
-        return [None if s is None else s / 1e3 for s in spans], ev, mhz
-
-    def prepare(self, fn: Callable[[], object]) -> Callable[[], object]:
-        torch = self.torch
-        # Synchronize each call so the warm-up time is device time, not queued launches.
-        _warmup(fn, self.opts, before=self.buf.zero_ if self.buf is not None else None,
-                after=lambda: torch.cuda.synchronize(self.dev))
-        if not self.opts.graph:
-            return fn
-        g, side = torch.cuda.CUDAGraph(), torch.cuda.Stream(self.dev)
-        side.wait_stream(torch.cuda.current_stream(self.dev))
-        with torch.cuda.stream(side):          # capture wants its first calls on a side stream
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream(self.dev).wait_stream(side)
-        with torch.cuda.graph(g):
-            for _ in range(self.opts.graph_calls):
-                fn()
-        g.replay()
-        torch.cuda.synchronize(self.dev)
-        return g.replay
-
-    def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
-        s, t0, size = Samples(), _clock(), max(1, self.opts.batch)
-        while True:
-            n = max(1, min(size, rule.max_samples - len(s.dev)))
-            dev, ev, mhz = self._batch(fn, n, self.cupti)
-            if mhz is not None:
-                s.clocks.append(mhz)
-            if self.clock.low(mhz):
-                s.low_dev += dev
-                s.low_ev += ev
-            else:
-                s.dev += dev
-                s.ev += ev
-            size = min(MAX_BATCH, size * 2)
-            el = _clock() - t0
-            if rule.should_stop(s.primary(s.use_cupti(self.cupti)), el) or \
-                    rule.capped(len(s.dev) + len(s.low_dev), el):
-                break
-        s.elapsed_s = _clock() - t0
-        return s
-
-
 # ---------------------------------------------------------------- public API
 
 def _timer(device: str, opts: TimingOptions):
-    return _HostTimer(opts) if _is_cpu(device) else _CudaTimer(device, opts)
+    if _is_cpu(device):
+        return _HostTimer(opts)
+    from kopt.timing_cuda import CudaTimer
+
+    return CudaTimer(device, opts)
+
+
+def __getattr__(name: str):
+    """The pure CUPTI helpers live in kopt.timing_cuda; kept reachable here for callers and tests."""
+    if name in ("attribute_calls", "call_spans", "kineto_records"):
+        from kopt import timing_cuda
+
+        return getattr(timing_cuda, name)
+    raise AttributeError(name)
 
 
 def time_fn(fn: Callable[[], object], device: str, opts: TimingOptions) -> TimingStats:
