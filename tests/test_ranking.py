@@ -121,3 +121,19 @@ def test_ten_thousand_rows_under_two_seconds(workspace, capsys):
     with capsys.disabled():
         print(f"\n  kopt candidates on 10 000 rows: --json {t_json:.2f} s, table {t_text:.2f} s")
     assert t_json < 2.0 and t_text < 2.0
+
+
+def test_device_filter_keeps_devices_apart(tmp_path):
+    """Times from different devices never mix in one ranking."""
+    from kopt.ledger import append
+    from kopt.ranking import report
+    from kopt.results import CaseResult
+
+    f = tmp_path / "c.jsonl"
+    append(f, [CaseResult(row_id="a", candidate_id="gpu", case=1, correct=True, runtime_ms=1.0, ref_runtime_ms=2.0,
+                          speedup=2.0, device="H200"),
+               CaseResult(row_id="b", candidate_id="cpu", case=1, correct=True, runtime_ms=1.0, ref_runtime_ms=3.0,
+                          speedup=3.0, device="cpu")])
+    assert list(report(f, device="H200").candidates["candidate_id"]) == ["gpu"]
+    assert list(report(f, device="cpu").candidates["candidate_id"]) == ["cpu"]
+    assert list(report(f).candidates["candidate_id"]) == ["cpu", "gpu"]

@@ -79,8 +79,8 @@ def _best_rows(rows: list[dict], cid: str) -> tuple[list[dict], str]:
     return sorted(latest.values(), key=lambda r: (r.get("case") or 0, r.get("variant") or "")), "signal"
 
 
-def load_campaign(ws: Path) -> Campaign:
-    """Best candidate, its per-case rows with C500 reference times, and the trajectory."""
+def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
+    """Best candidate, its per-case rows with C500 reference times, and the trajectory (one device's rows)."""
     from kopt import ranking
     from kopt.cases import load_cases
     from kopt.ledger import load_dicts
@@ -89,7 +89,9 @@ def load_campaign(ws: Path) -> Campaign:
     c = Campaign()
     loaded = load_dicts(ledger_file(ws))
     rows, c.skipped = loaded.rows, len(loaded.skipped)
-    df, _ = ranking.load_frame(ledger_file(ws))
+    if device:
+        rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
+    df, _ = ranking.load_frame(ledger_file(ws), device)
     ranked = ranking.records(ranking.rank(df).head(1)) if len(df) else []
     c500 = {x.id: x.c500_ref_ms for x in load_cases(cases_file(ws))}
     if ranked:
@@ -260,12 +262,13 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def make_plots(ws: Path, out: Optional[Path] = None, campaign: Optional[Campaign] = None) -> list[Path]:
+def make_plots(ws: Path, out: Optional[Path] = None, campaign: Optional[Campaign] = None,
+               device: Optional[str] = None) -> list[Path]:
     """Write speedup.png, bandwidth.png and trajectory.png; default folder results/<backend>/plots/."""
     import matplotlib
 
     matplotlib.use("Agg")
-    c = campaign or load_campaign(ws)
+    c = campaign or load_campaign(ws, device)
     out = Path(out) if out else ws / "results" / c.backend / "plots"
     return [plot_speedup(c, out / "speedup.png"), plot_bandwidth(c, out / "bandwidth.png"),
             plot_trajectory(c, out / "trajectory.png")]

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Optional
 
 #: Ledger fields the ranking reads; anything missing in an old row becomes NA.
 COLUMNS = ["row_id", "timestamp", "mode", "kind", "candidate_id", "candidate_hash", "parent_id",
-           "technique", "case", "variant", "correct", "status", "runtime_ms", "ref_runtime_ms", "speedup"]
+           "technique", "case", "variant", "correct", "status", "runtime_ms", "ref_runtime_ms", "speedup", "device"]
 #: Modes that measure a candidate (calibrate rows measure the harness, not a candidate).
 CANDIDATE_MODES = ("verdict", "signal", "tune")
 
@@ -75,8 +75,11 @@ def failed(rows: Iterable[dict]) -> bool:
 
 # ---------------------------------------------------------------- pandas tables
 
-def load_frame(path: Path):
-    """Ledger -> (DataFrame of case rows with normalized columns and file order `seq`, skipped lines)."""
+def load_frame(path: Path, device: Optional[str] = None):
+    """Ledger -> (DataFrame of case rows with normalized columns and file order `seq`, skipped lines).
+
+    With `device`, only rows measured on that device (times from different devices never mix in a rank).
+    """
     import pandas as pd
 
     from kopt.ledger import load_dicts
@@ -94,8 +97,12 @@ def load_frame(path: Path):
     ratio = df["ref_runtime_ms"] / df["runtime_ms"]
     df["speedup"] = df["speedup"].where(df["speedup"] > 0, ratio.where(df["runtime_ms"] > 0))
     df["correct"] = df["correct"].eq(True)
-    df["variant"] = df["variant"].fillna("").astype(str)
-    df["status"] = df["status"].fillna("NA").astype(str)
+    # Cast first: an all-missing column is float64, and filling it with a string is deprecated.
+    df["variant"] = df["variant"].astype(object).fillna("").astype(str)
+    df["status"] = df["status"].astype(object).fillna("NA").astype(str)
+    df["device"] = df["device"].astype(object).fillna("NA").astype(str)
+    if device:
+        df = df[df["device"].str.lower() == device.lower()]
     return df.dropna(subset=["candidate_id", "case"]), loaded.skipped
 
 
@@ -188,9 +195,10 @@ class Report:
     case: Optional[int] = None
 
 
-def report(path: Path, top: Optional[int] = None, case: Optional[int] = None) -> Report:
+def report(path: Path, top: Optional[int] = None, case: Optional[int] = None,
+           device: Optional[str] = None) -> Report:
     """The library call behind `kopt candidates`."""
-    df, skipped = load_frame(path)
+    df, skipped = load_frame(path, device)
     table = case_ranking(df, case) if case is not None else rank(df)
     if top:
         table = table.head(top)

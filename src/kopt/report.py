@@ -119,17 +119,18 @@ def _img(path: Path, alt: str) -> str:
     return f"<p><img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'></p>"
 
 
-def build(ws: Path, out: Optional[Path] = None) -> Path:
+def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None) -> Path:
     """Write the HTML report (default results/<backend>/report.html); returns its path."""
     from kopt.plot import load_campaign, make_plots
 
-    c = load_campaign(ws)
+    c = load_campaign(ws, device)
     with tempfile.TemporaryDirectory() as tmp:
         sp, bw, tr = make_plots(ws, Path(tmp), campaign=c)
         imgs = {"speedup": _img(sp, "per-case speedup"), "bandwidth": _img(bw, "achieved bandwidth"),
                 "trajectory": _img(tr, "trajectory")}
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    body = (f"<h1>kopt campaign report</h1><p class='note'>workspace {_e(ws.name)}, generated {_e(now)}; ledger "
+    body = (f"<h1>kopt campaign report</h1><p class='note'>workspace {_e(ws.name)}, device {_e(device or 'all')}, "
+            f"generated {_e(now)}; ledger "
             f"lines skipped as unreadable: {c.skipped}</p>" + _cases_section(c, ws) + imgs["speedup"] +
             imgs["bandwidth"] + _best_section(c) + _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>kopt report</title>"

@@ -32,6 +32,7 @@ def command(
     case: Optional[int] = typer.Option(None, "--case", help="Rank candidates on one case by runtime."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the ranking as CSV."),
+    device: Optional[str] = typer.Option(None, "--device", help="Only rows measured on this device (e.g. H200, cpu)."),
 ) -> None:
     """Rank candidates.jsonl: geomean speedup per candidate (verdict rows preferred), best per case."""
     from kopt import ranking
@@ -42,7 +43,8 @@ def command(
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")
     # A terminal table of hundreds of rows is unreadable (and slow to lay out): 20 unless asked.
-    rep = ranking.report(ledger_file(), top=top or (None if as_json or as_csv else TEXT_TOP), case=case)
+    rep = ranking.report(ledger_file(), top=top or (None if as_json or as_csv else TEXT_TOP), case=case,
+                         device=device)
     if rep.skipped:
         err_console().print(f"[yellow]skipped {len(rep.skipped)} unreadable ledger line(s)[/]")
     table = rep.candidates.assign(lineage=[" <- ".join(rep.lineage[c]) for c in rep.candidates["candidate_id"]])

@@ -12,6 +12,7 @@ import typer
 def command(
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default results/<backend>/plots/)."),
     as_json: bool = typer.Option(False, "--json", help="Print the written files as JSON."),
+    device: Optional[str] = typer.Option(None, "--device", help="Only rows measured on this device (e.g. H200)."),
 ) -> None:
     """Per-case speedup (with CI) beside C500 reference times, % of copy bandwidth, trajectory."""
     from kopt.cli.common import err_console
@@ -20,7 +21,7 @@ def command(
 
     ws = workspace()
     with err_console().status("plotting..."):
-        files = make_plots(ws, out)
+        files = make_plots(ws, out, device=device)
     if as_json:
         print(json.dumps({"files": [str(f) for f in files]}))
         return
