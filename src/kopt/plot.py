@@ -106,7 +106,8 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
         declared = declared_backend(default_candidate(ws))
         c.backend = declared if declared != "NA" else c.backend
     c.ceiling_gbps = next((r.gbps * 100 / r.pct_peak for r in c.rows if r.gbps and r.pct_peak), None)
-    c.trajectory, c.trajectory_source = _trajectory(ws, rows)
+    # Iteration geomeans in git snapshots mix devices; a per-device view rebuilds them from its own rows.
+    c.trajectory, c.trajectory_source = _trajectory(ws, rows, use_git=not device)
     return c
 
 
@@ -121,12 +122,12 @@ def _case_row(r: dict, c500: dict) -> CaseRow:
                    str(r.get("ref", "NA")), str(r.get("device", "NA")))
 
 
-def _trajectory(ws: Path, rows: list[dict]) -> tuple[list[IterPoint], str]:
-    """Git iterations when there are any; else verdicts grouped by candidate in timestamp order."""
+def _trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[IterPoint], str]:
+    """Git iterations when there are any (all devices); else verdicts grouped by candidate in timestamp order."""
     try:
         from kopt.loop import history
 
-        hist = history(ws)
+        hist = history(ws) if use_git else []
     except Exception:  # no git, no snapshots, an older layout: fall back to the ledger
         hist = []
     if hist:
@@ -243,12 +244,13 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
         from matplotlib.ticker import MaxNLocator
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(pts[0].iteration - 0.5, pts[-1].iteration + 0.5)
         ax.set_xlabel("iteration")
         ax.set_ylabel("geomean SPEEDUP")
         ax.legend(fontsize=8)
         ax.set_title(f"trajectory ({c.trajectory_source})")
     else:
-        _empty(ax, "no iterations yet")
+        _empty(ax, "no verdict iterations yet (for this device)" if c.trajectory_source == "none" else "no iterations yet")
     return _save(fig, path)
 
 
