@@ -170,7 +170,7 @@ def record_stagnation(ws: Path, hist: list[Iteration], worst: Optional[int]) -> 
     return True
 
 
-def status(ws: Path, last: int = 5, record: bool = True) -> StatusReport:
+def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] = None) -> StatusReport:
     """Iterations, best per case and overall, recent outcomes, stagnation (recorded in the ledger)."""
     from kopt import ranking
     from kopt.ledger import load_dicts
@@ -178,7 +178,7 @@ def status(ws: Path, last: int = 5, record: bool = True) -> StatusReport:
 
     ws = Path(ws)
     hist = history(ws)
-    df, _ = ranking.load_frame(ledger_file(ws))
+    df, _ = ranking.load_frame(ledger_file(ws), device)
     ranked = ranking.rank(df)
     top = ranking.records(ranked.head(1))
     since = since_improvement(hist)

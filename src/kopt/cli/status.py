@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from typing import Optional
+
 import typer
 
 
@@ -15,13 +17,14 @@ def command(
     last: int = typer.Option(5, "--last", min=0, help="How many recent iterations to list."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not record stagnation in the ledger."),
+    device: Optional[str] = typer.Option(None, "--device", help="Rank and list best-per-case rows of one device only."),
 ) -> None:
     """Where the loop stands; after 3 non-improving iterations, the re-profile protocol."""
     from kopt import loop
     from kopt.cli.common import out_console
     from kopt.paths import workspace
 
-    rep = loop.status(workspace(), last=last, record=not no_record)
+    rep = loop.status(workspace(), last=last, record=not no_record, device=device)
     if as_json:
         print(json.dumps(rep.to_dict(), indent=2))
         return
