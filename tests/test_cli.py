@@ -64,3 +64,13 @@ def test_parse_ids_ranges():
     from kopt.cli.common import parse_ids
 
     assert parse_ids("1,3,5-7") == [1, 3, 5, 6, 7] and parse_ids(None) is None
+
+
+def test_edit_text_runs_the_editor(monkeypatch):
+    """$EDITOR gets a temp file; what it leaves there comes back."""
+    from kopt.cli.common import edit_text
+
+    monkeypatch.setenv("VISUAL", "sed -i s/draft/final/")
+    assert edit_text("a draft\n") == "a final\n"
+    monkeypatch.setenv("VISUAL", "false")
+    assert edit_text("x") is None

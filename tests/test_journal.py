@@ -164,23 +164,23 @@ def test_log_without_flags_needs_a_terminal(ws):
 
 
 def test_log_opens_editor_in_a_terminal(ws, monkeypatch):
-    import click
+    from kopt.cli import common
 
     tty = types.SimpleNamespace(isatty=lambda: True)
     monkeypatch.setattr("kopt.cli.log.sys", types.SimpleNamespace(stdin=tty, stdout=tty))
     seen = {}
 
-    def fake_edit(text, extension=".md"):
+    def fake_edit(text, suffix=".md"):
         seen["template"] = text
         return text.replace("— iteration 1", "— from the editor").replace(
             "### Hypothesis\n", "### Hypothesis\n\nwritten in $EDITOR\n")
 
-    monkeypatch.setattr(click, "edit", fake_edit)
+    monkeypatch.setattr(common, "edit_text", fake_edit)
     assert kopt("log").exit_code == 0
     assert seen["template"].startswith("## Iteration 1 — iteration 1\n\n### Hypothesis\n\n### Changes")
     (e,) = journal.parse((ws / "ITERATIONS.md").read_text())
     assert (e.title, e.sections["Hypothesis"]) == ("from the editor", "written in $EDITOR")
-    monkeypatch.setattr(click, "edit", lambda text, extension=".md": None)
+    monkeypatch.setattr(common, "edit_text", lambda text, suffix=".md": None)
     res = kopt("log", "--replace")
     code, err = failure(res)
     assert code == 2 and "editor closed" in err

@@ -184,8 +184,8 @@ def bench_section(ws: Path) -> str:
         out.append(f"| {case} | {_fmt(r.get('runtime_ms'), '.4f')} | {_fmt(r.get('ref_runtime_ms'), '.4f')} | "
                    f"{_fmt(s, '.3f') + 'x' if s else 'NA'} | {r.get('status', 'NA')} |")
     gm, n = ranking.geomean_of(latest)
-    devices = sorted({f"{r.get('device', 'NA')} vs {r.get('ref', 'NA')}" for r in latest})
-    line = (f"Candidate `{got}` on {', '.join(devices)}: geomean speedup {_fmt(gm, '.3f')}x "
+    where = sorted({f"{r['device']} vs {r.get('ref') or 'NA'}" for r in latest if r.get("device") not in (None, "NA")})
+    line = (f"Candidate `{got}`{' on ' + ', '.join(where) if where else ''}: geomean speedup {_fmt(gm, '.3f')}x "
             f"over {n} correct case(s)")
     if cid and got != cid:
         line += f" (the current solution is `{cid}`, which has no verdict yet)"

@@ -44,3 +44,25 @@ def parse_ids(text: str | None, limit: int = 10_000) -> list[int] | None:
     except ValueError:
         raise bad from None
     return ids
+
+
+def edit_text(text: str, suffix: str = ".md") -> str | None:
+    """Open $VISUAL / $EDITOR (else vi) on `text` in a temp file; the edited text, or None if it failed."""
+    import os
+    import shlex
+    import subprocess
+    import tempfile
+
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    fd, name = tempfile.mkstemp(suffix=suffix, prefix="kopt-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        if subprocess.call([*shlex.split(editor), name]) != 0:
+            return None
+        with open(name) as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"cannot run the editor {editor!r}: {e.strerror or e}") from None
+    finally:
+        os.unlink(name)

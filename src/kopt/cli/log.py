@@ -24,9 +24,9 @@ def command(
     if not any((title, hypothesis, analysis, next_)):
         if not (sys.stdin.isatty() and sys.stdout.isatty()):
             raise UsageError("give --hypothesis/--analysis/--next/--title (no terminal to open $EDITOR in)")
-        import click
+        from kopt.cli import common
 
-        edit = lambda text: click.edit(text, extension=".md")  # noqa: E731
+        edit = common.edit_text
     entry = journal.log_iteration(workspace(), title=title, hypothesis=hypothesis, analysis=analysis,
                                   next_=next_, replace=replace, edit=edit)
     print(f"logged iteration {entry.number} — {entry.title} (ITERATIONS.md)")

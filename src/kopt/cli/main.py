@@ -94,11 +94,8 @@ def main() -> None:
         print("kopt: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # click usage errors and anything unexpected: one line, never a traceback
-        import click
-
-        # typer >= 0.2x vendors click: its usage errors derive from typer.TyperException, not click's.
-        usage = (click.exceptions.ClickException, getattr(typer, "TyperException", click.exceptions.ClickException))
-        if isinstance(e, usage) and hasattr(e, "format_message"):
+        # Usage errors of click, or of the click copy newer typer vendors, by shape (click may be absent).
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             print(f"kopt: error: {e.format_message()}", file=sys.stderr)
             sys.exit(e.exit_code if e.exit_code else 2)
         print(f"kopt: internal error: {type(e).__name__}: {e}", file=sys.stderr)
