@@ -45,6 +45,8 @@ class BenchOptions:
     keep_dir: Optional[Path] = None
     tag: str = ""
     run_id: Optional[str] = None
+    progress: Optional[Callable[[int], None]] = None
+    """Called with the number of cases the child has finished (for progress bars)."""
     """Appended to each row's variant label (e.g. `matrix`, `hidden-b5-s141`)."""
     hidden: bool = False
     """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
@@ -132,7 +134,7 @@ def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, r
     """Children evaluate the cases (one child for all unless one dies); then each is verified here."""
     jobs = [_make_job(path, c, device, opts, r) for c, r in zip(cases, rows)]
     try:
-        outcomes = run_jobs(jobs, opts.timeout_s)
+        outcomes = run_jobs(jobs, opts.timeout_s, opts.progress)
         for case, r, job, oc in zip(cases, rows, jobs, outcomes):
             t0 = time.perf_counter()
             r.overhead_s["child_wall"] = round(oc.wall_s, 3)

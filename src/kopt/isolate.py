@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from pydantic import BaseModel, Field
 
@@ -101,7 +101,8 @@ def run_child(job: Job, timeout_s: float) -> Outcome:
     return run_jobs([job], timeout_s)[0]
 
 
-def run_jobs(jobs: list[Job], timeout_s: float) -> list[Outcome]:
+def run_jobs(jobs: list[Job], timeout_s: float,
+             on_done: Optional[Callable[[int], None]] = None) -> list[Outcome]:
     """Evaluate jobs in as few children as possible, each job within `timeout_s`.
 
     One child runs the jobs in order (imports and compile caches are paid once). When a job kills
@@ -110,7 +111,7 @@ def run_jobs(jobs: list[Job], timeout_s: float) -> list[Outcome]:
     outcomes: list[Optional[Outcome]] = [None] * len(jobs)
     start = 0
     while start < len(jobs):
-        start = _run_batch(jobs, start, timeout_s, outcomes)
+        start = _run_batch(jobs, start, timeout_s, outcomes, on_done)
     return outcomes  # type: ignore[return-value]
 
 
@@ -119,7 +120,8 @@ def _done(job: Job) -> Optional[WorkerResult]:
     return r if r and r.phase == "done" else None
 
 
-def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list) -> int:
+def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
+               on_done: Optional[Callable[[int], None]] = None) -> int:
     """Run jobs[start:] in one child; fill outcomes; return the index to restart from."""
     batch = jobs[start:]
     for j in batch:
@@ -140,6 +142,8 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list) ->
             time.sleep(0.05)
             while cur < len(batch) and _done(batch[cur]):
                 cur, t_job = cur + 1, time.perf_counter()
+                if on_done:
+                    on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
             if time.perf_counter() - t_job > timeout_s:
                 timed_out = True
                 _kill_group(p)

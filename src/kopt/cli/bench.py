@@ -44,8 +44,11 @@ def command(
     opts = BenchOptions(device=device, cold=cold_cache, graph=graph, timeout_s=timeout, record=not no_record,
                         seeds=seeds, quick=quick, baseline=_choice(baseline, ("auto", "torch"), "--baseline"),
                         config=_json(config))
-    results = emit_results(lambda cb: evaluate(path, cases, opts, on_result=cb), machine, as_json,
-                           total=len(cases), wall_start=t0)
+    def go(on_result, on_progress):
+        opts.progress = on_progress
+        return evaluate(path, cases, opts, on_result=on_result)
+
+    results = emit_results(go, machine, as_json, total=len(cases), wall_start=t0)
     if not all(r.compiled and r.correct for r in results):
         raise typer.Exit(1)
 

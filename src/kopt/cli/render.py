@@ -11,11 +11,23 @@ from kopt.results import CaseResult, machine_line
 
 
 def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_start: float) -> list[CaseResult]:
-    """Run `run(callback)`; stream machine lines as they come, or render a table/JSON at the end."""
+    """Run `run(on_result, on_progress)`; machine lines as results come, else a table/JSON at the end.
+
+    A progress bar goes to stderr for people (never in --machine or --json mode).
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from kopt.cli.common import err_console
 
     err = err_console()
     done = []
+    bar = None if machine or as_json or not err.is_terminal else Progress(
+        TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
+    task = bar.add_task("cases", total=total) if bar else None
+
+    def on_progress(n: int) -> None:
+        if bar:
+            bar.update(task, completed=n)
 
     def on_result(r: CaseResult) -> None:
         done.append(r)
@@ -26,9 +38,13 @@ def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_s
         if r.message and r.status.value != "ok":
             err.print(f"[yellow]case {r.case}: {r.message}[/yellow]", highlight=False)
 
-    if not machine and not as_json:
+    if not machine and not as_json and not bar:
         err.print(f"[dim]evaluating {total} case(s)...[/dim]")
-    results = run(on_result)
+    if bar:
+        with bar:
+            results = run(on_result, on_progress)
+    else:
+        results = run(on_result, on_progress)
     wall = time.perf_counter() - wall_start
     if as_json:
         print(json.dumps({"results": [r.model_dump(mode="json") for r in results],
