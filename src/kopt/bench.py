@@ -87,12 +87,14 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     findings = static_check(path)
     commit = _git_head(path.parent)
     errors = [f for f in findings if f.severity == "error"]
+    warns = [f"{f.code} {Path(f.file).name if f.file else ''}:{f.line}: {f.message}" for f in findings
+             if f.severity != "error"]
     run_id = opts.run_id or uuid.uuid4().hex[:12]
     rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=_shown(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
                        case=case.id, variant=case.variant.label() + (f"-{opts.tag}" if opts.tag else ""),
-                       commit=commit, device=device) for case in cases]
+                       commit=commit, device=device, static_warnings=warns) for case in cases]
     if errors:
         for r in rows:
             r.status, r.message = Status.static_violation, "; ".join(f"{f.code}: {f.message}" for f in errors)[:500]

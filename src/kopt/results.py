@@ -122,6 +122,8 @@ class CaseResult(BaseModel):
     overhead_s: dict[str, float] = Field(default_factory=dict)
     commit: Optional[str] = None
     seed: Optional[int] = None
+    static_warnings: list[str] = Field(default_factory=list)
+    """Warnings of the static check (errors reject the candidate; warnings are shown, not fatal)."""
 
 
 def _num(v: Optional[float], fmt: str = "{:.4f}") -> str:

@@ -30,6 +30,10 @@ def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_s
             bar.update(task, completed=n)
 
     def on_result(r: CaseResult) -> None:
+        if not done and r.static_warnings:
+            err.print(f"[yellow]static check: {len(r.static_warnings)} warning(s)[/yellow]", highlight=False)
+            for w in r.static_warnings:
+                err.print(f"[yellow]  {w}[/yellow]", highlight=False, soft_wrap=True)
         done.append(r)
         if machine:
             print(machine_line(r), flush=True)
