@@ -30,6 +30,7 @@ def test_bench_shipped_candidate_case1_and_10(workspace):
     assert row.timing and row.timing.method == "host" and row.timing.n >= 1
     assert row.validation and row.validation.correct and row.validation.trials >= 1
     assert row.versions["tilelang"].startswith("0.1") and row.compile_s is not None
+    assert row.plan == {"path": "c-target"}  # the candidate's plan_info hook, recorded in the row
 
 
 def test_bench_json_and_paged_variant(workspace):

@@ -181,7 +181,7 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
     res = oc.result
     r.device = res.device_name if res else device
     if res:
-        r.backend, r.compile_s, r.versions = res.backend, res.compile_s, res.versions
+        r.backend, r.compile_s, r.versions, r.plan = res.backend, res.compile_s, res.versions, res.plan
         r.timing, r.ref_timing, r.ref = res.timing, res.ref_timing, res.ref_name
         r.speedup_ci = res.speedup_ci
         r.overhead_s.update({k: round(v, 3) for k, v in res.overhead_s.items()})

@@ -53,6 +53,7 @@ class WorkerResult(BaseModel):
     message: str = ""
     backend: str = "NA"
     compile_s: Optional[float] = None
+    plan: Optional[dict] = None
     outputs: list[SavedOutput] = Field(default_factory=list)
     timing: Optional[TimingStats] = None
     ref_timing: Optional[TimingStats] = None

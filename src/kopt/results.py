@@ -98,6 +98,8 @@ class CaseResult(BaseModel):
     technique: Optional[str] = None
     hypothesis: Optional[str] = None
     config: Optional[dict] = None
+    plan: Optional[dict] = None
+    """What the candidate says it ran (its optional `plan_info` hook): tuned or heuristic config."""
     case: int = 0
     variant: str = ""
     backend: str = "NA"

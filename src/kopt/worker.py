@@ -139,6 +139,7 @@ class Evaluation:
             self.held.append(first)  # a candidate returning this same buffer again is stale
         guards.sync(job.device)
         self.res.compile_s = guards.now() - t
+        self.res.plan = _plan_info(self.mod, w0, job.config)
 
         self.save("correctness")
         t = guards.now()
@@ -208,6 +209,20 @@ class Evaluation:
         pair = time_pair(fn_a, fn_b, job.device, opts)
         self.res.timing, self.res.ref_timing = pair.a, pair.b
         self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci
+
+
+def _plan_info(mod, w, config) -> dict | None:
+    """The candidate's own account of the plan it ran (optional hook); informational, so failures are NA."""
+    hook = getattr(mod, "plan_info", None)
+    if not callable(hook):
+        return None
+    try:
+        kw = w.kwargs() | ({"config": config} if config is not None else {})
+        info = hook(*w.args(), **kw)
+    except Exception as e:  # a report, not a result: never fails the evaluation
+        return {"error": f"{type(e).__name__}: {str(e)[:120]}"}
+    return {str(k): v for k, v in info.items() if isinstance(v, (int, float, str, bool, type(None)))} \
+        if isinstance(info, dict) else None
 
 
 def _versions() -> dict[str, str]:
