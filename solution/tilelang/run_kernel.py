@@ -195,9 +195,11 @@ def _run_cuda(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, co
 
 
 def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None, config=None) -> dict:
-    """The resolved CUDA plan of a call (block_N, num_splits, ...), for reports."""
+    """The resolved plan of a call (block_N, num_splits, ...; CPU: the C-target path), for reports."""
+    if not q.is_cuda:
+        return {"path": "c-target"}
     p = _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, config)
-    return {"block_N": p.block_N, "num_splits": p.num_splits, "num_stages": p.num_stages, "threads": p.threads,
+    return {"path": "cuda", "block_N": p.block_N, "num_splits": p.num_splits, "num_stages": p.num_stages, "threads": p.threads,
             "paged": p.paged, "page_size": p.page}
 
 
