@@ -1,0 +1,80 @@
+"""The shipped kernel on CUDA: the correctness matrix of the kernel issue (gpu marker; skipped without CUDA).
+
+14 cases x fp16/bf16 x contiguous/paged 16/64/256, plus ragged lengths, head dim 64, MHA and MQA shapes;
+each output against the fp32 reference with kopt's own tolerance rule (2 x the torch baseline's error + floor).
+"""
+
+import pytest
+
+from conftest import SHIPPED
+
+CASE_IDS = list(range(1, 15))
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    from kopt import candidate
+
+    return candidate.load(SHIPPED)
+
+
+def _check(kernel, case, seed=0):
+    import torch
+
+    from kopt import baselines, verify
+    from kopt.reference import reference
+    from kopt.workload import make_workload
+
+    w = make_workload(case, seed, "cuda")
+    out = kernel.run(*w.args(), **w.kwargs())
+    torch.cuda.synchronize()
+    ref = reference(w)
+    chk = verify.check_output(out, ref, baselines.torch_attention(w), w.q)
+    assert chk.status.value == "ok", f"case {case.id} {case.variant.label()}: {chk.detail}"
+
+
+def _case(i, **variant):
+    from kopt.cases import load_cases, select
+
+    return select(load_cases(), [i])[0].with_variant(**variant)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [None, 16, 64, 256], ids=["contig", "p16", "p64", "p256"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("cid", CASE_IDS)
+def test_fourteen_cases(kernel, cid, dtype, page):
+    _check(kernel, _case(cid, dtype=dtype, page_size=page or 0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", [3, 5, 8, 10, 12, 14])
+@pytest.mark.parametrize("page", [None, 64])
+def test_ragged(kernel, cid, page):
+    _check(kernel, _case(cid, seqlens="ragged", page_size=page or 0), seed=7)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", [1, 4, 10, 13])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_head_dim_64(kernel, cid, dtype):
+    _check(kernel, _case(cid, head_dim=64, dtype=dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_heads,gqa", [(32, 1), (8, 1), (1, 32), (1, 8), (2, 16)], ids=["MHA32", "MHA8", "MQA32", "MQA8", "G16"])
+@pytest.mark.parametrize("page", [None, 256])
+def test_mha_mqa(kernel, kv_heads, gqa, page):
+    c = _case(10, page_size=page or 0, seqlens="ragged")
+    c = c.model_copy(update={"kv_heads": kv_heads, "gqa": gqa, "batch": 3, "seqlen_k": 3001})
+    _check(kernel, c, seed=3)
+
+
+@pytest.mark.gpu
+def test_bad_gqa_ratio_is_a_value_error(kernel):
+    import torch
+
+    q = torch.zeros(1, 1, 6, 128, device="cuda", dtype=torch.float16)
+    k = torch.zeros(1, 8, 4, 128, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="multiple"):
+        kernel.run(q, k, k, torch.full((1,), 8, dtype=torch.int32, device="cuda"))
