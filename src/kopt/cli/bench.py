@@ -31,6 +31,7 @@ def command(
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for verdicts)."),
     baseline: str = typer.Option("auto", "--baseline", help="auto (flash-attn where it runs) | torch."),
     config: Optional[str] = typer.Option(None, "--config", help="JSON config passed to run(config=...)."),
+    hidden: bool = typer.Option(False, "--hidden", help="Also check an unseen shape per case (batch+3, seqlen+13, ragged; untimed)."),
 ) -> None:
     """Compile, check and time a candidate against flash_attn_with_kvcache on one or more cases."""
     from kopt.bench import BenchOptions, evaluate
@@ -43,7 +44,7 @@ def command(
     path = resolve(candidate or default_candidate())
     opts = BenchOptions(device=device, cold=cold_cache, graph=graph, timeout_s=timeout, record=not no_record,
                         seeds=seeds, quick=quick, baseline=_choice(baseline, ("auto", "torch"), "--baseline"),
-                        config=_json(config))
+                        config=_json(config), hidden=hidden)
     def go(on_result, on_progress):
         opts.progress = on_progress
         return evaluate(path, cases, opts, on_result=on_result)
