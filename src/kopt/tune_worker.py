@@ -12,7 +12,6 @@ configs (filling TileLang's disk cache for the timing child) and saves nothing e
 from __future__ import annotations
 
 import sys
-import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -300,23 +299,10 @@ class TuneRun:
 
 def main(argv: list[str]) -> int:
     """Entry point of the tuning child."""
-    from kopt.worker import Reject
+    from kopt.worker import run_to_result
 
     job = TuneJob.model_validate_json(Path(argv[1]).read_text())
-    tr = TuneRun(job)
-    try:
-        if job.device == "cuda":
-            import torch
-
-            torch.cuda.init()
-        tr.run()
-    except Reject as r:
-        tr.res.status, tr.res.message = r.status, str(r)
-        tr.save("done")
-    except Exception as e:  # a harness bug or a candidate escaping the guards: still a result
-        tr.res.status, tr.res.message = _status_of(e), f"{type(e).__name__}: {str(e)[:300]}"
-        traceback.print_exc()
-        tr.save("done")
+    run_to_result(TuneRun(job), job.device)
     return 0
 
 

@@ -259,10 +259,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _evaluate(job: Job) -> None:
-    ev = Evaluation(job)
+def run_to_result(ev, device: str) -> None:
+    """Run an evaluation (`.run()`, `.res`, `.save()`); every failure still ends as a saved result."""
     try:
-        if job.device == "cuda":
+        if device == "cuda":
             import torch
 
             torch.cuda.init()
@@ -275,6 +275,12 @@ def _evaluate(job: Job) -> None:
         ev.res.message = f"{type(e).__name__}: {str(e)[:300]}"
         traceback.print_exc()
         ev.save("done")
+
+
+def _evaluate(job: Job) -> None:
+    ev = Evaluation(job)
+    try:
+        run_to_result(ev, job.device)
     finally:
         ev.held.clear()
         if job.device == "cuda":
