@@ -66,7 +66,7 @@ def torch_attention(w: Workload):
     import torch.nn.functional as F
 
     k, v = w.logical_kv()
-    b, s = k.shape[0], k.shape[1]
+    s = k.shape[1]
     q = w.q.transpose(1, 2)                       # [B, Hq, 1, D]
     kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, S, D]
     mask = torch.arange(s, device=k.device)[None, :] < w.cache_seqlens[:, None].to(k.device)
