@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Everything the recorded H200 results rest on, in one bounded run; logs and ledger rows end up in
 # OUTDIR/campaign.tgz.   usage: bash scripts/h200_campaign.sh OUTDIR [STEP ...]
-# Steps (default: all, in this order): doctor gputests wall bench bf16 paged256 paged64 paged16 calibrate
-#   repeat12 ncu12 profile verify
+# Steps (default: all, in this order): doctor wall bench bf16 paged256 calibrate repeat12 ncu12 profile
+#   paged64 paged16 gputests verify
 set -u
 out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
 mkdir -p "$out/logs"
-steps=${*:-doctor gputests wall bench bf16 paged256 paged64 paged16 calibrate repeat12 ncu12 profile verify}
+steps=${*:-doctor wall bench bf16 paged256 calibrate repeat12 ncu12 profile paged64 paged16 gputests verify}
 export PYTHONUNBUFFERED=1 KOPT_WORKSPACE=$PWD
 log=$out/logs
 deadline=$(( $(date +%s) + ${CAMPAIGN_BUDGET_S:-3600} ))   # steps past the budget are skipped
