@@ -32,3 +32,16 @@ def test_schema_errors_skipped_not_fatal(tmp_path):
     got = load(CaseResult, f)
     assert [r.row_id for r in got.rows] == ["y"] and got.skipped[0][0] == 1
     assert len(load_dicts(f).rows) == 2
+
+
+def test_unwritable_ledger_fails_before_any_work(tmp_path):
+    import pytest
+
+    from kopt.errors import LedgerError
+    from kopt.ledger import check_writable
+
+    (tmp_path / "c.jsonl").mkdir()
+    with pytest.raises(LedgerError, match="cannot write ledger"):
+        check_writable(tmp_path / "c.jsonl")
+    check_writable(tmp_path / "sub" / "ok.jsonl")
+    assert (tmp_path / "sub" / "ok.jsonl").exists()

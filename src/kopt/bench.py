@@ -82,6 +82,8 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     from kopt.integrity import static_check
 
     path = candidate.resolve(path)
+    if opts.record:
+        ledger.check_writable(opts.ledger or paths.ledger_file())
     device = resolve_device(opts.device)
     chash = candidate.content_hash(path)
     findings = static_check(path)

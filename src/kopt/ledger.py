@@ -46,6 +46,17 @@ def append(path: Path, rows: Iterable[BaseModel]) -> int:
     return data.count(b"\n")
 
 
+def check_writable(path: Path) -> None:
+    """Fail early (LedgerError, exit 2) when rows could not be appended, before any work is done."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as e:
+        raise LedgerError(f"cannot write ledger {path}: {e.strerror or e}") from None
+
+
 def _last_byte(path: Path) -> bytes:
     with open(path, "rb") as f:
         f.seek(-1, os.SEEK_END)
