@@ -139,16 +139,21 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
         p = subprocess.Popen([sys.executable, "-m", "kopt.worker", str(first / "jobs.json")],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              env=env, start_new_session=True)
-        while p.poll() is None:
-            time.sleep(0.05)
-            while cur < len(batch) and _done(batch[cur]):
-                cur, t_job = cur + 1, time.perf_counter()
-                if on_done:
-                    on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
-            if time.perf_counter() - t_job > timeout_s:
-                timed_out = True
-                _kill_group(p)
-                break
+        try:
+            while p.poll() is None:
+                time.sleep(0.05)
+                while cur < len(batch) and _done(batch[cur]):
+                    cur, t_job = cur + 1, time.perf_counter()
+                    if on_done:
+                        on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
+                if time.perf_counter() - t_job > timeout_s:
+                    timed_out = True
+                    _kill_group(p)
+                    break
+        except BaseException:  # Ctrl-C or SIGTERM here: the child runs in its own session, end it too
+            _kill_group(p)
+            p.wait()
+            raise
         rc = p.wait()
     wall = time.perf_counter() - t0
     tail = (first / "child.log").read_bytes()[-4000:].decode(errors="replace")

@@ -79,6 +79,10 @@ for _name, _mod in COMMANDS.items():
 
 def main() -> None:
     """Console entry point: domain errors become one stderr line and their exit code."""
+    import signal
+
+    # SIGTERM unwinds like Ctrl-C, so evaluation children (in their own sessions) are ended too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         # Without standalone mode click *returns* the code of a typer.Exit instead of exiting with it.
         rc = app(standalone_mode=False)

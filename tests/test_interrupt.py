@@ -1,0 +1,40 @@
+"""Ctrl-C or SIGTERM on `kopt bench` ends its evaluation child too (children run in their own session)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SLEEPY = ("import time\nBACKEND = 'torch'\n"
+          "def run(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None):\n"
+          "    time.sleep(600)\n")
+
+
+def _workers(tag: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"kopt.worker .*{tag}"], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_ends_the_child(workspace, tmp_path, sig):
+    cand = tmp_path / "sleepy.py"
+    cand.write_text(SLEEPY)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "TMPDIR": str(tmp_path)}
+    p = subprocess.Popen([sys.executable, "-m", "kopt", "bench", "--case", "1", "--device", "cpu", "--no-record",
+                          "--candidate", str(cand), "--machine"], env=env, cwd=workspace,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not _workers(str(tmp_path)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert _workers(str(tmp_path)), "the evaluation child never started"
+    time.sleep(1.0)
+    p.send_signal(sig)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode in (130, 143), err
+    assert "Traceback" not in err
+    time.sleep(0.5)
+    assert not _workers(str(tmp_path)), "evaluation child left running"
