@@ -202,23 +202,12 @@ def _evaluate_one(path: str, item):
 
 def run_verdict(path, cf, opts, perf_ids, on_result, gpus: Sequence[str]):
     """kopt.verdict.run with every row (perf, matrix, hidden) spread over GPUs; same rows, same order."""
-    import random
-    from dataclasses import replace
     from functools import partial
 
     from kopt import verdict
     from kopt.results import CaseResult, Status
 
-    by_id = {c.id: c for c in cf.cases}
-    perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind == "perf"]
-    base = replace(opts, mode="verdict")
-    check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
-    groups: list[list] = [[(c, base) for c in perf], [], []]
-    for m in cf.verify.matrix:
-        groups[1] += [(by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size,
-                                             seqlens=m.seqlens), replace(check, tag="matrix")) for i in m.cases]
-    for h in verdict.hidden_cases(perf, cf.verify.hidden, random.Random()):
-        groups[2].append((h, replace(check, tag=f"hidden-b{h.batch}-s{h.seqlen_k}")))
+    groups = verdict.plan(cf, opts, perf_ids)
     items = [it for g in groups for it in g]
 
     def row(r: PoolResult) -> CaseResult:

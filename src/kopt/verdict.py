@@ -64,21 +64,35 @@ def hidden_cases(perf: list[Case], n: int, rng: random.Random) -> list[Case]:
     return out
 
 
+def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None) -> list[list[tuple[Case, BenchOptions]]]:
+    """The Verdict's three groups (perf, matrix, hidden) as (case, options) pairs, all under one run_id."""
+    import uuid
+
+    by_id = {c.id: c for c in cf.cases}
+    perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind == "perf"]
+    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12])
+    check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
+    matrix = replace(check, tag="matrix")
+    groups: list[list[tuple[Case, BenchOptions]]] = [[(c, base) for c in perf], [], []]
+    for m in cf.verify.matrix:
+        groups[1] += [(by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size,
+                                             seqlens=m.seqlens), matrix) for i in m.cases]
+    rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
+    for h in hidden_cases(perf, cf.verify.hidden, rng):
+        groups[2].append((h, replace(check, tag=f"hidden-b{h.batch}-s{h.seqlen_k}")))
+    return groups
+
+
 def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
         on_result: Optional[Callable[[CaseResult], None]] = None) -> Verdict:
     """Run the whole Verdict; every row goes to the ledger with mode=verdict."""
-    by_id = {c.id: c for c in cf.cases}
-    perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind == "perf"]
-    import uuid
+    from itertools import groupby
 
-    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12])
-    v = Verdict(evaluate(path, perf, base, on_result), [], [])
-    check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
-    for m in cf.verify.matrix:
-        cases = [by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size, seqlens=m.seqlens)
-                 for i in m.cases]
-        v.matrix += evaluate(path, cases, replace(check, tag="matrix"), on_result)
-    rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
-    for h in hidden_cases(perf, cf.verify.hidden, rng):
-        v.hidden += evaluate(path, [h], replace(check, tag=f"hidden-b{h.batch}-s{h.seqlen_k}"), on_result)
-    return v
+    rows: list[list[CaseResult]] = []
+    for group in plan(cf, opts, perf_ids):
+        out: list[CaseResult] = []
+        # Consecutive cases with the same options share one evaluation (one child process).
+        for o, items in groupby(group, key=lambda it: it[1]):
+            out += evaluate(path, [c for c, _ in items], o, on_result)
+        rows.append(out)
+    return Verdict(*rows)
