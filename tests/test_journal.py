@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from kopt import journal, ledger
+from kopt import atomic, journal, ledger
 from kopt.cli.main import app
 from kopt.errors import KoptError, UsageError
 from kopt.journal import Entry
@@ -20,15 +20,7 @@ from kopt.results import CaseResult
 from kopt.vcs import candidate_hash
 
 
-@pytest.fixture(autouse=True)
-def git_env(tmp_path, monkeypatch):
-    """Real git, isolated from the user's config, with a fixed identity."""
-    (tmp_path / "gitconfig").write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for who in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{who}_NAME", "kopt test")
-        monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")
+pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 
 
 def kopt(*args: str):
@@ -94,7 +86,7 @@ def test_add_entry_keeps_hand_edits_and_is_atomic(tmp_path, monkeypatch):
     p.write_text(hand)
     calls = []
     real = os.replace
-    monkeypatch.setattr(journal.os, "replace", lambda a, b: (calls.append((a, b)), real(a, b)))
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (calls.append((a, b)), real(a, b)))
     journal.add_entry(p, Entry(number=2, title="new", sections={"Next": "x"}))
     assert p.read_text() == hand + "\n## Iteration 2 — new\n\n### Next\n\nx\n"
     assert calls and Path(calls[0][1]) == p and Path(calls[0][0]).parent == tmp_path
@@ -112,7 +104,7 @@ def test_write_atomic_failure_keeps_old_text(tmp_path, monkeypatch):
     def boom(a, b):
         raise OSError("disk full")
 
-    monkeypatch.setattr(journal.os, "replace", boom)
+    monkeypatch.setattr(atomic.os, "replace", boom)
     with pytest.raises(OSError):
         journal.write_atomic(p, "new\n")
     assert p.read_text() == "old\n" and [f.name for f in tmp_path.iterdir()] == ["ITERATIONS.md"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -79,9 +78,7 @@ def run(path: Path, cases: list[Case], opts) -> Calibration:
     spreads = [e.spread for e in entries if e.spread is not None]
     cal = Calibration(device=device, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       commit=commit, ref=ref, entries=entries, spread=max(spreads) if spreads else DEFAULT_SPREAD)
-    f = calibration_file(device)
-    f.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cal.model_dump(mode="json"), indent=2) + "\n")
-    os.replace(tmp, f)
+    from kopt import atomic
+
+    atomic.write_text(calibration_file(device), json.dumps(cal.model_dump(mode="json"), indent=2) + "\n")
     return cal

@@ -14,6 +14,7 @@ _WATCHED = (
     ("torch.Tensor", "data_ptr"), ("torch.cuda.Event", "record"), ("torch.cuda.Event", "elapsed_time"),
     ("kopt.timing", "time_fn"), ("kopt.timing", "time_pair"), ("kopt.guards", "snapshot"),
     ("kopt.guards", "changed"), ("kopt.isolate", "write_result"),
+    ("kopt.atomic", "write_text"),
 )
 
 

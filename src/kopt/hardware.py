@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -186,17 +185,9 @@ def read_cached(name: str, cache_dir: Optional[Path] = None) -> Optional[CopyCei
 
 def write_cached(entry: CopyCeiling, cache_dir: Optional[Path] = None) -> Path:
     """Write a copy-ceiling entry atomically (temp file in the same folder, then rename)."""
-    f = cache_file(entry.device, cache_dir)
-    f.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f.name, suffix=".tmp", dir=f.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(entry.model_dump(), indent=2) + "\n")
-        os.replace(tmp, f)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return f
+    from kopt import atomic
+
+    return atomic.write_text(cache_file(entry.device, cache_dir), json.dumps(entry.model_dump(), indent=2) + "\n")
 
 
 def measure_copy_gbps(device: str, nbytes: int = COPY_BYTES, reps: int = 10) -> float:

@@ -185,7 +185,6 @@ def read_result(out_dir: Path) -> Optional[WorkerResult]:
 
 def write_result(out_dir: Path, r: WorkerResult) -> None:
     """Atomic write of result.json (write, then rename) so the parent never reads half a file."""
-    f = Path(out_dir) / "result.json"
-    tmp = f.with_suffix(".tmp")
-    tmp.write_text(r.model_dump_json())
-    os.replace(tmp, f)
+    from kopt import atomic
+
+    atomic.write_text(Path(out_dir) / "result.json", r.model_dump_json(), fsync=False)

@@ -19,9 +19,7 @@ text (never a re-render of the whole file), so hand edits of older entries survi
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -109,17 +107,9 @@ def render(entries: list[Entry], preamble: str = PREAMBLE) -> str:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write a file so readers see the old or the new text, never half of it."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from kopt import atomic
+
+    atomic.write_text(path, text)
 
 
 def journal_file(ws: Path) -> Path:

@@ -30,9 +30,7 @@ import csv
 import io
 import json
 import math
-import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Optional
@@ -208,19 +206,16 @@ def write(path: Path, rows: list[TuningRow]) -> Path:
 
 
 def _write_raw(path: Path, header: list[str], rows: list[dict]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
-            w = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
-            w.writeheader()
-            for r in rows:
-                w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in header})
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    import io
+
+    from kopt import atomic
+
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in header})
+    atomic.write_text(path, buf.getvalue(), newline="")
 
 
 def upsert(path: Path, new: list[TuningRow]) -> Path:
