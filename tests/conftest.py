@@ -38,3 +38,14 @@ def workspace(tmp_path, monkeypatch) -> Path:
     shutil.copy(REPO / "bench" / "cases.yaml", ws / "bench" / "cases.yaml")
     monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
     return ws
+
+
+@pytest.fixture
+def git_env(tmp_path, monkeypatch):
+    """Real git, isolated from the user's config, with a fixed identity."""
+    (tmp_path / "gitconfig").write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for who in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{who}_NAME", "kopt test")
+        monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")

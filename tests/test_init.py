@@ -20,15 +20,7 @@ EXPECTED = ["README.md", "SKILL.md", "HINTS.md", "ITERATIONS.md", "candidates.js
             ".gitignore"]
 
 
-@pytest.fixture(autouse=True)
-def git_env(tmp_path, monkeypatch):
-    """Real git, isolated from the user's config, with a fixed identity."""
-    (tmp_path / "gitconfig").write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for who in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{who}_NAME", "kopt test")
-        monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")
+pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 
 
 def test_init_scaffolds_and_commits(tmp_path):

@@ -20,15 +20,7 @@ CASES = (1, 2, 3)
 REAL = os.environ.get("KOPT_TEST_REAL_VERDICT") == "1"
 
 
-@pytest.fixture(autouse=True)
-def git_env(tmp_path, monkeypatch):
-    """Real git, isolated from the user's config, with a fixed identity."""
-    (tmp_path / "gitconfig").write_text("")
-    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "gitconfig"))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for who in ("AUTHOR", "COMMITTER"):
-        monkeypatch.setenv(f"GIT_{who}_NAME", "kopt test")
-        monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")
+pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 
 
 def kopt(*args: str, code: int = 0):
