@@ -74,3 +74,19 @@ def test_honest_torch_candidate_ok(workspace):
                                  "--candidate", str(CANDIDATES / "torch_honest.py")])
     assert r.exit_code == 0, r.output
     assert parse_line(r.stdout.strip())["BACKEND"] == "torch"
+
+
+def test_baseline_failure_is_baseline_error_not_a_candidate_failure():
+    """The child reports a failed baseline explicitly; the row stays correct with SPEEDUP NA."""
+    from kopt import bench
+    from kopt.cases import load_cases
+    from kopt.isolate import Outcome, WorkerResult
+    from kopt.results import Status, TimingStats
+
+    t = TimingStats(method="host", median_ms=1.0, q1_ms=1.0, q3_ms=1.0, min_ms=1.0, n=3, rel_iqr=0.0)
+    res = WorkerResult(phase="done", status=Status.ok, timing=t, baseline_failed=True,
+                       message="baseline torch-cpu failed: RuntimeError: x", compile_s=0.1)
+    r = CaseResult(row_id="r", case=1)
+    bench._fill_from_child(r, Outcome(res, 0, False, 1.0, ""), "cpu")
+    bench._derive(r, load_cases()[0], "cpu")
+    assert r.status == Status.baseline_error and r.correct and r.speedup is None and r.runtime_ms == 1.0

@@ -103,10 +103,8 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     else:
         _run_cases(path, cases, device, opts, rows)
     for case, r in zip(cases, rows):
-        t0 = time.perf_counter()
         if not errors and opts.hidden and r.correct:
-            _check_hidden(path, case, device, opts, r)
-        r.overhead_s["hidden_s"] = round(time.perf_counter() - t0, 3)
+            _check_hidden(path, case, device, opts, r)  # records overhead_s["hidden"]
         if opts.record:
             ledger.append(opts.ledger or paths.ledger_file(), [r])
         if on_result:
@@ -196,6 +194,8 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
     fail = oc.failure()
     if fail:
         r.status, r.message = fail[0], fail[1]
+    elif res and res.baseline_failed:
+        r.status = Status.baseline_error  # the candidate ran; SPEEDUP is NA because the baseline did not
     # Compilation happens on first use: a candidate whose first call (or `prepare`) failed did not compile.
     first_call_failed = fail is not None and res is not None and res.compile_s is None
     r.compiled = r.status.compiled and res is not None and res.phase not in ("start", "import") \
@@ -265,8 +265,6 @@ def _derive(r: CaseResult, case: Case, device: str) -> None:
                 r.message = f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured copy ceiling {ceiling:.0f} GB/s"
     if r.correct and r.speedup is not None and r.speedup_ci is not None:
         r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, calibrate.aa_spread(r.device))
-    if r.correct and r.ref_runtime_ms is None and r.runtime_ms is not None and r.status == Status.ok and "baseline" in r.message:
-        r.status = Status.baseline_error
 
 
 def _git_head(start: Path) -> Optional[str]:

@@ -61,6 +61,7 @@ class WorkerResult(BaseModel):
     speedup: Optional[float] = None
     speedup_ci: Optional[tuple[float, float]] = None
     ref_name: str = "NA"
+    baseline_failed: bool = False
     ref_note: str = ""
     device_name: str = "NA"
     versions: dict[str, str] = Field(default_factory=dict)

@@ -201,6 +201,7 @@ class Evaluation:
             guards.sync(job.device)
         except Exception as e:
             self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
+            self.res.baseline_failed = True
             self.res.timing = time_fn(cand, job.device, opts)
             return
         # ab: candidate vs baseline; A/A pairs time one function against itself (calibration).
