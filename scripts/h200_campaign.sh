@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Everything the recorded H200 results rest on, in one bounded run; logs and ledger rows end up in
 # OUTDIR/campaign.tgz.   usage: bash scripts/h200_campaign.sh OUTDIR [STEP ...]
-# Steps (default: all, in this order): doctor wall bench bf16 paged256 calibrate repeat12 ncu12 profile
-#   paged64 paged16 gputests verify
+# Steps (default: all, in this order): doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12
+#   profile paged64 paged16 gputests verify
+# Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), tune10 (kopt tune --case 10),
+#   tuneall (kopt tune --all --quick --max-configs $K), lookup (the tuned config per case shape),
+#   stash / restore (keep the tuning table and ledger in $STASH between two runs on one host).
 set -u
 out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
 mkdir -p "$out/logs"
-steps=${*:-doctor wall bench bf16 paged256 calibrate repeat12 ncu12 profile paged64 paged16 gputests verify}
+steps=${*:-doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12 profile paged64 paged16 gputests verify}
+stash=${STASH:-/tmp/kopt-stash}
 export PYTHONUNBUFFERED=1 KOPT_WORKSPACE=$PWD
 log=$out/logs
 deadline=$(( $(date +%s) + ${CAMPAIGN_BUDGET_S:-3600} ))   # steps past the budget are skipped
@@ -22,7 +26,23 @@ run() {  # run NAME LIMIT_S CMD...: stdout/stderr to logs, wall time and rc appe
 }
 for s in $steps; do case $s in
   doctor)    run doctor 60 python3 -m kopt doctor --json ;;
-  gputests)  run gputests 420 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests ;;
+  prewarm)   run prewarm 240 python3 scripts/prewarm_kernels.py ;;
+  gputests)  run gputests 420 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests ;;
+  ab)        run ab_fused0 150 python3 -m kopt bench --case 8,10,13,14 --cold-cache --machine --quick \
+               --config '{"fused": 0}' ;;
+  tune10)    run tune_case10 150 python3 -m kopt tune --case 10 ;;
+  tuneall)   run tune_all_quick 1200 python3 -m kopt tune --all --quick --max-configs "${K:-6}" ;;
+  lookup)    run lookup 60 python3 -c 'import sys, json
+sys.path.insert(0, "solution/tilelang")
+import run_kernel
+from kopt.cases import load_cases
+from kopt.workload import make_workload
+for c in load_cases():
+    w = make_workload(c, 0, "cuda")
+    print(c.id, json.dumps(run_kernel.plan_info(*w.args(), **w.kwargs())))
+    del w' ;;
+  stash)     mkdir -p "$stash"; cp -r results candidates.jsonl "$stash/" ;;
+  restore)   if [[ -d $stash/results ]]; then cp -rn "$stash/results/." results/; cp "$stash/candidates.jsonl" .; fi ;;
   wall)      run wall_compile 120 python3 -m kopt bench --case 10 --cold-cache --machine --no-record
              run wall_warm 60 python3 -m kopt bench --case 10 --cold-cache --machine ;;
   bench)     run bench_fp16 420 python3 -m kopt bench --all --cold-cache --machine ;;
@@ -35,7 +55,8 @@ for s in $steps; do case $s in
   ncu12)     run ncu12_fa2 300 python3 -m kopt profile --case 12 --tool ncu --candidate bench/fa2_candidate.py --json ;;
   profile)   run profile10 300 python3 -m kopt profile --case 10 --tool ncu --json
              run profile12 300 python3 -m kopt profile --case 12 --tool ncu --json ;;
-  verify)    run verify 600 python3 -m kopt verify --machine --technique shipped --hypothesis "the shipped kernel passes the verdict on the H200" ;;
+  verify)    run verify 600 python3 -m kopt verify --machine --technique "${VERIFY_TECHNIQUE:-shipped}" \
+               --hypothesis "${VERIFY_HYPOTHESIS:-the shipped kernel passes the verdict on the H200}" ;;
   *) echo "unknown step $s" >&2 ;;
 esac; done
 cp candidates.jsonl "$out/logs/" 2>/dev/null

@@ -90,3 +90,20 @@ def test_baseline_failure_is_baseline_error_not_a_candidate_failure():
     bench._fill_from_child(r, Outcome(res, 0, False, 1.0, ""), "cpu")
     bench._derive(r, load_cases()[0], "cpu")
     assert r.status == Status.baseline_error and r.correct and r.speedup is None and r.runtime_ms == 1.0
+
+
+def test_candidate_id_covers_imported_sibling_modules(tmp_path):
+    """Editing a module the candidate imports from its folder makes another candidate id; an
+    unrelated file in that folder does not."""
+    from kopt.candidate import content_hash, sources
+
+    (tmp_path / "helper.py").write_text("X = 1\n")
+    (tmp_path / "other.py").write_text("Y = 1\n")
+    cand = tmp_path / "cand.py"
+    cand.write_text("import torch\nimport helper\nBACKEND = 'torch'\n")
+    assert [p.name for p in sources(cand)] == ["cand.py", "helper.py"]
+    h0 = content_hash(cand)
+    (tmp_path / "other.py").write_text("Y = 2\n")
+    assert content_hash(cand) == h0
+    (tmp_path / "helper.py").write_text("X = 2\n")
+    assert content_hash(cand) != h0

@@ -7,6 +7,7 @@ without a GPU (skipped when nvcc is missing).
 import importlib.util
 import math
 import pathlib
+import re
 import shutil
 
 import pytest
@@ -163,19 +164,50 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not pathlib.Pat
 @pytest.mark.parametrize(
     "shape",
     [
-        dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True),
+        dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True, fused=False),
         dict(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=True),
     ],
-    ids=["fp16-contig-split", "bf16-paged16-split"],
+    ids=["fp16-contig-split-unfused", "bf16-paged16-split-fused"],
 )
 def test_cuda_sm90a_lowers_and_compiles(rk, shape):
     src = rk.build_cuda_source(**shape)  # main + combine kernels, CUDA C++ for sm_90a
     assert "__global__" in src and "combine_kernel" in src
-    with_combine = shape["dtype"] == "float16"  # the combine kernel is nvcc-compiled once
-    info = rk.compile_cuda_check(with_combine=with_combine, **shape)
-    assert set(info) == ({"main", "combine"} if with_combine else {"main"})
+    fused = shape.get("fused", True)
+    info = rk.compile_cuda_check(**shape)
+    assert set(info) == ({"main"} if fused else {"main", "combine"})
+    if fused:
+        # one prim_func, two device kernels: the split kernel and the combine kernel behind it,
+        # launched by the same host call
+        kernels = re.findall(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', info["main"]["source"])
+        assert sorted(set(kernels)) == ["decode_split_combine_kernel", "decode_split_combine_kernel_1"]
     for name in info:
         assert info[name]["cubin_bytes"] > 0
         assert all(s == 0 for s in info[name]["spill_bytes"]), info[name]["ptxas_log"][-2000:]
     assert 0 < info["main"]["dyn_smem_bytes"] <= 227 * 1024
     assert "mma" in info["main"]["source"]  # QK^T and PV on the tensor cores
+
+
+@pytest.mark.parametrize("num_splits", [1, 5, 16, 17, 40])
+def test_combine_merge_arithmetic(rk, num_splits):
+    """The split-KV combine (chunked loads, running max) run as a C-target kernel: equals the
+    softmax-weighted sum of the partials, and empty splits (LSE -inf) weigh nothing."""
+    import sys
+
+    import tilelang
+
+    cu = sys.modules["tl_decode_cuda"]  # imported by run_kernel.py from its own folder
+    kern = tilelang.compile(cu.build_combine_serial(4, 8), target="c")
+    g = torch.Generator().manual_seed(num_splits)
+    opart = torch.randn(2, 4, num_splits, 8, generator=g)
+    lse = torch.randn(2, 4, num_splits, generator=g) * 3
+    lse[0, 1, :] = -math.inf  # a row whose splits are all empty: output 0
+    opart[0, 1, :] = 0
+    if num_splits > 2:
+        lse[1, 2, 1] = -math.inf
+        opart[1, 2, 1] = 0
+    out = torch.full((2, 4, 8), float("nan"))
+    kern(opart, lse, out)
+    w = torch.softmax(lse * math.log(2.0), dim=-1).nan_to_num(0.0)
+    ref = (w[..., None] * opart).sum(2)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert out[0, 1].abs().max() == 0

@@ -78,3 +78,27 @@ def test_bad_gqa_ratio_is_a_value_error(kernel):
     k = torch.zeros(1, 8, 4, 128, device="cuda", dtype=torch.float16)
     with pytest.raises(ValueError, match="multiple"):
         kernel.run(q, k, k, torch.full((1,), 8, dtype=torch.int32, device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid", CASE_IDS)
+def test_tuned_config_in_use(kernel, cid):
+    """The committed tuning table for this GPU drives the kernel: for every case with a tuned row,
+    the plan the kernel resolves carries that row's block_N / num_splits (and the output is correct)."""
+    import sys
+
+    import torch
+
+    from kopt.workload import make_workload
+
+    lookup = sys.modules["tuning_lookup"]  # the candidate's own reader, imported from its folder
+    case = _case(cid)
+    w = make_workload(case, 0, "cuda")
+    cfg = lookup.lookup_for(w.q, w.k_cache, w.block_table)
+    if cfg is None:
+        pytest.skip(f"no tuned row for case {cid} on {torch.cuda.get_device_name()} in {lookup.table_path()}")
+    plan = kernel.plan_info(*w.args(), **w.kwargs())
+    for key in ("block_N", "num_splits"):
+        if cfg.get(key):  # 0 means "the heuristic chooses"
+            assert plan[key] == int(cfg[key]), (plan, cfg)
+    _check(kernel, case)

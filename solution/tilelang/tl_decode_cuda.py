@@ -49,8 +49,12 @@ def build_decode(
     threads: int,
     split: bool,
     scale: float,
+    fused: bool = True,
 ):
-    """TileLang prim_func of the main decode kernel (split or direct-output variant)."""
+    """TileLang prim_func of the main decode kernel (split or direct-output variant).
+
+    With ``split`` and ``fused`` the prim_func holds both kernels (split, then combine): one host
+    call launches them back to back, so no Python runs between the two launches."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -72,6 +76,7 @@ def build_decode(
         return b, pos
 
     policy = T.GemmWarpPolicy.FullCol
+    combine_body = _combine_macro(T, accum, dtype)
 
     @T.macro
     def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE):
@@ -138,6 +143,26 @@ def build_decode(
                 if i < G:
                     Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
 
+    if split and fused:
+
+        @T.prim_func
+        def decode_split_combine(
+            Q: T.Tensor([batch, hq, d], dtype),
+            K: T.Tensor(kv_shape, dtype),
+            V: T.Tensor(kv_shape, dtype),
+            L: T.Tensor([batch], "int32"),
+            BT: T.Tensor([batch, max_pages], "int32"),
+            Opart: T.Tensor([batch, hq, num_splits, d], accum),
+            LSE: T.Tensor([batch, hq, num_splits], accum),
+            Out: T.Tensor([batch, hq, d], dtype),
+        ):
+            with T.Kernel(num_splits, hkv, batch, threads=threads) as (sid, h, b):
+                body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
+            with T.Kernel(hq, batch, threads=d) as (hh, b2):
+                combine_body(Opart, LSE, Out, hh, b2, num_splits, T.get_thread_binding())
+
+        return decode_split_combine
+
     if split:
 
         @T.prim_func
@@ -170,6 +195,73 @@ def build_decode(
     return decode_direct
 
 
+_COMBINE_UNROLL = 16
+
+
+def _combine_macro(T, accum: str, dtype: str):
+    """Body of the combine kernel, one CTA of d threads per (batch, query head); thread tx owns
+    output column tx. One pass over the splits in chunks of _COMBINE_UNROLL: a chunk's LSE and
+    partial-O values are all loaded before any is used (independent loads in flight instead of one
+    dependent load per split), then merged with a running max (online softmax). Indices past the
+    last split are clamped and get weight 0."""
+    U = _COMBINE_UNROLL
+
+    @T.macro
+    def combine_body(Opart, LSE, Out, hh, b, num_splits, tx):
+        lse_c = T.alloc_local([U], accum)
+        o_c = T.alloc_local([U], accum)
+        m = T.alloc_var(accum)
+        m_new = T.alloc_var(accum)
+        sc = T.alloc_var(accum)
+        lsum = T.alloc_var(accum)
+        acc = T.alloc_var(accum)
+        m = -T.infinity(accum)
+        lsum = 0.0
+        acc = 0.0
+        for c in T.serial(T.ceildiv(num_splits, U)):
+            for u in T.unroll(U):
+                lse_c[u] = T.if_then_else(c * U + u < num_splits, LSE[b, hh, T.min(c * U + u, num_splits - 1)],
+                                          -T.infinity(accum))
+                o_c[u] = Opart[b, hh, T.min(c * U + u, num_splits - 1), tx]
+            m_new = m
+            for u in T.unroll(U):
+                m_new = T.max(m_new, lse_c[u])
+            if m_new > -T.infinity(accum):
+                sc = T.exp2(m - m_new)  # 0 while m is still -inf
+                lsum = lsum * sc
+                acc = acc * sc
+                for u in T.unroll(U):
+                    lsum += T.exp2(lse_c[u] - m_new)  # an empty split (lse -inf) weighs 0
+                    acc += T.exp2(lse_c[u] - m_new) * o_c[u]
+                m = m_new
+        Out[b, hh, tx] = T.cast(T.if_then_else(lsum > 0, acc / lsum, 0.0), dtype)
+
+    return combine_body
+
+
+def build_combine_serial(hq: int, d: int):
+    """The combine kernel's body with a serial loop over the output columns instead of a thread
+    per column: the same merge arithmetic as a C-target kernel, so CPU tests can run it."""
+    import tilelang.language as T
+
+    accum = "float32"
+    batch = T.dynamic("batch")
+    num_splits = T.dynamic("num_splits")
+    combine_body = _combine_macro(T, accum, accum)
+
+    @T.prim_func
+    def combine_serial(
+        Opart: T.Tensor([batch, hq, num_splits, d], accum),
+        LSE: T.Tensor([batch, hq, num_splits], accum),
+        Out: T.Tensor([batch, hq, d], accum),
+    ):
+        with T.Kernel(hq, batch) as (hh, b):
+            for tx in T.serial(d):
+                combine_body(Opart, LSE, Out, hh, b, num_splits, tx)
+
+    return combine_serial
+
+
 def build_combine(dtype: str, hq: int, d: int):
     """Merge split partials: O = sum_s 2^(lse_s - lse) * O_s with lse = log2 sum_s 2^lse_s."""
     import tilelang.language as T
@@ -177,6 +269,7 @@ def build_combine(dtype: str, hq: int, d: int):
     accum = "float32"
     batch = T.dynamic("batch")
     num_splits = T.dynamic("num_splits")
+    combine_body = _combine_macro(T, accum, dtype)
 
     @T.prim_func
     def combine(
@@ -185,22 +278,7 @@ def build_combine(dtype: str, hq: int, d: int):
         Out: T.Tensor([batch, hq, d], dtype),
     ):
         with T.Kernel(hq, batch, threads=d) as (hh, b):
-            tx = T.get_thread_binding()
-            lmax = T.alloc_var(accum)
-            lsum = T.alloc_var(accum)
-            acc = T.alloc_var(accum)
-            lmax = -T.infinity(accum)
-            for s in T.serial(num_splits):
-                lmax = T.max(lmax, LSE[b, hh, s])
-            lsum = 0.0
-            acc = 0.0
-            if lmax > -T.infinity(accum):
-                for s in T.serial(num_splits):
-                    w = T.exp2(LSE[b, hh, s] - lmax)
-                    lsum += w
-                    acc += w * Opart[b, hh, s, tx]
-                acc = acc / lsum
-            Out[b, hh, tx] = T.cast(acc, dtype)
+            combine_body(Opart, LSE, Out, hh, b, num_splits, T.get_thread_binding())
 
     return combine
 
@@ -210,7 +288,7 @@ def build_combine(dtype: str, hq: int, d: int):
 # ----------------------------------------------------------------------------------------------
 def default_config(G: int, d: int, page_size: int | None) -> dict:
     """Static part of the default config; block_N / num_splits 0 mean "chosen per call" (choose_tiling)."""
-    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128}
+    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1}
 
 
 def sm_count(device) -> int:
@@ -287,15 +365,18 @@ def _compile(func, target):
     return tilelang.compile(func, target=target, pass_configs=_pass_configs())
 
 
-def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target):
+def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
+               fused=True):
+    fused = bool(fused and split)
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target))
+           float(scale), str(target), fused)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
-                f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale)
+                f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
+                                 fused)
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -325,14 +406,15 @@ def _pass_configs():
 
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
-                threads=128, split=True, scale=None, arch="sm_90a"):
+                threads=128, split=True, scale=None, arch="sm_90a", fused=True):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
         raise ValueError(f"head_dim must be 64 or 128, got {d}")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
-                num_stages=num_stages, threads=threads, split=bool(split), scale=scale), arch
+                num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
+                fused=bool(fused and split)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
@@ -369,7 +451,7 @@ def _lowered(args: dict, arch: str, which: str) -> tuple:
 def build_cuda_source(**shape) -> str:
     args, arch = _shape_args(**shape)
     src, _ = _lowered(args, arch, "main")
-    if args["split"]:
+    if args["split"] and not args["fused"]:
         src = src + "\n// ---- combine ----\n" + _lowered(args, arch, "combine")[0]
     return src
 
@@ -409,11 +491,11 @@ def _nvcc_cubin(source: str, arch: str) -> dict:
 
 
 def compile_cuda_check(with_combine: bool = True, **shape) -> dict:
-    """Lower the main (and, when split and with_combine, the combine) kernel for `arch` (default
-    sm_90a) and nvcc-compile them to cubin; needs nvcc, no GPU. Returns per kernel: cubin_bytes,
+    """Lower the main (and, when split, unfused and with_combine, the combine) kernel for `arch`
+    (default sm_90a) and nvcc-compile them to cubin (a fused main holds both kernels); needs nvcc, no GPU. Returns per kernel: cubin_bytes,
     registers, spill_bytes, ptxas_log, dyn_smem_bytes, source."""
     args, arch = _shape_args(**shape)
     lowered = {"main": _lowered(args, arch, "main")}
-    if args["split"] and with_combine:
+    if args["split"] and not args["fused"] and with_combine:
         lowered["combine"] = _lowered(args, arch, "combine")
     return {name: dict(_nvcc_cubin(src, arch), dyn_smem_bytes=smem, source=src) for name, (src, smem) in lowered.items()}

@@ -24,9 +24,40 @@ def resolve(path: Path | str) -> Path:
     return p
 
 
+def sources(path: Path) -> list[Path]:
+    """The candidate file, then the modules of its own folder that it imports (directly or through
+    one another), sorted by name: the code a candidate id stands for."""
+    import ast
+
+    path = Path(path)
+    seen: dict[str, Path] = {}
+    todo = [path]
+    while todo:
+        f = todo.pop()
+        try:
+            tree = ast.parse(f.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for name in names:
+                sib = path.parent / (name.split(".")[0] + ".py")
+                if sib != path and sib.name not in seen and sib.is_file():
+                    seen[sib.name] = sib
+                    todo.append(sib)
+    return [path] + [seen[k] for k in sorted(seen)]
+
+
 def content_hash(path: Path) -> str:
-    """sha256 of the candidate file bytes; the first 12 hex digits are its candidate id."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """sha256 of the candidate file's bytes, followed by each sibling module it imports (name and
+    bytes): editing tl_decode_cuda.py beside run_kernel.py makes another candidate. The first 12
+    hex digits are the candidate id."""
+    files = sources(path)
+    h = hashlib.sha256(Path(path).read_bytes())
+    for f in files[1:]:
+        h.update(b"\0" + f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def candidate_id(path: Path) -> str:

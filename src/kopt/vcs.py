@@ -12,7 +12,6 @@ Only the workspace paths are ever staged, and commits are made with an explicit 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -70,9 +69,12 @@ class CommitResult:
 
 
 def candidate_hash(path: Path) -> tuple[Optional[str], Optional[str]]:
-    """(sha256 hex of the file's bytes, candidate_id = its first 12 hex), or (None, None) when absent."""
+    """(kopt.candidate.content_hash of the candidate, candidate_id = its first 12 hex), or (None, None)
+    when absent."""
+    from kopt.candidate import content_hash
+
     try:
-        h = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        h = content_hash(Path(path))
     except OSError:
         return None, None
     return h, h[:12]
