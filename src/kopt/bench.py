@@ -268,12 +268,15 @@ def _derive(r: CaseResult, case: Case, device: str) -> None:
 
 
 def _git_head(start: Path) -> Optional[str]:
-    """Short commit of the repository holding the candidate, or None."""
+    """Short commit of the repository holding the candidate; in a copy of a workspace without git
+    metadata (a GPU host given a copy of the tree), the commit named by $KOPT_COMMIT; else None."""
+    import os
     import subprocess
 
     try:
         p = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=start, capture_output=True,
                            text=True, timeout=5)
+        head = p.stdout.strip() if p.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return p.stdout.strip() or None if p.returncode == 0 else None
+        head = ""
+    return head or os.environ.get("KOPT_COMMIT", "").strip()[:12] or None
