@@ -5,14 +5,13 @@ instead of compiling one after the other (about 10 s each on an H200 host).
 
     python3 scripts/prewarm_kernels.py [--jobs N] [--list]
 
-The variants: every (dtype, layout, query heads, kv heads, head dim) that bench/cases.yaml, the GPU
-test matrix and the verify matrix use, with the tile and split choices the kernel's heuristic and
-its tuning configs make (see specs()). Prints one line per finished kernel and a summary.
+The variants: the kernel each shape resolves to (the candidate's own plan: heuristic, tuning table)
+for the benches' variants, the GPU test matrix, the verify matrix and the tuning configs tried
+first (see _shapes()). Needs a CUDA device (the plan reads its unit count and arch). Prints one line per finished kernel and a summary.
 """
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -22,33 +21,60 @@ from multiprocessing import get_context
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOL = os.path.join(ROOT, "solution", "tilelang")
 
-DTYPES = ("float16", "bfloat16")
-PAGES = (0, 16, 64, 256)
-CASE_HEADS = ((32, 4), (32, 8))  # (hq, hkv) of the 14 cases: GQA 8 and 4
-# MHA / MQA / G16 shapes of the GPU tests (batch 3, 3001 keys: split, 64-key tiles)
-OTHER_HEADS = ((32, 32), (8, 8), (32, 1), (8, 1), (32, 2))
+def _shapes():
+    """(case, config) pairs: the benches' variants, the GPU test matrix, the verify matrix and the
+    first / second / last tuning config of every case."""
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from kopt.cases import load_cases
+
+    cases = load_cases()
+    out = []
+    for c in cases:
+        for dtype in ("fp16", "bf16"):
+            for page in (0, 16, 64, 256):
+                out.append((c.with_variant(dtype=dtype, page_size=page), None))
+        if c.id in (1, 4, 10, 13):
+            for dtype in ("fp16", "bf16"):
+                out.append((c.with_variant(dtype=dtype, head_dim=64), None))
+        if c.id == 10:
+            for kv, g in ((32, 1), (8, 1), (1, 32), (1, 8), (2, 16)):
+                for page in (0, 256):
+                    m = c.with_variant(page_size=page, seqlens="ragged")
+                    out.append((m.model_copy(update={"kv_heads": kv, "gqa": g, "batch": 3, "seqlen_k": 3001}), None))
+    return out
 
 
 def specs() -> list[tuple]:
-    """(kind, dtype, hq, hkv, d, page, block_N, split, fused) of every kernel the runs use: the split
-    heuristic picks direct kernels with 64- or 128-key tiles or split kernels with 64-key tiles;
-    tuning also tries split kernels with 128-key tiles (fp16, contiguous)."""
-    out = []
-    for dtype in DTYPES:
-        for hq, hkv in CASE_HEADS:
-            for page in PAGES:
-                out += [("decode", dtype, hq, hkv, 128, page, 64, False, True),
-                        ("decode", dtype, hq, hkv, 128, page, 128, False, True),
-                        ("decode", dtype, hq, hkv, 128, page, 64, True, True)]
-            out += [("decode", dtype, hq, hkv, 64, 0, 64, False, True),
-                    ("decode", dtype, hq, hkv, 64, 0, 64, True, True)]
-    for hq, hkv in CASE_HEADS:
-        out.append(("decode", "float16", hq, hkv, 128, 0, 128, True, True))
-    for hq, hkv in OTHER_HEADS:
-        for page in (0, 256):
-            out.append(("decode", "float16", hq, hkv, 128, page, 64, True, True))
-    out.append(("combine", "float16", 32, 4, 128, 0, 0, True, False))  # the unfused variant's combine
-    return out
+    """Distinct kernels (the arguments of tl_decode_cuda.get_decode) the shapes resolve to."""
+    import torch
+
+    sys.path.insert(0, SOL)
+    import run_kernel as rk
+
+    seen = {}
+    for case, _ in _shapes():
+        v = case.variant
+        dt = torch.float16 if v.dtype == "fp16" else torch.bfloat16
+        b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
+        q = torch.empty((b, 1, case.q_heads, d), device="cuda", dtype=dt)
+        one = torch.empty((1, 1, 1, 1), device="cuda", dtype=dt)
+        bt = None
+        if v.page_size:
+            pages = -(-s // v.page_size)
+            k = one.expand(b * pages, v.page_size, hkv, d)
+            bt = torch.empty((b, pages), device="cuda", dtype=torch.int32)
+        else:
+            k = one.expand(b, s, hkv, d)
+        cfgs = [None]
+        if v.dtype == "fp16" and not v.page_size and v.head_dim == 128 and case.id <= 14:
+            allc = rk.configs({"seqlen_k": s})
+            cfgs += [allc[1], allc[-1]]
+        for cfg in cfgs:
+            p = rk._cuda_plan(q, k, bt, None, cfg)
+            spec = (p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads,
+                    p.num_splits > 1, p.scale, p.fused, p.tps)
+            seen.setdefault(spec, None)
+    return list(seen)
 
 
 def _compile(spec: tuple) -> tuple:
@@ -58,13 +84,12 @@ def _compile(spec: tuple) -> tuple:
     import tl_decode_cuda as cu
 
     t0 = time.perf_counter()
-    kind, dtype, hq, hkv, d, page, bn, split, fused = spec
+    dtype, hq, hkv, d, paged, page, bn, stages, threads, split, scale, fused, tps = spec
     target = cu.cuda_target(torch.device("cuda", 0))
-    scale = 1.0 / math.sqrt(d)
-    if kind == "combine":
+    k = cu.get_decode(dtype, hq, hkv, d, paged, page, bn, stages, threads, split, scale, target, fused, tps)
+    if split and not fused:
         cu.get_combine(dtype, hq, d, target)
-    else:
-        cu.get_decode(dtype, hq, hkv, d, page > 0, page, bn, 1, 128, split, scale, target, fused)
+    del k
     return spec, time.perf_counter() - t0
 
 

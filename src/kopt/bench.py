@@ -268,15 +268,19 @@ def _derive(r: CaseResult, case: Case, device: str) -> None:
 
 
 def _git_head(start: Path) -> Optional[str]:
-    """Short commit of the repository holding the candidate; in a copy of a workspace without git
-    metadata (a GPU host given a copy of the tree), the commit named by $KOPT_COMMIT; else None."""
+    """Short commit of the workspace: $KOPT_COMMIT when set (a GPU host given a copy of the tree,
+    whose own git metadata, if any, need not match what was copied), else the HEAD of the
+    repository holding the candidate, else None."""
     import os
     import subprocess
 
+    pinned = os.environ.get("KOPT_COMMIT", "").strip()[:12]
+    if pinned:
+        return pinned
     try:
         p = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=start, capture_output=True,
                            text=True, timeout=5)
         head = p.stdout.strip() if p.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):
         head = ""
-    return head or os.environ.get("KOPT_COMMIT", "").strip()[:12] or None
+    return head or None
