@@ -1,0 +1,82 @@
+"""Write the rows of one or more `kopt bench` runs from candidates.jsonl as a results CSV.
+
+    python3 scripts/export_bench_csv.py RUN_ID [RUN_ID ...] [--ledger candidates.jsonl] [--out FILE]
+
+RUN_ID: a run_id of the ledger (a prefix is enough; `kopt candidates --json` lists them). One CSV row
+per case row, in ledger order: device, date, commit, candidate id, case, variant, runtime, FA2 (or
+named baseline) runtime, speedup with its 95% CI, GB/s, % of the copy ceiling, timing method, samples,
+the CUDA-event cross-check and the mean SM clock. Values that were not measured are written as NA.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+COLUMNS = ["device", "date", "commit", "candidate_id", "case", "variant", "runtime_ms", "ref_runtime_ms", "ref",
+           "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_copy_ceiling", "noisy", "method", "samples",
+           "events_median_ms", "mean_clock_mhz", "status", "correct", "run_id"]
+
+
+def _fmt(x, nd: int) -> str:
+    return "NA" if x is None else f"{x:.{nd}f}"
+
+
+def rows_for(ledger: Path, run_ids: list[str]) -> list[dict]:
+    rows = []
+    for n, line in enumerate(ledger.read_text().splitlines(), 1):
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            print(f"export_bench_csv: {ledger}:{n}: not a JSON row (torn line?), skipped", file=sys.stderr)
+            continue
+        rid = r.get("run_id") or ""
+        if r.get("kind", "case") == "case" and any(rid.startswith(p) for p in run_ids):
+            rows.append(r)
+    return rows
+
+
+def to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in rows:
+        t = r.get("timing") or {}
+        ci = r.get("speedup_ci") or [None, None]
+        w.writerow([r.get("device") or "NA", (r.get("timestamp") or "NA")[:10], r.get("commit") or "NA",
+                    r.get("candidate_id") or "NA", r.get("case"), r.get("variant") or "NA",
+                    _fmt(r.get("runtime_ms"), 6), _fmt(r.get("ref_runtime_ms"), 6), r.get("ref") or "NA",
+                    _fmt(r.get("speedup"), 4), _fmt(ci[0], 4), _fmt(ci[1], 4), _fmt(r.get("gbps"), 1),
+                    _fmt(r.get("pct_peak"), 1), "NA" if t.get("noisy") is None else int(bool(t["noisy"])),
+                    t.get("method") or "NA", t.get("n", "NA"), _fmt(t.get("events_median_ms"), 6),
+                    _fmt(t.get("mean_clock_mhz"), 1), r.get("status") or "NA", r.get("correct"), r.get("run_id")])
+    return buf.getvalue()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_ids", nargs="+", metavar="RUN_ID")
+    ap.add_argument("--ledger", type=Path, default=Path("candidates.jsonl"))
+    ap.add_argument("--out", type=Path, default=None, help="CSV file (default: stdout)")
+    a = ap.parse_args(argv)
+    if not a.ledger.is_file():
+        print(f"export_bench_csv: ledger not found: {a.ledger}", file=sys.stderr)
+        return 2
+    rows = rows_for(a.ledger, a.run_ids)
+    missing = [p for p in a.run_ids if not any((r.get("run_id") or "").startswith(p) for r in rows)]
+    if missing:
+        print(f"export_bench_csv: no case rows for run id(s) {', '.join(missing)}", file=sys.stderr)
+        return 2
+    text = to_csv(rows)
+    if a.out:
+        a.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
