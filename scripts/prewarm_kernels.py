@@ -72,7 +72,7 @@ def specs() -> list[tuple]:
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
             spec = (p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads,
-                    p.num_splits > 1, p.scale, p.fused, p.tps)
+                    p.num_splits > 1, p.scale, getattr(p, "fused", False), getattr(p, "tps", 0))
             seen.setdefault(spec, None)
     return list(seen)
 
@@ -86,7 +86,8 @@ def _compile(spec: tuple) -> tuple:
     t0 = time.perf_counter()
     dtype, hq, hkv, d, paged, page, bn, stages, threads, split, scale, fused, tps = spec
     target = cu.cuda_target(torch.device("cuda", 0))
-    k = cu.get_decode(dtype, hq, hkv, d, paged, page, bn, stages, threads, split, scale, target, fused, tps)
+    extra = (tps,) if tps else ()  # kernels with a static tiles-per-split variant take it last
+    k = cu.get_decode(dtype, hq, hkv, d, paged, page, bn, stages, threads, split, scale, target, fused, *extra)
     if split and not fused:
         cu.get_combine(dtype, hq, d, target)
     del k
