@@ -31,13 +31,13 @@ def kopt(*args: str, code: int = 0):
     return res
 
 
-def fake_verdict(ws: Path, speedup: float, correct: bool = True) -> str:
+def fake_verdict(ws: Path, speedup: float, correct: bool = True, device: str = "cpu") -> str:
     """Verdict rows for the current solution, as `kopt verify` will append them; returns the candidate id."""
     h, cid = candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")
     rows = [CaseResult(row_id=uuid.uuid4().hex, mode="verdict", candidate_hash=h, candidate_id=cid, case=c,
                        compiled=True, correct=correct or c != 2, status="ok" if correct or c != 2 else
                        "incorrect_numerical", runtime_ms=0.1 / speedup, ref_runtime_ms=0.1, speedup=speedup,
-                       device="cpu", backend="tilelang") for c in CASES]
+                       device=device, backend="tilelang") for c in CASES]
     ledger.append(ws / "candidates.jsonl", rows)
     return cid
 
@@ -149,3 +149,42 @@ def test_late_verdict_and_no_verdict(tmp_path, monkeypatch):
     fake_verdict(ws, 1.3)
     it = loop.history(ws)[0]
     assert (it.outcome, it.geomean) == ("improved", pytest.approx(1.3))
+
+
+def test_outcomes_compare_iterations_on_one_device(tmp_path, monkeypatch):
+    """A GPU verdict is judged against earlier GPU iterations, never against a CPU geomean."""
+    ws = tmp_path / "dev"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    for k, (speedup, device) in enumerate([(0.7, "cpu"), (1.4, "H200"), (1.39, "H200"), (0.75, "cpu")], 1):
+        edit_solution(ws, k)
+        fake_verdict(ws, speedup, device=device)
+        if k == 3:  # the Bench section names the previous best on the same device
+            bench = journal.bench_section(ws)
+            assert "previous best 1.400x (iter 2" in bench and "not improved" in bench, bench
+        kopt("log", "--title", f"try {k}", "--hypothesis", f"h {k}", "--analysis", f"a {k}", "--next", f"n {k}")
+        kopt("commit", "-m", f"try {k}")
+    hist = loop.history(ws)
+    assert [(it.device, it.outcome) for it in hist] == [
+        ("cpu", "improved"), ("H200", "improved"), ("H200", "not improved"), ("cpu", "improved")]
+    assert hist[1].best_before is None and hist[2].best_before == pytest.approx(1.4)
+    assert loop.best_iteration(hist, "H200").iteration == 2 and loop.best_iteration(hist, "cpu").iteration == 4
+
+
+def test_changes_count_from_the_last_iteration_commit(tmp_path, monkeypatch):
+    """A kernel edit committed on its own before measuring (so rows can name its commit) still
+    shows in the next entry's Changes: the diff runs from the last [iter N] commit."""
+    import git
+
+    from kopt import vcs
+
+    ws = tmp_path / "chg"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    iteration(ws, 1, 1.2)
+    edit_solution(ws, 2)
+    repo = git.Repo(ws)
+    repo.index.add(["solution/tilelang/run_kernel.py"])
+    repo.index.commit("kernel edit, committed before the GPU run")
+    assert "solution/tilelang/run_kernel.py" in vcs.diff_stat(ws)
+    assert "solution/tilelang/run_kernel.py" not in repo.git.diff("--stat", "HEAD")  # what HEAD alone would show

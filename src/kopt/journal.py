@@ -179,11 +179,13 @@ def bench_section(ws: Path) -> str:
             f"over {n} correct case(s)")
     if cid and got != cid:
         line += f" (the current solution is `{cid}`, which has no verdict yet)"
-    best = loop.best_iteration(loop.history(ws))
+    dev = ranking.verdict_device(latest)
+    hist = [it for it in loop.history(ws) if it.candidate_id != got or it.device != dev]  # not this verdict's own
+    best = loop.best_iteration(hist, dev)
     if best is None or best.geomean is None:
-        line += "; no previous best iteration."
+        line += f"; no previous best iteration on {dev or 'this device'}."
     elif gm is not None:
-        thr = loop.threshold(ws)
+        thr = loop.threshold(ws, dev)
         verdict = "improved" if gm >= best.geomean * (1 + thr) else "not improved"
         line += (f"; previous best {best.geomean:.3f}x (iter {best.iteration}, `{best.candidate_id}`): "
                  f"{(gm / best.geomean - 1) * 100:+.1f}% -> {verdict} (threshold +{thr * 100:.1f}%).")

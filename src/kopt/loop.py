@@ -39,6 +39,8 @@ class Iteration:
     """improved | not improved | failed"""
     best_before: Optional[float] = None
     snapshot: str = ""
+    device: Optional[str] = None
+    """Device of the iteration's verdict; outcomes compare only iterations on one device."""
 
 
 @dataclass
@@ -90,34 +92,47 @@ def current_candidate(ws: Path) -> Optional[str]:
 
 
 def history(ws: Path) -> list[Iteration]:
-    """Every committed iteration with its outcome under the improvement rule."""
+    """Every committed iteration with its outcome under the improvement rule.
+
+    Geomeans are compared per device: an iteration verified on an H200 is judged against the best
+    earlier H200 iteration, never against a CPU one; the first verdict on a device is an improvement
+    (the device's first best)."""
     from kopt import ranking
     from kopt.ledger import load_dicts
     from kopt.paths import ledger_file
     from kopt.vcs import snapshots
 
-    thr, best, rows, out = threshold(ws), None, None, []
+    best: dict = {}
+    thr: dict = {}
+    rows, out = None, []
     for path, m in snapshots(ws):
-        gm, n, failed = m.geomean, m.n_cases, m.failed
-        if m.verdict_rows == 0 and m.candidate_id:  # committed before its verdict: use a later one
+        gm, n, failed, dev = m.geomean, m.n_cases, m.failed, m.device
+        if (m.verdict_rows == 0 or dev is None) and m.candidate_id:  # verdict after the commit, or an old meta
             rows = load_dicts(ledger_file(ws)).rows if rows is None else rows
             late = ranking.latest_verdict(rows, m.candidate_id)
-            (gm, n), failed = ranking.geomean_of(late), ranking.failed(late)
+            if m.verdict_rows == 0:
+                (gm, n), failed = ranking.geomean_of(late), ranking.failed(late)
+            dev = ranking.verdict_device(late)
+        if dev not in thr:
+            thr[dev] = threshold(ws, dev)
+        prev = best.get(dev)
         if failed or gm is None:
             outcome = "failed"
-        elif best is None or gm >= best * (1 + thr):
+        elif prev is None or gm >= prev * (1 + thr[dev]):
             outcome = "improved"
         else:
             outcome = "not improved"
-        out.append(Iteration(m.iteration, m.label, m.candidate_id, gm, n, outcome, best, path.name))
+        out.append(Iteration(m.iteration, m.label, m.candidate_id, gm, n, outcome, prev, path.name, dev))
         if outcome == "improved":
-            best = gm
+            best[dev] = gm
     return out
 
 
-def best_iteration(hist: list[Iteration]) -> Optional[Iteration]:
-    """The last improving iteration (by the rule, the best so far), or None."""
-    return next((it for it in reversed(hist) if it.outcome == "improved"), None)
+def best_iteration(hist: list[Iteration], device: Optional[str] = None) -> Optional[Iteration]:
+    """The last improving iteration (by the rule, the best so far), or None; with `device`, the
+    last improving iteration on that device."""
+    return next((it for it in reversed(hist) if it.outcome == "improved"
+                 and (device is None or it.device == device)), None)
 
 
 def since_improvement(hist: list[Iteration]) -> int:

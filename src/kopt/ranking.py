@@ -61,6 +61,12 @@ def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None) -> list[dict
     return sorted(latest.values(), key=lambda r: (r.get("case") or 0, r.get("variant") or ""))
 
 
+def verdict_device(rows: Iterable[dict]) -> Optional[str]:
+    """The device a set of verdict rows was measured on (the first row's; None when unknown)."""
+    dev = next((r.get("device") for r in rows if r.get("device") not in (None, "", "NA")), None)
+    return dev
+
+
 def geomean_of(rows: Iterable[dict]) -> tuple[Optional[float], int]:
     """(geomean speedup over the correct rows, number of such rows); (None, 0) when there are none."""
     logs = [math.log(s) for r in rows if r.get("correct") is True and (s := row_speedup(r))]

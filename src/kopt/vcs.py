@@ -53,6 +53,8 @@ class SnapshotMeta(BaseModel):
     verdict_rows: int = Field(0, ge=0)
     failed: bool = True
     """No verdict, or a verdict row that is incorrect or not ok."""
+    device: Optional[str] = None
+    """Device of that verdict (geomeans are compared only between iterations on one device)."""
     parent_commit: Optional[str] = None
     """HEAD before this iteration's commit."""
     branch: str = ""
@@ -130,14 +132,27 @@ def next_iteration(ws: Path, fallback: int = 1) -> int:
         return fallback
 
 
+def last_iteration_commit(repo) -> Optional[str]:
+    """hexsha of the newest `[iter N]` commit reachable from HEAD, or None."""
+    if not repo.head.is_valid():
+        return None
+    for c in repo.iter_commits("HEAD", max_count=2000):
+        if ITER_RE.match(c.message):
+            return c.hexsha
+    return None
+
+
 def diff_stat(ws: Path) -> Optional[str]:
-    """`git diff --stat HEAD` of the workspace paths plus untracked files; None outside git."""
+    """`git diff --stat` of the workspace paths since the last `[iter N]` commit (HEAD when there is
+    none), working tree included: what this iteration changed, also when part of it was committed
+    on its own before measuring; plus untracked files. None outside git."""
     try:
         repo = open_repo(ws)
     except WorkspaceError:
         return None
     specs = _pathspecs(repo, ws)
-    stat = repo.git.diff("--stat", "HEAD", "--", *specs) if repo.head.is_valid() else ""
+    base = last_iteration_commit(repo) or ("HEAD" if repo.head.is_valid() else None)
+    stat = repo.git.diff("--stat", base, "--", *specs) if base else ""
     new = repo.git.ls_files("--others", "--exclude-standard", "--", *specs).splitlines()
     lines = [stat] if stat else []
     lines += [f" {p} (new, untracked)" for p in new]
@@ -176,7 +191,7 @@ def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
     gm, n_cases = ranking.geomean_of(rows)
     meta = SnapshotMeta(iteration=n, label=label, description=description, created=now.isoformat(timespec="seconds"),
                         candidate_hash=h, candidate_id=cid, geomean=gm, n_cases=n_cases, verdict_rows=len(rows),
-                        failed=ranking.failed(rows), branch=repo.active_branch.name,
+                        failed=ranking.failed(rows), device=ranking.verdict_device(rows), branch=repo.active_branch.name,
                         parent_commit=repo.head.commit.hexsha if repo.head.is_valid() else None)
     traj = ws / "trajectory"
     traj.mkdir(exist_ok=True)
