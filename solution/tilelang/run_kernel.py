@@ -76,7 +76,7 @@ def _check_config(config):
 # ----------------------------------------------------------------------------------------------
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
-                 "fused", "tps", "scale", "target", "main", "comb", "dummy_bt", "opart", "lse")
+                 "fused", "scale", "target", "main", "comb", "dummy_bt", "opart", "lse")
 
 
 _PLANS: dict = {}
@@ -107,17 +107,13 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.threads = int(cfg.get("threads") or base["threads"])
     p.fused = bool(int(cfg.get("fused", base["fused"])))
     bn = int(cfg.get("block_N") or 0)
-    if bn not in (0, 32, 64, 128) or p.threads not in (128, 256) or p.num_stages not in (0, 1, 2, 3):
+    if bn not in (0, 32, 64, 128) or p.threads not in (128, 256) or p.num_stages not in (0, 1):
         raise ValueError(f"unsupported CUDA config block_N={bn} threads={p.threads} num_stages={p.num_stages} "
-                         "(block_N in 32/64/128, threads 128/256, num_stages 0-3)")
+                         "(block_N in 32/64/128, threads 128/256, num_stages 0/1)")
     # longest possible sequence (cache_seqlens stays on the device: no host sync to read it)
     max_seqlen = int(block_table.shape[1]) * page if paged else int(k_cache.shape[1])
     p.block_N, p.num_splits = _cuda.choose_tiling(B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn,
                                                   int(cfg.get("num_splits") or 0))
-    p.tps = 0
-    if p.num_stages >= 2:
-        # the software pipeline needs a compile-time trip count: fixed tiles per split
-        p.tps, p.num_splits = _cuda.choose_pipelined(max(1, max_seqlen), p.block_N, p.num_splits)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
     p.target = _cuda.cuda_target(q.device)
     p.main = p.comb = p.dummy_bt = p.opart = p.lse = None
@@ -161,7 +157,7 @@ def _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, co
 def _cuda_kernels(p: "_Plan"):
     split = p.num_splits > 1
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
-                            p.scale, p.target, p.fused, p.tps)
+                            p.scale, p.target, p.fused)
     # fused: the combine kernel is launched by the same host call as the split kernel
     comb = _cuda.get_combine(p.dtype, p.hq, p.d, p.target) if split and not p.fused else None
     return main, comb
@@ -208,7 +204,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
         return {"path": "c-target"}
     p = _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, config)
     return {"path": "cuda", "block_N": p.block_N, "num_splits": p.num_splits, "num_stages": p.num_stages, "threads": p.threads,
-            "fused": p.fused, "tiles_per_split": p.tps, "paged": p.paged, "page_size": p.page}
+            "fused": p.fused, "paged": p.paged, "page_size": p.page}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -240,18 +236,15 @@ def configs(case: dict) -> list:
     """Tunable CUDA configs for one shape; the first entry is the heuristic default.
 
     block_N / num_splits 0 mean "chosen at run time" (SM-count split heuristic; 128-key tiles
-    without split, 64-key tiles with split). num_stages 2 is the software-pipelined kernel (two
-    K/V tiles in flight, fixed tiles per split); the second entry is the same heuristic with the
-    one-stage kernel. The other entries pin block_N x num_splits for the pipelined kernel.
+    without split, 64-key tiles with split). The other entries pin block_N x num_splits.
     """
     seqlen = int(case.get("seqlen_k", 1) or 1)
-    out = [{"block_N": 0, "num_splits": 0, "num_stages": 2, "threads": 128},
-           {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128}]
+    out = [{"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128}]
     for bn in (64, 128):
         n_tiles = -(-seqlen // bn)
         for ns in (1, 2, 4, 8, 16, 32, 64, 128):
             if ns <= n_tiles:
-                out.append({"block_N": bn, "num_splits": ns, "num_stages": 2, "threads": 128})
+                out.append({"block_N": bn, "num_splits": ns, "num_stages": 1, "threads": 128})
     return out
 
 

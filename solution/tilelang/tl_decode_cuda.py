@@ -50,13 +50,8 @@ def build_decode(
     split: bool,
     scale: float,
     fused: bool = True,
-    tps: int = 0,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
-
-    ``tps`` > 0: every split walks exactly ``tps`` KV tiles (a compile-time trip count, so
-    ``T.Pipelined`` can keep ``num_stages`` >= 2 tiles of K and V in flight); 0: the tiles of a
-    sequence are divided among the splits at run time (num_stages 0 or 1 only).
 
     With ``split`` and ``fused`` the prim_func holds both kernels (split, then combine): one host
     call launches them back to back, so no Python runs between the two launches."""
@@ -98,17 +93,11 @@ def build_decode(
         l_sum = T.alloc_fragment([block_H], accum)
 
         seqlen = L[b]
-        if tps:
-            # static trip count (what T.Pipelined needs for num_stages >= 2): split sid owns tiles
-            # [sid * tps, sid * tps + tps); tiles past the sequence end are clamped and masked
-            t_begin = sid * tps
-            n_iter = tps
-        else:
-            n_tiles = T.ceildiv(seqlen, block_N)
-            per_split = T.ceildiv(n_tiles, nsplit)
-            t_begin = sid * per_split
-            t_end = T.min(t_begin + per_split, n_tiles)
-            n_iter = T.max(t_end - t_begin, 0)
+        n_tiles = T.ceildiv(seqlen, block_N)
+        per_split = T.ceildiv(n_tiles, nsplit)
+        t_begin = sid * per_split
+        t_end = T.min(t_begin + per_split, n_tiles)
+        n_iter = T.max(t_end - t_begin, 0)
 
         for i, j in T.Parallel(block_H, d):
             Q_shared[i, j] = T.if_then_else(i < G, Q[b, h * G + T.min(i, G - 1), j], T.cast(0, dtype))
@@ -116,14 +105,10 @@ def build_decode(
         T.fill(l_sum, 0)
         T.fill(m_cur, -T.infinity(accum))
 
-        # keys past the end read the last valid row (valid memory) and are masked to -inf; a static-trip
-        # split that lies wholly past its sequence's end (ragged batches) ends with l_sum 0 or NaN
-        # (exp2 of -inf - -inf) and is written as an empty split (O 0, LSE -inf) below
-        last = T.max(seqlen - 1, 0)
         for k in T.Pipelined(n_iter, num_stages=num_stages):
             base = (t_begin + k) * block_N
             for i, j in T.Parallel(block_N, d):
-                r0, r1 = kv_row(BT, b, T.min(base + i, last))
+                r0, r1 = kv_row(BT, b, T.min(base + i, seqlen - 1))
                 K_shared[i, j] = K[r0, r1, h, j]
             T.clear(acc_s)
             T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
@@ -142,7 +127,7 @@ def build_decode(
             for i, j in T.Parallel(block_H, d):
                 acc_o[i, j] *= r_scale[i]
             for i, j in T.Parallel(block_N, d):
-                r0, r1 = kv_row(BT, b, T.min(base + i, last))
+                r0, r1 = kv_row(BT, b, T.min(base + i, seqlen - 1))
                 V_shared[i, j] = V[r0, r1, h, j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
 
@@ -303,7 +288,7 @@ def build_combine(dtype: str, hq: int, d: int):
 # ----------------------------------------------------------------------------------------------
 def default_config(G: int, d: int, page_size: int | None) -> dict:
     """Static part of the default config; block_N / num_splits 0 mean "chosen per call" (choose_tiling)."""
-    return {"block_N": 0, "num_splits": 0, "num_stages": 2, "threads": 128, "fused": 1}
+    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1}
 
 
 def sm_count(device) -> int:
@@ -348,22 +333,6 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     return bn, ns
 
 
-def tiles_per_split_bucket(tiles: int) -> int:
-    """Round a per-split tile count up to a compiled size: 1, 2, 3, 4, 6, 8, then multiples of 4
-    (few distinct kernels; at most a few masked tiles of waste per split)."""
-    for b in (1, 2, 3, 4, 6, 8):
-        if tiles <= b:
-            return b
-    return -(-tiles // 4) * 4
-
-
-def choose_pipelined(max_seqlen: int, block_N: int, num_splits: int) -> tuple:
-    """(tiles_per_split, num_splits) for the static-trip kernel from the run-time split count."""
-    n_tiles = max(1, -(-max_seqlen // block_N))
-    tps = tiles_per_split_bucket(-(-n_tiles // max(1, num_splits)))
-    return tps, -(-n_tiles // tps)
-
-
 def fast_call(kernel):
     """The compiled kernel's TVM-FFI executable (all buffers passed positionally, no output
     allocation): skips the generic Python argument wrapper of JITKernel.__call__. Other execution
@@ -397,17 +366,17 @@ def _compile(func, target):
 
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
-               fused=True, tps=0):
+               fused=True):
     fused = bool(fused and split)
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target), fused, int(tps))
+           float(scale), str(target), fused)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
-                                 fused, tps)
+                                 fused)
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -437,7 +406,7 @@ def _pass_configs():
 
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
-                threads=128, split=True, scale=None, arch="sm_90a", fused=True, tps=0):
+                threads=128, split=True, scale=None, arch="sm_90a", fused=True):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -445,7 +414,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
-                fused=bool(fused and split), tps=int(tps)), arch
+                fused=bool(fused and split)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
