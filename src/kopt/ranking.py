@@ -113,12 +113,15 @@ def load_frame(path: Path, device: Optional[str] = None):
 
 
 def _basis_rows(df):
-    """Latest row per (candidate, case, variant): verdict rows when the candidate has any, else signal rows."""
+    """Latest row per (candidate, case, variant) of the candidate's best basis: verdict rows when it has
+    any, else signal (bench) rows, else tune rows (each the fastest config of a case, quick timing:
+    labelled so, never mixed with the other two)."""
     d = df[df["mode"].isin(CANDIDATE_MODES)]
-    verdict_ids = set(d.loc[d["mode"] == "verdict", "candidate_id"])
-    d = d[(d["mode"] == "verdict") | ~d["candidate_id"].isin(verdict_ids)]
+    rank_of = {m: i for i, m in enumerate(CANDIDATE_MODES)}
+    best = d.assign(_r=d["mode"].map(rank_of)).groupby("candidate_id")["_r"].min()
+    d = d[d["mode"].map(rank_of) == d["candidate_id"].map(best)]
     d = d.drop_duplicates(["candidate_id", "case", "variant"], keep="last")
-    return d.assign(basis=d["candidate_id"].isin(verdict_ids).map({True: "verdict", False: "signal"}))
+    return d.assign(basis=d["mode"])
 
 
 def parents(df) -> dict[str, str]:
