@@ -224,3 +224,26 @@ def test_row_key_and_cells():
     cells = r.cells()
     assert json.loads(cells["config"]) == r.config and cells["commit"] == "abc" and set(cells) == set(tuning.COLUMNS)
     assert list(itertools.islice(tuning.COLUMNS, 1, 10)) == list(tuning.KEY)
+
+
+def test_committed_h200_table_drives_the_shipped_kernel(cand):
+    """results/tilelang/tuning.csv (measured on the H200) is what the shipped kernel reads by default:
+    every one of its rows is found again for its own case shape, by the harness-side and the
+    candidate-side readers alike, and the 14 cases of bench/cases.yaml all have a row."""
+    from kopt.cases import load_cases
+
+    table = REPO / "results" / "tilelang" / "tuning.csv"
+    rows = tuning.read(table).rows
+    h200 = [r for r in rows if r.device == "H200"]
+    assert len(h200) >= 14
+    assert cand.table_path() == table or cand.table_path().resolve() == table.resolve()
+    for c in load_cases():
+        q = dict(device="NVIDIA H200", units=132, dtype="fp16", head_dim=128, batch=c.batch, seqlen_k=c.seqlen_k,
+                 kv_heads=c.kv_heads, gqa=c.gqa, page_size=None)
+        want = next(r.config for r in h200 if r.batch == c.batch and r.seqlen_bucket == tuning.bucket(c.seqlen_k)
+                    and r.kv_heads == c.kv_heads and r.gqa == c.gqa and r.page_size == 0)
+        assert tuning.lookup(table, **q) == want, c.id
+        assert cand.lookup(q.pop("device"), **q) == want, c.id
+    # case 9 (batch 32, 4096 keys, 8 kv heads) was tuned away from the default: 64-key tiles, no split
+    assert cand.lookup("NVIDIA H200", 132, "fp16", 128, 32, 4096, 8, 4, 0) == \
+        {"block_N": 64, "num_splits": 1, "num_stages": 1, "threads": 128}
