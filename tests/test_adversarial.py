@@ -161,3 +161,19 @@ def test_implausible_when_faster_than_the_copy_ceiling(fake_ceiling):
     warm = _timed_row(at_ceiling_ms / 2, cold=False)  # hot-L2 numbers may exceed DRAM bandwidth
     bench._derive(warm, case, "cuda")
     assert warm.status == S.ok
+
+
+def test_poisoned_empty_fills_new_float_buffers_and_restores():
+    """Unwritten output is NaN whatever block the allocator reuses; torch is untouched afterwards."""
+    import torch
+
+    from kopt import guards
+
+    before = (torch.empty, torch.empty_like, torch.Tensor.new_empty)
+    stale = torch.ones(64)  # a block holding a plausible answer
+    del stale
+    with guards.poisoned_empty():
+        a, b, c = torch.empty(64), torch.empty_like(torch.zeros(3, 5)), torch.zeros(2).new_empty((7,))
+        ints = torch.empty(4, dtype=torch.int32)
+    assert all(bool(t.isnan().all()) for t in (a, b, c)) and ints.dtype == torch.int32
+    assert (torch.empty, torch.empty_like, torch.Tensor.new_empty) == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 #: Entry points the harness relies on; a candidate that replaces any of them is `tampered`.
 _WATCHED = (
@@ -94,6 +95,38 @@ def poison_allocator(like, numel: int) -> None:
     exact = [torch.full((max(numel, 1),), float("nan"), dtype=dt, device=like.device)
              for dt in (like.dtype, torch.float32) for _ in range(4)]
     del p, exact
+
+
+@contextmanager
+def poisoned_empty():
+    """While a checked call runs, torch.empty / torch.empty_like / Tensor.new_empty hand out
+    NaN-filled floating-point memory, so an output element the candidate never writes is NaN
+    whatever block the allocator reuses (poison_allocator alone is best effort: a CPU malloc may hand
+    back a block still holding an earlier correct answer). Restored afterwards, before the tamper
+    snapshot is compared."""
+    import torch
+
+    saved = (torch.empty, torch.empty_like, torch.Tensor.new_empty)
+
+    def _nan(t):
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+            t.fill_(float("nan"))
+        return t
+
+    def empty(*a, **k):
+        return _nan(saved[0](*a, **k))
+
+    def empty_like(*a, **k):
+        return _nan(saved[1](*a, **k))
+
+    def new_empty(self, *a, **k):
+        return _nan(saved[2](self, *a, **k))
+
+    torch.empty, torch.empty_like, torch.Tensor.new_empty = empty, empty_like, new_empty
+    try:
+        yield
+    finally:
+        torch.empty, torch.empty_like, torch.Tensor.new_empty = saved
 
 
 def thread_idents() -> set[int]:

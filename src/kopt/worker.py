@@ -68,7 +68,10 @@ class Evaluation:
         if self.job.config is not None:
             kw["config"] = self.job.config
         try:
-            return self.mod.run(*w.args(), **kw)
+            if not poison:
+                return self.mod.run(*w.args(), **kw)
+            with guards.poisoned_empty():
+                return self.mod.run(*w.args(), **kw)
         except Exception as e:
             raise Reject(_classify(e), f"run raised {type(e).__name__}: {str(e)[:300]}") from None
 
