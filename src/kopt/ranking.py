@@ -63,8 +63,7 @@ def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None) -> list[dict
 
 def verdict_device(rows: Iterable[dict]) -> Optional[str]:
     """The device a set of verdict rows was measured on (the first row's; None when unknown)."""
-    dev = next((r.get("device") for r in rows if r.get("device") not in (None, "", "NA")), None)
-    return dev
+    return next((r.get("device") for r in rows if r.get("device") not in (None, "", "NA")), None)
 
 
 def geomean_of(rows: Iterable[dict]) -> tuple[Optional[float], int]:

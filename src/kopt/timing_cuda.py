@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import time
 import warnings
 from contextlib import nullcontext
 from typing import Callable, Optional, Sequence
@@ -117,6 +118,8 @@ class _Clock:
 
 
 _CUPTI_OK: dict[str, bool] = {}
+#: Seconds the first CUPTI session of this process took to start, per device (reported in overhead_s).
+CUPTI_START_S: dict[str, float] = {}
 
 
 class CudaTimer:
@@ -137,7 +140,9 @@ class CudaTimer:
         self.clock = _Clock(torch, index)
         self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
         if device not in _CUPTI_OK:          # once per process: CUPTI's start-up, ~5 s on an H200
+            t0 = time.perf_counter()
             _CUPTI_OK[device] = self._probe_cupti()
+            CUPTI_START_S[device] = time.perf_counter() - t0
         self.cupti = _CUPTI_OK[device]
 
     def method(self, use_dev: bool) -> str:
