@@ -56,3 +56,14 @@ def test_profile_reports_a_failing_candidate(workspace, tmp_path):
                    "softmax_scale=None):\n    raise RuntimeError('boom')\n")
     r = runner.invoke(app, ["profile", "--case", "1", "--tool", "torch", "--device", "cpu", "--candidate", str(bad)])
     assert r.exit_code == 1 and "the profiled target failed" in r.stderr and "boom" in r.stderr
+
+
+def test_summary_commands_name_no_host_path(tmp_path):
+    """Command lines in a profile summary are written relative to the workspace."""
+    from kopt.profile.runner import _rel_arg
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert _rel_arg(f"{ws.resolve()}/solution/tilelang/run_kernel.py", ws) == "solution/tilelang/run_kernel.py"
+    assert _rel_arg(f"--export={ws.resolve()}/results/x/report", ws) == "--export=results/x/report"
+    assert _rel_arg("/usr/local/cuda/bin/ncu", ws) == "/usr/local/cuda/bin/ncu"

@@ -225,6 +225,7 @@ def ledger_row(path: Path, case: Case, ct: CaseTune):
     import uuid
 
     from kopt import candidate
+    from kopt.bench import _shown
     from kopt.results import CaseResult
     from kopt.workload import bytes_moved
 
@@ -233,7 +234,7 @@ def ledger_row(path: Path, case: Case, ct: CaseTune):
     chash = candidate.content_hash(Path(path))
     ref_ms = m.ref_cold.median_ms if m.ref_cold else None
     return CaseResult(
-        row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=str(path), candidate_hash=chash,
+        row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=_shown(Path(path)), candidate_hash=chash,
         candidate_id=chash[:12], technique="tune", config=w.config, case=case.id, variant=case.variant.label(),
         backend=m.backend, compiled=True, correct=True, status=Status.ok,
         message=f"tuned over {len(ct.configs)} configs; gain {ct.gain:.4f}x over the default"

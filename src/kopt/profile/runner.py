@@ -158,6 +158,8 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
                             out_bytes=outb, ideal_bytes=ideal, copy_ceiling_gbps=s.copy_ceiling_gbps,
                             paged=bool(case.variant.page_size))
     s.diagnosis = diagnosis.diagnose(ev)
+    # command lines as run from the workspace: its own paths relative, so a summary names no host path
+    s.commands = [[_rel_arg(a, ws) for a in cmd] for cmd in s.commands]
     say("writing summary")
     write_summary(s, out)
     return s
@@ -233,6 +235,12 @@ def _ceiling(name: str, device: str) -> Optional[float]:
 
     hit = read_cached(name)
     return hit.copy_gbps if hit else None
+
+
+def _rel_arg(arg: str, ws: Path) -> str:
+    """A command-line argument with the workspace prefix removed from any path inside it."""
+    root = str(ws.resolve()).rstrip("/") + "/"
+    return str(arg).replace(root, "")
 
 
 def _rel(p: Path, ws: Path) -> str:
