@@ -62,7 +62,7 @@ def test_summary_commands_name_no_host_path(tmp_path):
     """Command lines in a profile summary are written relative to the workspace."""
     from kopt.profile.runner import _rel_arg
 
-    ws = tmp_path / "ws"
+    ws = tmp_path / "host-root"
     ws.mkdir()
     assert _rel_arg(f"{ws.resolve()}/solution/tilelang/run_kernel.py", ws) == "solution/tilelang/run_kernel.py"
     assert _rel_arg(f"--export={ws.resolve()}/results/x/report", ws) == "--export=results/x/report"
