@@ -100,6 +100,7 @@ def test_tune_cli_end_to_end_cpu(workspace, tmp_path):
     assert len(rows) == 1 and rows[0].config == {"passes": 1} and rows[0].gain > 1.5
     assert (rows[0].batch, rows[0].seqlen_bucket, rows[0].kv_heads, rows[0].gqa, rows[0].page_size) == (4, 2, 8, 4, 0)
     assert rows[0].default_runtime_ms > rows[0].runtime_ms
+    assert rows[0].candidate_id and len(rows[0].candidate_id) == 12 and rows[0].quick is True  # run with --quick
     q = dict(device="cpu", units=rows[0].units, dtype="fp16", head_dim=128, batch=5, seqlen_k=3, kv_heads=8,
              gqa=4, page_size=None)
     assert tuning.lookup(table, **q) == {"passes": 1}                       # a hidden-like neighbour finds it

@@ -247,3 +247,19 @@ def test_committed_h200_table_drives_the_shipped_kernel(cand):
     # case 9 (batch 32, 4096 keys, 8 kv heads) was tuned away from the default: 64-key tiles, no split
     assert cand.lookup("NVIDIA H200", 132, "fp16", 128, 32, 4096, 8, 4, 0) == \
         {"block_N": 64, "num_splits": 1, "num_stages": 1, "threads": 128}
+
+
+def test_quick_rows_do_not_replace_a_full_row_of_the_same_kernel(tmp_path):
+    """The better-measured row of one candidate is kept; another candidate's row is always replaced."""
+    p = tmp_path / "t.csv"
+    full = row(config={"block_N": 128, "num_splits": 32}, candidate_id="aaa", quick=False)
+    tuning.upsert(p, [full])
+    tuning.upsert(p, [row(config={"block_N": 0}, candidate_id="aaa", quick=True)])   # quick, same kernel: kept out
+    assert [r.config for r in tuning.read(p).rows] == [{"block_N": 128, "num_splits": 32}]
+    tuning.upsert(p, [row(config={"block_N": 64}, candidate_id="aaa", quick=False)])  # full replaces full
+    assert [r.config for r in tuning.read(p).rows] == [{"block_N": 64}]
+    tuning.upsert(p, [row(config={"block_N": 32}, candidate_id="bbb", quick=True)])   # another kernel: replaced
+    rows = tuning.read(p).rows
+    assert [(r.config, r.candidate_id, r.quick) for r in rows] == [({"block_N": 32}, "bbb", True)]
+    tuning.upsert(p, [row(config={"block_N": 16})])                                   # no candidate id: replaced
+    assert [r.config for r in tuning.read(p).rows] == [{"block_N": 16}]

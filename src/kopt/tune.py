@@ -192,7 +192,8 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
     ct.winner, ct.default, ct.gain, ct.note = pick_winner(ct.configs)
     if ct.winner is None:
         return ct
-    ct.row = table_row(case, ct, path)
+    # a quick or partial search (--quick, --max-configs) never replaces a full one of the same kernel
+    ct.row = table_row(case, ct, path, quick=opts.quick or bool(opts.max_configs))
     if opts.write:
         from kopt import tuning
 
@@ -205,9 +206,9 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
     return ct
 
 
-def table_row(case: Case, ct: CaseTune, path: Path):
+def table_row(case: Case, ct: CaseTune, path: Path, quick: bool = False):
     """The tuning-table row of a case's winner (seqlen bucket from the cache capacity the kernel sees)."""
-    from kopt import tuning
+    from kopt import candidate, tuning
     from kopt.bench import _git_head
 
     v, w, d = case.variant, ct.winner, ct.default
@@ -217,7 +218,8 @@ def table_row(case: Case, ct: CaseTune, path: Path):
         device=ct.meta.device_name, units=ct.meta.units, dtype=v.dtype.value, head_dim=v.head_dim,
         batch=case.batch, seqlen_bucket=tuning.bucket(capacity), kv_heads=case.kv_heads, gqa=case.gqa,
         page_size=page, config=w.config or {}, runtime_ms=w.cold.median_ms,
-        default_runtime_ms=d.cold.median_ms if d else None, gain=ct.gain, commit=_git_head(Path(path).parent))
+        default_runtime_ms=d.cold.median_ms if d else None, gain=ct.gain, commit=_git_head(Path(path).parent),
+        candidate_id=candidate.candidate_id(Path(path)), quick=bool(quick))
 
 
 def ledger_row(path: Path, case: Case, ct: CaseTune):

@@ -4,11 +4,16 @@ One row per tuned shape and device: the fastest correct config `kopt tune` found
 and the default config's. Columns (schema_version 1):
 
     schema_version, device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa,
-    page_size, config, runtime_ms, default_runtime_ms, gain, timestamp, commit
+    page_size, config, runtime_ms, default_runtime_ms, gain, timestamp, commit, candidate_id, quick
 
 `config` is a JSON object; `page_size` is 0 for a contiguous cache; `device` is kopt's short
 device name (H200, C500, cpu) and `units` its SM / AP / core count. Unknown extra columns are
 kept on rewrite; the optional ones (everything after `config`) may be missing.
+
+Upsert replaces a row with the same key, except that a quick or partial search (`--quick`,
+`--max-configs`) never replaces a full one of the same candidate (candidate_id): the better-measured
+row of one kernel is kept. A row of
+another candidate, or a row without candidate_id (older tables), is always replaced.
 
 Lookup rules (the candidate side, solution/tilelang/tuning_lookup.py, repeats them without
 importing kopt; tests/test_tuning.py checks that both agree):
@@ -42,7 +47,8 @@ from kopt.ledger import Loaded
 
 SCHEMA_VERSION = 1
 KEY = ("device", "units", "dtype", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size")
-COLUMNS = ("schema_version",) + KEY + ("config", "runtime_ms", "default_runtime_ms", "gain", "timestamp", "commit")
+COLUMNS = ("schema_version",) + KEY + ("config", "runtime_ms", "default_runtime_ms", "gain", "timestamp", "commit",
+                                       "candidate_id", "quick")
 REQUIRED = KEY + ("config",)
 #: Nearest-neighbour limits: a tuned batch within this factor, a bucket within this many powers of two.
 BATCH_FACTOR = 2.0
@@ -79,6 +85,11 @@ class TuningRow(BaseModel):
     """default_runtime_ms / runtime_ms."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     commit: Optional[str] = None
+    candidate_id: Optional[str] = None
+    """The candidate (kopt.candidate.content_hash prefix) the row was tuned for."""
+    quick: Optional[bool] = None
+    """True for a quick or partial search (--quick: fewer samples; --max-configs: some configs only);
+    None in older tables."""
 
     @field_validator("config", mode="before")
     @classmethod
@@ -230,18 +241,28 @@ def upsert(path: Path, new: list[TuningRow]) -> Path:
         header, raws = _raw(path)
         if header and (missing := [c for c in REQUIRED if c not in header]):
             raise LedgerError(f"tuning table {path} lacks columns {', '.join(missing)}; fix or move it first")
-        keys = {r.key for r in new}
-        kept = []
+        by_key = {r.key: r for r in new}
+        kept, held = [], set()
         for raw in raws:
             try:
-                if parse(raw).key in keys:
-                    continue
+                old = parse(raw)
+                if old.key in by_key:
+                    if not _keeps(old, by_key[old.key]):
+                        continue
+                    held.add(old.key)  # a full measurement of the same kernel outranks a quick one
             except (ValidationError, ValueError):
                 pass  # unparseable rows stay as they are
             kept.append(raw)
+        new = [r for r in new if r.key not in held]
         cols = list(COLUMNS) + [c for c in header if c and c not in COLUMNS]
         _write_raw(path, cols, kept + [r.cells() for r in new])
     return path
+
+
+def _keeps(old: TuningRow, new: TuningRow) -> bool:
+    """Whether an existing row survives an upsert of `new` with the same key."""
+    return bool(new.quick) and old.quick is False and old.candidate_id is not None \
+        and old.candidate_id == new.candidate_id
 
 
 # ---------------------------------------------------------------- lookup
