@@ -46,9 +46,9 @@ def calibration_file(device: str, root: Path | None = None) -> Path:
     return (root or workspace()) / "results" / f"calibration-{device}.json"
 
 
-def aa_spread(device: str) -> float:
+def aa_spread(device: str, root: Path | None = None) -> float:
     """The stored A/A spread of a device, or DEFAULT_SPREAD when it was never calibrated."""
-    f = calibration_file(device)
+    f = calibration_file(device, root)
     try:
         return Calibration.model_validate_json(f.read_text()).spread
     except (OSError, ValueError):

@@ -186,7 +186,7 @@ def bench_section(ws: Path) -> str:
         line += f"; no previous best iteration on {dev or 'this device'}."
     elif gm is not None:
         thr = loop.threshold(ws, dev)
-        verdict = "improved" if gm >= best.geomean * (1 + thr) else "not improved"
+        verdict = loop.outcome(gm, False, best.geomean, thr)
         line += (f"; previous best {best.geomean:.3f}x (iter {best.iteration}, `{best.candidate_id}`): "
                  f"{(gm / best.geomean - 1) * 100:+.1f}% -> {verdict} (threshold +{thr * 100:.1f}%).")
     else:

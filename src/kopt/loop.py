@@ -66,7 +66,8 @@ class StatusReport:
 
 def threshold(ws: Path, device: Optional[str] = None) -> float:
     """Relative improvement an iteration must beat: max(1%, 3 x A/A spread of the verdict's device)."""
-    from kopt.calibrate import DEFAULT_SPREAD, Calibration, calibration_file
+    from kopt.calibrate import DEFAULT_SPREAD, aa_spread
+    from kopt.stats import min_effect
 
     if device is None:  # the device of the latest verdict row
         from kopt.ledger import load_dicts
@@ -74,13 +75,15 @@ def threshold(ws: Path, device: Optional[str] = None) -> float:
 
         rows = [r for r in load_dicts(ledger_file(ws)).rows if r.get("mode") == "verdict"]
         device = rows[-1].get("device") if rows else None
-    spread = DEFAULT_SPREAD
-    if device:
-        try:
-            spread = Calibration.model_validate_json(calibration_file(device, Path(ws)).read_text()).spread
-        except (OSError, ValueError):
-            pass
-    return max(0.01, 3 * spread)
+    return min_effect(aa_spread(device, Path(ws)) if device else DEFAULT_SPREAD)
+
+
+def outcome(geomean: Optional[float], failed: bool, best: Optional[float], thr: float) -> str:
+    """The improvement rule: failed (no correct verdict), improved (first, or >= best x (1 + thr)),
+    else not improved."""
+    if failed or geomean is None:
+        return "failed"
+    return "improved" if best is None or geomean >= best * (1 + thr) else "not improved"
 
 
 def current_candidate(ws: Path) -> Optional[str]:
@@ -116,14 +119,9 @@ def history(ws: Path) -> list[Iteration]:
         if dev not in thr:
             thr[dev] = threshold(ws, dev)
         prev = best.get(dev)
-        if failed or gm is None:
-            outcome = "failed"
-        elif prev is None or gm >= prev * (1 + thr[dev]):
-            outcome = "improved"
-        else:
-            outcome = "not improved"
-        out.append(Iteration(m.iteration, m.label, m.candidate_id, gm, n, outcome, prev, path.name, dev))
-        if outcome == "improved":
+        got = outcome(gm, failed, prev, thr[dev])
+        out.append(Iteration(m.iteration, m.label, m.candidate_id, gm, n, got, prev, path.name, dev))
+        if got == "improved":
             best[dev] = gm
     return out
 

@@ -132,7 +132,7 @@ def _trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[
         hist = []
     if hist:
         return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome) for h in hist], "git [iter N] commits"
-    from kopt.loop import threshold
+    from kopt.loop import outcome, threshold
     from kopt.ranking import failed, geomean_of, latest_verdict, row_cid
 
     order: dict[str, str] = {}
@@ -143,10 +143,9 @@ def _trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[
     for i, cid in enumerate(sorted(order, key=lambda k: order[k]), 1):
         v = latest_verdict(rows, cid)
         gm, _ = geomean_of(v)
-        outcome = "failed" if failed(v) or gm is None else "improved" if best is None or gm >= best * (1 + thr) \
-            else "not improved"
-        best = gm if outcome == "improved" else best
-        out.append(IterPoint(i, cid, gm, outcome))
+        got = outcome(gm, failed(v), best, thr)
+        best = gm if got == "improved" else best
+        out.append(IterPoint(i, cid, gm, got))
     return out, "ledger verdict rows by candidate" if out else "none"
 
 

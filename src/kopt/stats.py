@@ -159,7 +159,11 @@ def paired_speedup(
     return PairedSpeedup(ratios, float(np.median(ratios)), bootstrap_ci(ratios, seed=seed))
 
 
+def min_effect(aa_spread: Optional[float]) -> float:
+    """The smallest relative effect called an improvement: max(1%, 3 x the A/A spread)."""
+    return max(MIN_EFFECT, 3.0 * (abs(aa_spread) if aa_spread is not None else 0.0))
+
+
 def is_improvement(speedup: float, ci: tuple[float, float], aa_spread: Optional[float]) -> bool:
     """An improvement only when the CI excludes 1 and the effect >= max(1%, 3 x the A/A spread)."""
-    spread = abs(aa_spread) if aa_spread is not None else 0.0
-    return ci[0] > 1.0 and speedup - 1.0 >= max(MIN_EFFECT, 3.0 * spread)
+    return ci[0] > 1.0 and speedup - 1.0 >= min_effect(aa_spread)

@@ -24,6 +24,7 @@ def command(
     from kopt.candidate import resolve
     from kopt.cli.common import out_console
     from kopt.paths import default_candidate
+    from kopt.stats import min_effect
 
     cases = resolve_cases(CaseSelection(case, False))
     cal = calibrate.run(resolve(candidate or default_candidate()), cases,
@@ -36,4 +37,4 @@ def command(
         sp = "NA" if e.speedup is None else f"{e.speedup:.4f}"
         ci = "NA" if e.ci is None else f"{e.ci[0]:.4f}-{e.ci[1]:.4f}"
         c.print(f"case {e.case:>2} {e.pair:<8} A/A speedup {sp} CI {ci}")
-    c.print(f"device {cal.device}: A/A spread {cal.spread:.4f} -> improvements need >= {max(0.01, 3 * cal.spread):.2%}")
+    c.print(f"device {cal.device}: A/A spread {cal.spread:.4f} -> improvements need >= {min_effect(cal.spread):.2%}")
