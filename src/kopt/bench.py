@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -41,17 +41,14 @@ class BenchOptions:
     parent_id: Optional[str] = None
     technique: Optional[str] = None
     hypothesis: Optional[str] = None
-    ledger: Optional[Path] = None
-    keep_dir: Optional[Path] = None
     tag: str = ""
+    """Appended to each row's variant label (e.g. `matrix`, `hidden-b5-s141`)."""
     run_id: Optional[str] = None
     progress: Optional[Callable[[int], None]] = None
     """Called with the number of cases the child has finished (for progress bars)."""
-    """Appended to each row's variant label (e.g. `matrix`, `hidden-b5-s141`)."""
     hidden: bool = False
     """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
     Verdicts add hidden rows of their own (kopt.verdict), so they leave this off."""
-    extra: dict = field(default_factory=dict)
 
 
 def resolve_device(device: str) -> str:
@@ -80,19 +77,21 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     """Evaluate one candidate on each case in isolated children; rows are appended to the ledger."""
     from kopt import candidate, ledger, paths
     from kopt.integrity import static_check
+    from kopt.vcs import head_short
 
     path = candidate.resolve(path)
+    led = paths.ledger_file()
     if opts.record:
-        ledger.check_writable(opts.ledger or paths.ledger_file())
+        ledger.check_writable(led)
     device = resolve_device(opts.device)
     chash = candidate.content_hash(path)
     findings = static_check(path)
-    commit = _git_head(path.parent)
+    commit = head_short(path.parent)
     errors = [f for f in findings if f.severity == "error"]
     warns = [f"{f.code} {Path(f.file).name if f.file else ''}:{f.line}: {f.message}" for f in findings
              if f.severity != "error"]
     run_id = opts.run_id or uuid.uuid4().hex[:12]
-    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=_shown(path),
+    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=paths.relative(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
                        case=case.id, variant=case.variant.label() + (f"-{opts.tag}" if opts.tag else ""),
@@ -106,20 +105,10 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
         if not errors and opts.hidden and r.correct:
             _check_hidden(path, case, device, opts, r)  # records overhead_s["hidden"]
         if opts.record:
-            ledger.append(opts.ledger or paths.ledger_file(), [r])
+            ledger.append(led, [r])
         if on_result:
             on_result(r)
     return rows
-
-
-def _shown(path: Path) -> str:
-    """The candidate path as rows record it: relative to the workspace when inside it."""
-    from kopt.paths import workspace
-
-    try:
-        return str(path.relative_to(workspace()))
-    except ValueError:
-        return str(path)
 
 
 def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> Job:
@@ -142,19 +131,12 @@ def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, r
             r.overhead_s["child_wall"] = round(oc.wall_s, 3)
             _fill_from_child(r, oc, device)
             if oc.result and oc.failure() is None:
-                _verify_outputs(r, case, device, Path(job.out_dir), opts.baseline)
+                _verify_outputs(r, case, device, Path(job.out_dir), oc.result.outputs, opts.baseline)
             _derive(r, case, device)
             r.overhead_s["verify"] = round(time.perf_counter() - t0, 3)
     finally:
-        for case, r, job in zip(cases, rows, jobs):
-            if opts.keep_dir:
-                shutil.copytree(job.out_dir, Path(opts.keep_dir) / f"case{case.id}-{r.row_id}", dirs_exist_ok=True)
+        for job in jobs:
             shutil.rmtree(job.out_dir, ignore_errors=True)
-
-
-def _run_case(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
-    """One case in its own child (used for hidden variants)."""
-    _run_cases(path, [case], device, opts, [r])
 
 
 def hidden_variant(case: Case) -> Case:
@@ -169,7 +151,7 @@ def _check_hidden(path: Path, case: Case, device: str, opts: BenchOptions, r: Ca
 
     hc = hidden_variant(case)
     h = CaseResult(row_id=r.row_id, case=case.id, variant=hc.variant.label())
-    _run_case(path, hc, device, replace(opts, timing=False, keep_dir=None), h)
+    _run_cases(path, [hc], device, replace(opts, timing=False), [h])  # its own child
     r.overhead_s["hidden"] = round(h.overhead_s.get("child_wall", 0.0) + h.overhead_s.get("verify", 0.0), 3)
     if not h.correct:
         r.status, r.correct, r.improvement = h.status, False, None
@@ -202,85 +184,47 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
         and not first_call_failed
 
 
-def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, prefer: str) -> None:
-    """Check every saved output against the fp32 reference of the same seed (computed here)."""
+def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, outputs, prefer: str) -> None:
+    """Check every saved output against the fp32 reference of the same seed (kopt.verify.check_saved)."""
     import torch
 
     from kopt import baselines, verify
-    from kopt.reference import reference
-    from kopt.workload import make_workload
 
     base = baselines.pick(case, device, prefer)
     if r.ref == "NA":  # untimed runs: the baseline still ran, to set the tolerance
         r.ref = base.name
-    checks = []
-    cache: dict[int, tuple] = {}
-    for so in r_outputs(work):
-        if so.seed not in cache:
-            w = make_workload(case, so.seed, device)
-            try:
-                b = base.fn(w)
-            except Exception as e:  # the baseline failing must not pass or fail the candidate silently
-                b = reference(w).to(w.q.dtype)
-                r.message = (r.message + f"; tolerance baseline {base.name} failed ({type(e).__name__}),"
-                             " used the reference rounded to the dtype").strip("; ")
-            cache = {so.seed: (w, reference(w), b)}
-        w, ref, b = cache[so.seed]
-        out = torch.load(work / so.file, weights_only=True)
-        chk = verify.check_output(out, ref, b, w.q)
-        if chk.status == Status.incorrect_numerical and so.kind in ("spot", "refill"):
-            chk.status, chk.detail = Status.stale_output, f"{so.kind} output wrong: {chk.detail}"
-        checks.append(chk)
+    checks, base_failed = verify.check_saved(case, device, base, outputs,
+                                             lambda so: torch.load(work / so.file, weights_only=True))
+    for name in base_failed:
+        r.message = (r.message + f"; tolerance baseline {base.name} failed ({name}),"
+                     " used the reference rounded to the dtype").strip("; ")
     status, r.validation = verify.summarize(checks)
     if status != Status.ok:
         r.status, r.message = status, r.validation.detail
     elif not checks:
         r.status, r.message = Status.runtime_error, "no output was produced"
     if device == "cuda":
-        del cache
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # check_saved's workloads are gone with its frame
 
 
-def r_outputs(work: Path):
-    """The outputs the child saved (from its result.json)."""
-    from kopt.isolate import read_result
-
-    res = read_result(work)
-    return res.outputs if res else []
+def implausible(gbps: float, ceiling: Optional[float]) -> bool:
+    """Faster than a decode call can be: more than IMPLAUSIBLE_FRACTION x the measured copy ceiling."""
+    return bool(ceiling) and gbps > IMPLAUSIBLE_FRACTION * ceiling
 
 
 def _derive(r: CaseResult, case: Case, device: str) -> None:
     """Correct flag, bandwidth, %peak, the implausibility guard and the improvement flag."""
     from kopt import calibrate, hardware, stats
-    from kopt.workload import bytes_moved
+    from kopt.workload import gbps
 
     r.correct = r.status in (Status.ok, Status.baseline_error) and r.compiled
     if r.runtime_ms:
-        r.gbps = bytes_moved(case) / (r.runtime_ms * 1e-3) / 1e9
+        r.gbps = gbps(case, r.runtime_ms)
         ceiling = hardware.copy_ceiling_gbps(device) if device == "cuda" else None
         if ceiling:
             r.pct_peak = 100.0 * r.gbps / ceiling
-            if r.correct and r.timing and r.timing.cold and r.gbps > IMPLAUSIBLE_FRACTION * ceiling:
+            if r.correct and r.timing and r.timing.cold and implausible(r.gbps, ceiling):
                 r.status, r.correct = Status.implausible, False
                 r.message = f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured copy ceiling {ceiling:.0f} GB/s"
     if r.correct and r.speedup is not None and r.speedup_ci is not None:
         r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, calibrate.aa_spread(r.device))
-
-
-def _git_head(start: Path) -> Optional[str]:
-    """Short commit of the workspace: $KOPT_COMMIT when set (a GPU host given a copy of the tree,
-    whose own git metadata, if any, need not match what was copied), else the HEAD of the
-    repository holding the candidate, else None."""
-    import os
-    import subprocess
-
-    pinned = os.environ.get("KOPT_COMMIT", "").strip()[:12]
-    if pinned:
-        return pinned
-    try:
-        p = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=start, capture_output=True,
-                           text=True, timeout=5)
-        head = p.stdout.strip() if p.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        head = ""
-    return head or None

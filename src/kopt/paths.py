@@ -37,3 +37,13 @@ def ledger_file(root: Path | None = None) -> Path:
 def default_candidate(root: Path | None = None) -> Path:
     """The shipped candidate of the workspace."""
     return (root or workspace()) / "solution" / "tilelang" / "run_kernel.py"
+
+
+def relative(p: Path | str, root: Path | None = None) -> str:
+    """p relative to the workspace (or root) when inside it, else p as given: rows and summaries
+    name workspace files without a host path."""
+    base = (root or workspace()).resolve()
+    try:
+        return str(Path(p).resolve().relative_to(base))
+    except ValueError:
+        return str(p)

@@ -192,8 +192,11 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
     ct.winner, ct.default, ct.gain, ct.note = pick_winner(ct.configs)
     if ct.winner is None:
         return ct
+    from kopt.candidate import content_hash
+
+    chash = content_hash(Path(path))
     # a quick or partial search (--quick, --max-configs) never replaces a full one of the same kernel
-    ct.row = table_row(case, ct, path, quick=opts.quick or bool(opts.max_configs))
+    ct.row = table_row(case, ct, path, chash, quick=opts.quick or bool(opts.max_configs))
     if opts.write:
         from kopt import tuning
 
@@ -202,14 +205,14 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
     if opts.record:
         from kopt import ledger, paths
 
-        ledger.append(opts.ledger or paths.ledger_file(), [ledger_row(path, case, ct)])
+        ledger.append(opts.ledger or paths.ledger_file(), [ledger_row(path, case, ct, chash)])
     return ct
 
 
-def table_row(case: Case, ct: CaseTune, path: Path, quick: bool = False):
+def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = False):
     """The tuning-table row of a case's winner (seqlen bucket from the cache capacity the kernel sees)."""
-    from kopt import candidate, tuning
-    from kopt.bench import _git_head
+    from kopt import tuning
+    from kopt.vcs import head_short
 
     v, w, d = case.variant, ct.winner, ct.default
     page = v.page_size or 0
@@ -218,31 +221,29 @@ def table_row(case: Case, ct: CaseTune, path: Path, quick: bool = False):
         device=ct.meta.device_name, units=ct.meta.units, dtype=v.dtype.value, head_dim=v.head_dim,
         batch=case.batch, seqlen_bucket=tuning.bucket(capacity), kv_heads=case.kv_heads, gqa=case.gqa,
         page_size=page, config=w.config or {}, runtime_ms=w.cold.median_ms,
-        default_runtime_ms=d.cold.median_ms if d else None, gain=ct.gain, commit=_git_head(Path(path).parent),
-        candidate_id=candidate.candidate_id(Path(path)), quick=bool(quick))
+        default_runtime_ms=d.cold.median_ms if d else None, gain=ct.gain, commit=head_short(Path(path).parent),
+        candidate_id=chash[:12], quick=bool(quick))
 
 
-def ledger_row(path: Path, case: Case, ct: CaseTune):
+def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
     """A mode=tune ledger row for the winner (its speedup is a ratio of unpaired medians: no CI)."""
     import uuid
 
-    from kopt import candidate
-    from kopt.bench import _shown
+    from kopt.paths import relative
     from kopt.results import CaseResult
-    from kopt.workload import bytes_moved
+    from kopt.workload import gbps
 
     w = ct.winner
     m = next((s for s in ct.shards if any(c is w for c in s.results)), ct.meta)
-    chash = candidate.content_hash(Path(path))
     ref_ms = m.ref_cold.median_ms if m.ref_cold else None
     return CaseResult(
-        row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=_shown(Path(path)), candidate_hash=chash,
+        row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=relative(path), candidate_hash=chash,
         candidate_id=chash[:12], technique="tune", config=w.config, case=case.id, variant=case.variant.label(),
         backend=m.backend, compiled=True, correct=True, status=Status.ok,
         message=f"tuned over {len(ct.configs)} configs; gain {ct.gain:.4f}x over the default"
         if ct.gain else f"tuned over {len(ct.configs)} configs; {ct.note}",
         runtime_ms=w.cold.median_ms, ref_runtime_ms=ref_ms, speedup=ref_ms / w.cold.median_ms if ref_ms else None,
-        gbps=bytes_moved(case) / (w.cold.median_ms * 1e-3) / 1e9, compile_s=w.compile_s, device=m.device_name,
+        gbps=gbps(case, w.cold.median_ms), compile_s=w.compile_s, device=m.device_name,
         ref=m.ref_name, timing=w.cold, ref_timing=m.ref_cold, validation=w.validation, versions=m.versions,
         overhead_s={"tune_wall": round(ct.wall_s, 3)}, commit=ct.row.commit if ct.row else None)
 

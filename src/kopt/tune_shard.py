@@ -189,30 +189,18 @@ def _check(shard: ShardResult, case: Case, device: str, prefer: str) -> None:
     import torch
 
     from kopt import baselines, hardware, verify
-    from kopt.bench import IMPLAUSIBLE_FRACTION
-    from kopt.reference import reference
-    from kopt.workload import bytes_moved, make_workload
+    from kopt.bench import IMPLAUSIBLE_FRACTION, implausible
+    from kopt.workload import gbps as gbps_of
 
     base = baselines.pick(case, device, prefer)
-    cache: dict[int, tuple] = {}
+    cache: dict[int, tuple] = {}  # every seed's inputs, reference and baseline, shared by the configs
     for cr in shard.results:
         if cr.status != Status.ok:
             cr.correct = False
             continue
-        checks = []
-        for so in cr.outputs:
-            if so.seed not in cache:
-                w = make_workload(case, so.seed, device)
-                try:
-                    b = base.fn(w)
-                except Exception:  # no baseline: the reference rounded to the dtype sets the tolerance
-                    b = reference(w).to(w.q.dtype)
-                cache[so.seed] = (w, reference(w), b)
-            w, ref, b = cache[so.seed]
-            chk = verify.check_output(torch.load(Path(cr.dir) / so.file, weights_only=True), ref, b, w.q)
-            if chk.status == Status.incorrect_numerical and so.kind == "spot":
-                chk.status, chk.detail = Status.stale_output, f"spot output wrong: {chk.detail}"
-            checks.append(chk)
+        out_dir = Path(cr.dir)
+        checks, _ = verify.check_saved(case, device, base, cr.outputs,
+                                       lambda so: torch.load(out_dir / so.file, weights_only=True), cache)
         status, cr.validation = verify.summarize(checks)
         if not checks:
             status, cr.validation.detail = Status.runtime_error, "no output was produced"
@@ -221,8 +209,8 @@ def _check(shard: ShardResult, case: Case, device: str, prefer: str) -> None:
             cr.status, cr.message = status, cr.validation.detail
     ceiling = hardware.copy_ceiling_gbps(device) if device != "cpu" else None
     for cr in shard.results:
-        gbps = bytes_moved(case) / (cr.cold.median_ms * 1e-3) / 1e9 if cr.correct and cr.cold else None
-        if ceiling and gbps and cr.cold.cold and gbps > IMPLAUSIBLE_FRACTION * ceiling:
+        gbps = gbps_of(case, cr.cold.median_ms) if cr.correct and cr.cold else None
+        if gbps and cr.cold.cold and implausible(gbps, ceiling):
             cr.correct, cr.status = False, Status.implausible
             cr.message = f"{gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the copy ceiling {ceiling:.0f} GB/s"
     del cache

@@ -312,3 +312,21 @@ def revert(ws: Path, target: str = "best") -> CommitResult:
         raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
     message = f"[revert] solution from iter {meta.iteration}"
     return CommitResult(meta.iteration, message, _commit(repo, message, specs), path)
+
+
+def head_short(start: Path) -> Optional[str]:
+    """Short commit of the workspace: $KOPT_COMMIT when set (a GPU host given a copy of the tree,
+    whose own git metadata, if any, need not match what was copied), else the HEAD of the
+    repository holding the candidate, else None."""
+    import subprocess
+
+    pinned = os.environ.get("KOPT_COMMIT", "").strip()[:12]
+    if pinned:
+        return pinned
+    try:
+        p = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=start, capture_output=True,
+                           text=True, timeout=5)
+        head = p.stdout.strip() if p.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        head = ""
+    return head or None

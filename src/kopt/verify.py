@@ -65,3 +65,36 @@ def summarize(checks: list[Check]) -> tuple[Status, Validation]:
         detail=failed.detail if failed else "",
     )
     return (failed.status if failed else Status.ok), v
+
+
+def check_saved(case, device: str, base, outputs, load, cache: dict | None = None) -> tuple[list[Check], list[str]]:
+    """Each saved output (seed, kind, file) against the fp32 reference of its seed, computed here.
+
+    load(saved) returns the output tensor. The tolerance comes from the baseline `base` on the same
+    inputs, or from the reference rounded to the dtype where the baseline fails (the exception type
+    names are returned). A wrong output of a timed input (`spot`) or of the refilled buffers
+    (`refill`) is stale_output. `cache` (seed -> (workload, reference, baseline output)) may be
+    shared between calls; None keeps only the latest seed (one workload in memory)."""
+    from kopt.reference import reference
+    from kopt.workload import make_workload
+
+    memo = {} if cache is None else cache
+    checks, base_failed = [], []
+    for so in outputs:
+        if so.seed not in memo:
+            w = make_workload(case, so.seed, device)
+            ref = reference(w)
+            try:
+                b = base.fn(w)
+            except Exception as e:  # the baseline failing must not pass or fail the candidate silently
+                b = ref.to(w.q.dtype)
+                base_failed.append(type(e).__name__)
+            if cache is None:
+                memo.clear()
+            memo[so.seed] = (w, ref, b)
+        w, ref, b = memo[so.seed]
+        chk = check_output(load(so), ref, b, w.q)
+        if chk.status == Status.incorrect_numerical and so.kind in ("spot", "refill"):
+            chk.status, chk.detail = Status.stale_output, f"{so.kind} output wrong: {chk.detail}"
+        checks.append(chk)
+    return checks, base_failed

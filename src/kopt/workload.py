@@ -109,3 +109,8 @@ def bytes_moved(case: Case, total_keys: int | None = None) -> int:
     kv = 2 * keys * case.kv_heads * v.head_dim * elt
     qo = 2 * case.batch * case.q_heads * v.head_dim * elt
     return kv + qo
+
+
+def gbps(case: Case, runtime_ms: float) -> float:
+    """GB/s of a call that takes runtime_ms: bytes_moved(case) over the time."""
+    return bytes_moved(case) / (runtime_ms * 1e-3) / 1e9

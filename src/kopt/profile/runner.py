@@ -120,7 +120,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     from kopt.bench import resolve_device
     from kopt.candidate import candidate_id, resolve
     from kopt.cases import load_cases, select
-    from kopt.paths import default_candidate, workspace
+    from kopt.paths import default_candidate, relative, workspace
     from kopt.profile import diagnosis
     from kopt.profile.render import write_summary
 
@@ -139,9 +139,9 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     spec = TargetSpec(candidate=path, case=case.id, device=device, dtype=case.variant.dtype.value,
                       head_dim=case.variant.head_dim, page_size=case.variant.page_size or 0,
                       seqlens=case.variant.seqlens.value, seed=opts.seed, warmup=opts.warmup)
-    s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(), candidate_path=_rel(path, ws),
+    s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(), candidate_path=relative(path, ws),
                        candidate_id=candidate_id(path), backend=backend, tool=tool, requested_tool=opts.tool,
-                       device=device, device_name=info.name, out_dir=_rel(out, ws), notes=notes)
+                       device=device, device_name=info.name, out_dir=relative(out, ws), notes=notes)
     kernels, timeline = _collect(tool, spec, out, opts, info.units, s, say)
     kv, outb, ideal = _bytes(case, opts.seed)
     s.ideal_bytes = ideal
@@ -243,8 +243,3 @@ def _rel_arg(arg: str, ws: Path) -> str:
     return str(arg).replace(root, "")
 
 
-def _rel(p: Path, ws: Path) -> str:
-    try:
-        return str(Path(p).resolve().relative_to(ws.resolve()))
-    except ValueError:
-        return str(p)
