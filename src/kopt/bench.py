@@ -42,7 +42,7 @@ class BenchOptions:
     technique: Optional[str] = None
     hypothesis: Optional[str] = None
     tag: str = ""
-    """Appended to each row's variant label (e.g. `matrix`, `hidden-b5-s141`)."""
+    """Appended to each row's variant label (e.g. `matrix`; `hidden-b{batch}-s{seqlen_k}` names each case's shape)."""
     run_id: Optional[str] = None
     progress: Optional[Callable[[int], None]] = None
     """Called with the number of cases the child has finished (for progress bars)."""
@@ -94,7 +94,7 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=paths.relative(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
-                       case=case.id, variant=case.variant.label() + (f"-{opts.tag}" if opts.tag else ""),
+                       case=case.id, variant=_label(case, opts.tag),
                        commit=commit, device=device, static_warnings=warns) for case in cases]
     if errors:
         for r in rows:
@@ -109,6 +109,11 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
         if on_result:
             on_result(r)
     return rows
+
+
+def _label(case: Case, tag: str) -> str:
+    """A row's variant label: the case variant plus the tag, whose {batch} / {seqlen_k} are this case's."""
+    return case.variant.label() + (f"-{tag.format(batch=case.batch, seqlen_k=case.seqlen_k)}" if tag else "")
 
 
 def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> Job:

@@ -78,8 +78,8 @@ def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None)
         groups[1] += [(by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size,
                                              seqlens=m.seqlens), matrix) for i in m.cases]
     rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
-    for h in hidden_cases(perf, cf.verify.hidden, rng):
-        groups[2].append((h, replace(check, tag=f"hidden-b{h.batch}-s{h.seqlen_k}")))
+    hidden = replace(check, tag="hidden-b{batch}-s{seqlen_k}")  # one options object: one child for all
+    groups[2] = [(h, hidden) for h in hidden_cases(perf, cf.verify.hidden, rng)]
     return groups
 
 
