@@ -71,7 +71,7 @@ def load(path: Path) -> ModuleType:
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    name = f"kopt_candidate_{content_hash(path)[:12]}"
+    name = f"kopt_candidate_{candidate_id(path)}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise CandidateLoadError(f"cannot import {path.name}")

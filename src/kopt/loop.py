@@ -192,11 +192,10 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     ws = Path(ws)
     hist = history(ws)
     df, _ = ranking.load_frame(ledger_file(ws), device)
-    ranked = ranking.rank(df)
-    top = ranking.records(ranked.head(1))
+    top = ranking.best(df)
     since = since_improvement(hist)
     stagnating = len(hist) >= STAGNATION_AFTER and since >= STAGNATION_AFTER
-    rep = StatusReport(len(hist), threshold(ws), best_iteration(hist), top[0] if top else None,
+    rep = StatusReport(len(hist), threshold(ws), best_iteration(hist), top,
                        ranking.records(ranking.best_per_case(df)), hist[-last:] if last > 0 else [], since, stagnating)
     if stagnating:
         rows = load_dicts(ledger_file(ws)).rows

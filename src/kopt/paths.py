@@ -34,9 +34,13 @@ def ledger_file(root: Path | None = None) -> Path:
     return (root or workspace()) / "candidates.jsonl"
 
 
+#: The shipped candidate, relative to the workspace root.
+CANDIDATE_REL = "solution/tilelang/run_kernel.py"
+
+
 def default_candidate(root: Path | None = None) -> Path:
     """The shipped candidate of the workspace."""
-    return (root or workspace()) / "solution" / "tilelang" / "run_kernel.py"
+    return (root or workspace()) / CANDIDATE_REL
 
 
 def relative(p: Path | str, root: Path | None = None) -> str:

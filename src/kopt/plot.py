@@ -92,10 +92,10 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     if device:
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
     df, _ = ranking.load_frame(ledger_file(ws), device)
-    ranked = ranking.records(ranking.rank(df).head(1)) if len(df) else []
+    top = ranking.best(df)
     c500 = {x.id: x.c500_ref_ms for x in load_cases(cases_file(ws))}
-    if ranked:
-        c.best, c.best_id = ranked[0], ranked[0]["candidate_id"]
+    if top:
+        c.best, c.best_id = top, top["candidate_id"]
         best, c.basis = _best_rows(rows, c.best_id)
         c.rows = [_case_row(r, c500) for r in best]
         c.backend = next((r.get("backend") for r in best if r.get("backend") not in (None, "", "NA")), c.backend)

@@ -166,6 +166,12 @@ def rank(df):
     return out[cols].reset_index(drop=True)
 
 
+def best(df) -> Optional[dict]:
+    """The top-ranked candidate's row of rank(df) as a dict, or None for an empty ledger."""
+    top = records(rank(df).head(1))
+    return top[0] if top else None
+
+
 def records(df) -> list[dict]:
     """DataFrame -> JSON-ready dicts, NaN as None (printed NA)."""
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}

@@ -25,10 +25,10 @@ from typing import Optional
 from pydantic import BaseModel, Field
 
 from kopt.errors import UsageError, WorkspaceError
+from kopt.paths import CANDIDATE_REL
 
 WORKSPACE_PATHS = ("solution", "results", "ITERATIONS.md", "candidates.jsonl", "trajectory", "knowledge")
 ITER_RE = re.compile(r"^\[iter (\d+)\]")
-CANDIDATE_FILE = "solution/tilelang/run_kernel.py"
 _STATE_FILES = (("MERGE_HEAD", "a merge"), ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a git revert"),
                 ("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or git am"))
 
@@ -42,7 +42,7 @@ class SnapshotMeta(BaseModel):
     description: str
     created: str
     """UTC time of the snapshot, ISO 8601."""
-    candidate_path: str = CANDIDATE_FILE
+    candidate_path: str = CANDIDATE_REL
     candidate_hash: Optional[str] = None
     """sha256 of the candidate file's bytes (the bench's candidate_hash); None when absent."""
     candidate_id: Optional[str] = None
@@ -186,7 +186,7 @@ def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
     ws = Path(ws)
     now = datetime.now(timezone.utc)
     label = slugify(description)
-    h, cid = candidate_hash(ws / CANDIDATE_FILE)
+    h, cid = candidate_hash(ws / CANDIDATE_REL)
     rows = ranking.latest_verdict(load_dicts(ledger_file(ws)).rows, cid) if cid else []
     gm, n_cases = ranking.geomean_of(rows)
     meta = SnapshotMeta(iteration=n, label=label, description=description, created=now.isoformat(timespec="seconds"),

@@ -75,5 +75,5 @@ def _current_best(ledger: Path) -> Optional[str]:
         return None
     from kopt import ranking
 
-    table = ranking.report(ledger, top=1).candidates
-    return None if table.empty else str(table.iloc[0]["candidate_id"])
+    top = ranking.best(ranking.load_frame(ledger)[0])
+    return str(top["candidate_id"]) if top else None
