@@ -49,3 +49,21 @@ def git_env(tmp_path, monkeypatch):
     for who in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{who}_NAME", "kopt test")
         monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")
+
+
+def kopt(*args: str):
+    """CliRunner result of `kopt ARGS`."""
+    from typer.testing import CliRunner
+
+    from kopt.cli.main import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def failure(res) -> tuple[int, str]:
+    """(exit code, stderr) of a failed CliRunner run, whether or not main guards the command."""
+    from kopt.errors import KoptError
+
+    if isinstance(res.exception, KoptError):  # unguarded: the domain error escaped to CliRunner
+        return res.exception.exit_code, f"kopt: error: {res.exception}\n"
+    return res.exit_code, res.stderr

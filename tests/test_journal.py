@@ -10,27 +10,19 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from kopt import atomic, journal, ledger
-from kopt.cli.main import app
-from kopt.errors import KoptError, UsageError
+from kopt.errors import UsageError
 from kopt.journal import Entry
 from kopt.results import CaseResult
+
+from conftest import failure, kopt
 from kopt.vcs import candidate_hash
 
 
 pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 
 
-def kopt(*args: str):
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-def failure(res) -> tuple[int, str]:
-    """(exit code, stderr) of a failed CliRunner run, whether or not main guards the command."""
-    if isinstance(res.exception, KoptError):  # unguarded: the domain error escaped to CliRunner
-        return res.exception.exit_code, f"kopt: error: {res.exception}\n"
-    return res.exit_code, res.stderr
 
 
 

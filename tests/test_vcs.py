@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from kopt import ledger, vcs
 from kopt.cli.main import app, main
-from kopt.errors import KoptError
 from kopt.results import CaseResult
+
+from conftest import failure, kopt
 
 
 pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
@@ -29,21 +30,6 @@ def ws(tmp_path, monkeypatch) -> Path:
     return root
 
 
-def kopt(*args: str):
-    """CliRunner result."""
-    return CliRunner().invoke(app, [str(a) for a in args])
-
-def failure(res) -> tuple[int, str]:
-    """(exit code, stderr) of a failed CliRunner run, whether or not main guards the command."""
-    if isinstance(res.exception, KoptError):  # unguarded: the domain error escaped to CliRunner
-        return res.exception.exit_code, f"kopt: error: {res.exception}\n"
-    return res.exit_code, res.stderr
-
-
-
-def refusal(monkeypatch, capsys, *args: str) -> tuple[int, str]:
-    """(exit code, stderr) of a command that must be refused."""
-    return failure(kopt(*args))
 
 
 def test_console_entry_point_exit_code(tmp_path, monkeypatch, capsys):
@@ -109,13 +95,13 @@ def test_refuse_not_a_repo(tmp_path, monkeypatch, capsys):
     plain = tmp_path / "plain"
     (plain / "solution").mkdir(parents=True)
     monkeypatch.setenv("KOPT_WORKSPACE", str(plain))
-    code, err = refusal(monkeypatch, capsys, "commit", "-m", "x")
+    code, err = failure(kopt("commit", "-m", "x"))
     assert code == 2 and err.count("\n") == 1 and "not a git repository" in err and "kopt init" in err
 
 
 def test_refuse_nothing_changed(ws, monkeypatch, capsys):
     (ws / "README.md").write_text("only an unrelated change\n")
-    code, err = refusal(monkeypatch, capsys, "commit", "-m", "x")
+    code, err = failure(kopt("commit", "-m", "x"))
     assert code == 2 and err.count("\n") == 1 and "nothing changed" in err
 
 
@@ -125,7 +111,7 @@ def test_refuse_detached_head(ws, monkeypatch, capsys):
     repo = git.Repo(ws)
     repo.git.checkout("--detach")
     edit(ws)
-    code, err = refusal(monkeypatch, capsys, "commit", "-m", "x")
+    code, err = failure(kopt("commit", "-m", "x"))
     assert code == 2 and err.count("\n") == 1 and "detached" in err
 
 
@@ -142,7 +128,7 @@ def test_refuse_merge_in_progress(ws, monkeypatch, capsys):
     with pytest.raises(git.GitCommandError):
         repo.git.merge("side")                                   # conflict: MERGE_HEAD stays
     assert (Path(repo.git_dir) / "MERGE_HEAD").exists()
-    code, err = refusal(monkeypatch, capsys, "commit", "-m", "x")
+    code, err = failure(kopt("commit", "-m", "x"))
     assert code == 2 and err.count("\n") == 1 and "merge is in progress" in err
 
 
