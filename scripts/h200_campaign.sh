@@ -3,9 +3,8 @@
 # OUTDIR/campaign.tgz.   usage: bash scripts/h200_campaign.sh OUTDIR [STEP ...]
 # Steps (default: all, in this order): doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12
 #   profile paged64 paged16 gputests verify
-# Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), tune10 (kopt tune --case 10),
-#   tuneall (kopt tune --all --quick --max-configs $K), lookup (the tuned config per case shape),
-#   stash / restore (keep the tuning table and ledger in $STASH between two runs on one host).
+# Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
+#   and the ledger in $STASH between two runs on one host). Tuning runs: scripts/gpu_tune_check.sh.
 set -u
 out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
 mkdir -p "$out/logs"
@@ -30,17 +29,6 @@ for s in $steps; do case $s in
   gputests)  run gputests 420 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests ;;
   ab)        run ab_fused0 150 python3 -m kopt bench --case 8,10,13,14 --cold-cache --machine --quick \
                --config '{"fused": 0}' ;;
-  tune10)    run tune_case10 150 python3 -m kopt tune --case 10 ;;
-  tuneall)   run tune_all_quick 1200 python3 -m kopt tune --all --quick --max-configs "${K:-6}" ;;
-  lookup)    run lookup 60 python3 -c 'import sys, json
-sys.path.insert(0, "solution/tilelang")
-import run_kernel
-from kopt.cases import load_cases
-from kopt.workload import make_workload
-for c in load_cases():
-    w = make_workload(c, 0, "cuda")
-    print(c.id, json.dumps(run_kernel.plan_info(*w.args(), **w.kwargs())))
-    del w' ;;
   stash)     mkdir -p "$stash"; cp -r results candidates.jsonl "$stash/" ;;
   restore)   if [[ -d $stash/results ]]; then cp -rn "$stash/results/." results/; cp "$stash/candidates.jsonl" .; fi ;;
   wall)      run wall_compile 120 python3 -m kopt bench --case 10 --cold-cache --machine --no-record

@@ -22,8 +22,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOL = os.path.join(ROOT, "solution", "tilelang")
 
 def _shapes():
-    """(case, config) pairs: the benches' variants, the GPU test matrix, the verify matrix and the
-    first / second / last tuning config of every case."""
+    """The cases whose kernels are compiled: the benches' variants, the GPU test matrix and the verify
+    matrix (specs() adds the second and last tuning config of the contiguous fp16 ones)."""
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt.cases import load_cases
 
@@ -32,27 +32,32 @@ def _shapes():
     for c in cases:
         for dtype in ("fp16", "bf16"):
             for page in (0, 16, 64, 256):
-                out.append((c.with_variant(dtype=dtype, page_size=page), None))
+                out.append(c.with_variant(dtype=dtype, page_size=page))
         if c.id in (1, 4, 10, 13):
             for dtype in ("fp16", "bf16"):
-                out.append((c.with_variant(dtype=dtype, head_dim=64), None))
+                out.append(c.with_variant(dtype=dtype, head_dim=64))
         if c.id == 10:
             for kv, g in ((32, 1), (8, 1), (1, 32), (1, 8), (2, 16)):
                 for page in (0, 256):
                     m = c.with_variant(page_size=page, seqlens="ragged")
-                    out.append((m.model_copy(update={"kv_heads": kv, "gqa": g, "batch": 3, "seqlen_k": 3001}), None))
+                    out.append(m.model_copy(update={"kv_heads": kv, "gqa": g, "batch": 3, "seqlen_k": 3001}))
     return out
 
 
+#: The plan fields that select a compiled kernel (see run_kernel._cuda_kernels).
+_FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits", "scale",
+           "fused")
+
+
 def specs() -> list[tuple]:
-    """Distinct kernels (the arguments of tl_decode_cuda.get_decode) the shapes resolve to."""
+    """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads."""
     import torch
 
     sys.path.insert(0, SOL)
     import run_kernel as rk
 
     seen = {}
-    for case, _ in _shapes():
+    for case in _shapes():
         v = case.variant
         dt = torch.float16 if v.dtype == "fp16" else torch.bfloat16
         b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
@@ -66,31 +71,29 @@ def specs() -> list[tuple]:
         else:
             k = one.expand(b, s, hkv, d)
         cfgs = [None]
-        if v.dtype == "fp16" and not v.page_size and v.head_dim == 128 and case.id <= 14:
+        if v.dtype == "fp16" and not v.page_size and v.head_dim == 128:
             allc = rk.configs({"seqlen_k": s})
             cfgs += [allc[1], allc[-1]]
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
-            spec = (p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads,
-                    p.num_splits > 1, p.scale, getattr(p, "fused", False), getattr(p, "tps", 0))
-            seen.setdefault(spec, None)
+            p.num_splits = min(p.num_splits, 2)  # the kernels depend on split or not, not on the count
+            seen.setdefault(tuple(getattr(p, f) for f in _FIELDS), None)
     return list(seen)
 
 
 def _compile(spec: tuple) -> tuple:
+    """Build the plan's kernels the way run_kernel does (split, combine), into TileLang's disk cache."""
     sys.path.insert(0, SOL)
     import torch
 
-    import tl_decode_cuda as cu
+    import run_kernel as rk
 
     t0 = time.perf_counter()
-    dtype, hq, hkv, d, paged, page, bn, stages, threads, split, scale, fused, tps = spec
-    target = cu.cuda_target(torch.device("cuda", 0))
-    extra = (tps,) if tps else ()  # kernels with a static tiles-per-split variant take it last
-    k = cu.get_decode(dtype, hq, hkv, d, paged, page, bn, stages, threads, split, scale, target, fused, *extra)
-    if split and not fused:
-        cu.get_combine(dtype, hq, d, target)
-    del k
+    p = rk._Plan()
+    for f, v in zip(_FIELDS, spec):
+        setattr(p, f, v)
+    p.target = rk._cuda.cuda_target(torch.device("cuda", 0))
+    rk._cuda_kernels(p)
     return spec, time.perf_counter() - t0
 
 
