@@ -17,6 +17,9 @@ from kopt.cases import Case
 from kopt.results import Status, TimingStats
 
 
+#: Text of a CUDA fault in an exception or a child's stderr (a crash, whatever raised it).
+CUDA_FAULTS = ("illegal memory access", "CUDA error", "device-side assert")
+
 class Job(BaseModel):
     """What the child evaluates: one candidate on one case, written as job.json."""
 
@@ -93,14 +96,9 @@ class Outcome:
         tail = self.stderr_tail.strip().splitlines()[-1:] or [""]
         if "out of memory" in self.stderr_tail.lower():
             return Status.oom, f"out of memory in phase {phase}"
-        if any(s in self.stderr_tail for s in ("illegal memory access", "CUDA error", "device-side assert")):
+        if any(s in self.stderr_tail for s in CUDA_FAULTS):
             return Status.crash, f"CUDA fault in phase {phase}: {tail[0][:160]}"
         return Status.crash, f"child exited with code {rc} in phase {phase} without a result {tail[0][:120]}".strip()
-
-
-def run_child(job: Job, timeout_s: float) -> Outcome:
-    """Evaluate one job in its own child process."""
-    return run_jobs([job], timeout_s)[0]
 
 
 def run_jobs(jobs: list[Job], timeout_s: float,
@@ -130,10 +128,7 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
         Path(j.out_dir).mkdir(parents=True, exist_ok=True)
     first = Path(batch[0].out_dir)
     (first / "jobs.json").write_text("[" + ",".join(j.model_dump_json() for j in batch) + "]")
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    env = child_env()
     t0 = t_job = time.perf_counter()
     cur, timed_out = 0, False
     with open(first / "child.log", "wb") as log:
@@ -149,10 +144,10 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
                         on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
                 if time.perf_counter() - t_job > timeout_s:
                     timed_out = True
-                    _kill_group(p)
+                    kill_group(p)
                     break
         except BaseException:  # Ctrl-C or SIGTERM here: the child runs in its own session, end it too
-            _kill_group(p)
+            kill_group(p)
             p.wait()
             raise
         rc = p.wait()
@@ -168,7 +163,16 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
     return len(jobs)
 
 
-def _kill_group(p: subprocess.Popen) -> None:
+def child_env() -> dict:
+    """The environment of an evaluation child: this kopt first on PYTHONPATH, unbuffered output."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def kill_group(p: subprocess.Popen) -> None:
+    """SIGKILL a child's whole process group (its own session: a candidate's helpers go too)."""
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

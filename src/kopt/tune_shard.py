@@ -7,7 +7,6 @@ orphan on the GPU.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from kopt.cases import Case
+from kopt.isolate import kill_group, child_env
 from kopt.results import Status
 from kopt.tune_worker import ConfigResult, ShardResult, TuneJob
 
@@ -88,9 +88,7 @@ def _launch(job: TuneJob) -> subprocess.Popen:
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "job.json").write_text(job.model_dump_json())
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    env = child_env()
     with open(out / "child.log", "wb") as log:
         p = subprocess.Popen([sys.executable, "-m", "kopt.tune_worker", str(out / "job.json")],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -100,13 +98,8 @@ def _launch(job: TuneJob) -> subprocess.Popen:
 
 
 def _kill(p: subprocess.Popen) -> None:
-    """SIGKILL a child's whole process group (its own session: a candidate's helpers go too)."""
-    import signal
-
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        p.kill()
+    """SIGKILL a child's whole process group and reap it."""
+    kill_group(p)
     p.wait()
     _LIVE.discard(p)
 

@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from kopt import guards
-from kopt.isolate import Job, SavedOutput, WorkerResult, write_result
+from kopt.isolate import CUDA_FAULTS, Job, SavedOutput, WorkerResult, write_result
 from kopt.results import Status
 
 
@@ -37,7 +37,7 @@ def _classify(e: BaseException) -> Status:
     if isinstance(e, (torch.OutOfMemoryError, MemoryError)) or any(
             s in text.lower() for s in ("out of memory", "can't allocate memory")):
         return Status.oom
-    if "illegal memory access" in text or "CUDA error" in text or "device-side assert" in text:
+    if any(s in text for s in CUDA_FAULTS):
         return Status.crash
     if isinstance(e, ValueError):
         return Status.unsupported

@@ -69,7 +69,7 @@ class Proc:
 def run_logged(cmd: list[str], log: Path, timeout_s: float, cwd: Optional[Path] = None,
                env: Optional[dict] = None) -> Proc:
     """Run a command with a wall-clock limit; stdout+stderr go to `log` (appended) and are returned."""
-    import signal
+    from kopt.isolate import kill_group
 
     log.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -83,17 +83,11 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float, cwd: Optional[Path] 
         out, _ = p.communicate(timeout=timeout_s)
         rc, to = p.returncode, False
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            p.kill()
+        kill_group(p)
         out, _ = p.communicate()
         rc, to = 124, True
     except BaseException:                    # Ctrl-C: take the child group down with us
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(p)
         raise
     out = out or ""
     with open(log, "a") as fh:
