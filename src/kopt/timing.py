@@ -8,6 +8,7 @@ does. CUDA events around every call are recorded too, as a cross-check (they add
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from functools import reduce
@@ -56,8 +57,19 @@ class TimingOptions:
     """Calls captured in one CUDA graph in hot mode; per-call time = replay time / graph_calls."""
 
     @classmethod
-    def for_device(cls, device: str, quick: bool = False) -> "TimingOptions":
-        """Defaults for a device: DESIGN.md's numbers on GPUs; a few host-clock samples on CPU."""
+    def for_device(cls, device: str, quick: bool = False, cold: Optional[bool] = None,
+                   graph: Optional[bool] = None) -> "TimingOptions":
+        """Defaults for a device: DESIGN.md's numbers on GPUs; a few host-clock samples on CPU.
+        cold / graph, when given, override the device's default."""
+        opts = cls._defaults(device, quick)
+        if cold is not None:
+            opts.cold = cold
+        if graph is not None:
+            opts.graph = graph
+        return opts
+
+    @classmethod
+    def _defaults(cls, device: str, quick: bool) -> "TimingOptions":
         if _is_cpu(device):
             # The CPU path exists to run the whole loop without a GPU, not for verdicts:
             # no flush (it would cost more than the call), few samples, ~1.5 s cap per function.
@@ -135,6 +147,13 @@ def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, sc
 
 
 # ---------------------------------------------------------------- host clock (CPU)
+
+def rotating(fn: Callable[[object], object], inputs: list) -> Callable[[], object]:
+    """A no-argument call of fn over rotated input sets: inputs[1], inputs[2], ... (wrapping), so
+    consecutive timed calls never see the same inputs twice in a row."""
+    counter = itertools.count(1)
+    return lambda: fn(inputs[next(counter) % len(inputs)])
+
 
 def _warmup(fn, opts: TimingOptions, before=None, after=None) -> None:
     """Call fn until both warmup_calls and warmup_s are reached (after the caller's compile call)."""

@@ -203,7 +203,7 @@ class TuneRun:
         """prepare (when declared) and the first call; returns that output (kept: a reused buffer is stale)."""
         from kopt import guards
 
-        kw = w.kwargs() | ({"config": cfg} if cfg is not None else {})
+        kw = w.kwargs(cfg)
         t = guards.now()
         prep = getattr(mod, "prepare", None)
         try:
@@ -262,32 +262,20 @@ class TuneRun:
 
     def time(self, call, timed, hot: bool) -> TimingStats:
         """Cold timing (flushed L2: the winner's criterion) or hot timing (CUDA-graph replay) of one config."""
-        from kopt.timing import TimingOptions, time_fn
+        from kopt.timing import TimingOptions, rotating, time_fn
 
-        state = {"i": 0}
-
-        def fn():
-            state["i"] += 1
-            return call(timed[state["i"] % len(timed)])
-
-        opts = TimingOptions.for_device(self.job.device, quick=self.job.quick)
-        opts.cold, opts.graph = not hot, hot
-        return time_fn(fn, self.job.device, opts)
+        opts = TimingOptions.for_device(self.job.device, quick=self.job.quick, cold=not hot, graph=hot)
+        return time_fn(rotating(call, timed), self.job.device, opts)
 
     def time_baseline(self, timed) -> None:
         """Cold time of the baseline on the same inputs, once per child (for the reported speedup)."""
         from kopt import baselines, guards
-        from kopt.timing import TimingOptions, time_fn
+        from kopt.timing import TimingOptions, rotating, time_fn
 
         base = baselines.pick(self.job.case, self.job.device, self.job.baseline)
         self.res.ref_name = base.name
-        opts = TimingOptions.for_device(self.job.device, quick=self.job.quick)
-        opts.cold, opts.graph = True, False
-        state = {"i": 0}
-
-        def fn():
-            state["i"] += 1
-            return base.fn(timed[state["i"] % len(timed)])
+        opts = TimingOptions.for_device(self.job.device, quick=self.job.quick, cold=True, graph=False)
+        fn = rotating(base.fn, timed)
 
         try:
             fn()

@@ -64,9 +64,7 @@ class Evaluation:
         """One candidate call (allocator poisoned first, except when timed); exceptions become a Reject."""
         if poison:
             guards.poison_allocator(w.q, w.q.numel())
-        kw = w.kwargs()
-        if self.job.config is not None:
-            kw["config"] = self.job.config
+        kw = w.kwargs(self.job.config)
         try:
             if not poison:
                 return self.mod.run(*w.args(), **kw)
@@ -132,8 +130,7 @@ class Evaluation:
         prep = getattr(self.mod, "prepare", None)
         if callable(prep):
             try:
-                kw = w0.kwargs() | ({"config": job.config} if job.config is not None else {})
-                prep(*w0.args(), **kw)
+                prep(*w0.args(), **w0.kwargs(job.config))
             except Exception as e:
                 raise Reject(_classify(e) if not isinstance(e, ValueError) else Status.unsupported,
                              f"prepare raised {type(e).__name__}: {str(e)[:300]}") from None
@@ -188,22 +185,17 @@ class Evaluation:
     def time(self, timed) -> None:
         """ABBA timing of candidate against the baseline over rotated input sets."""
         from kopt import baselines
-        from kopt.timing import TimingOptions, time_fn, time_pair
+        from kopt.timing import TimingOptions, rotating, time_fn, time_pair
 
         job = self.job
-        opts = TimingOptions.for_device(job.device, quick=job.quick)
-        opts.cold, opts.graph = job.cold, job.graph
+        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph)
         base = baselines.pick(job.case, job.device, job.baseline)
         self.res.ref_name, self.res.ref_note = base.name, base.note
-        state = {"a": 0, "b": 0}
 
-        def rotating(f, key):
-            def g():
-                state[key] += 1
-                return f(timed[state[key] % len(timed)])
-            return g
+        def call(w):
+            return self.call(w, poison=False)
 
-        cand = rotating(lambda w: self.call(w, poison=False), "a")
+        cand = rotating(call, timed)
         try:
             base.fn(timed[0])
             guards.sync(job.device)
@@ -213,8 +205,8 @@ class Evaluation:
             self.res.timing = time_fn(cand, job.device, opts)
             return
         # ab: candidate vs baseline; A/A pairs time one function against itself (calibration).
-        fn_a = rotating(base.fn, "a") if job.pair == "aa_base" else cand
-        fn_b = rotating(lambda w: self.call(w, poison=False), "b") if job.pair == "aa_cand" else rotating(base.fn, "b")
+        fn_a = rotating(base.fn, timed) if job.pair == "aa_base" else cand
+        fn_b = rotating(call if job.pair == "aa_cand" else base.fn, timed)
         pair = time_pair(fn_a, fn_b, job.device, opts)
         self.res.timing, self.res.ref_timing = pair.a, pair.b
         self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci
@@ -226,8 +218,7 @@ def _plan_info(mod, w, config) -> dict | None:
     if not callable(hook):
         return None
     try:
-        kw = w.kwargs() | ({"config": config} if config is not None else {})
-        info = hook(*w.args(), **kw)
+        info = hook(*w.args(), **w.kwargs(config))
     except Exception as e:  # a report, not a result: never fails the evaluation
         return {"error": f"{type(e).__name__}: {str(e)[:120]}"}
     return {str(k): v for k, v in info.items() if isinstance(v, (int, float, str, bool, type(None)))} \

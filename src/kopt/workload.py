@@ -26,9 +26,10 @@ class Workload:
         """Positional arguments of `run` (and of flash_attn_with_kvcache)."""
         return (self.q, self.k_cache, self.v_cache, self.cache_seqlens)
 
-    def kwargs(self) -> dict:
-        """Keyword arguments of `run`."""
-        return {"block_table": self.block_table, "softmax_scale": self.softmax_scale}
+    def kwargs(self, config: Optional[dict] = None) -> dict:
+        """Keyword arguments of `run` (with `config=` when a config is given)."""
+        kw = {"block_table": self.block_table, "softmax_scale": self.softmax_scale}
+        return kw if config is None else kw | {"config": config}
 
     @property
     def tensors(self) -> list:

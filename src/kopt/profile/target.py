@@ -50,10 +50,7 @@ def _sync(device: str) -> None:
 
 
 def _call(run, w, config) -> None:
-    if config is None:
-        run(*w.args(), **w.kwargs())
-    else:
-        run(*w.args(), **w.kwargs(), config=config)
+    run(*w.args(), **w.kwargs(config))
 
 
 def _scrub_trace(path: Path) -> int:
