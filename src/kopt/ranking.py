@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from kopt.stats import geomean
+
 #: Ledger fields the ranking reads; anything missing in an old row becomes NA.
 COLUMNS = ["row_id", "timestamp", "mode", "kind", "candidate_id", "candidate_hash", "parent_id",
            "technique", "case", "variant", "correct", "status", "runtime_ms", "ref_runtime_ms", "speedup", "device"]
@@ -68,8 +70,8 @@ def verdict_device(rows: Iterable[dict]) -> Optional[str]:
 
 def geomean_of(rows: Iterable[dict]) -> tuple[Optional[float], int]:
     """(geomean speedup over the correct rows, number of such rows); (None, 0) when there are none."""
-    logs = [math.log(s) for r in rows if r.get("correct") is True and (s := row_speedup(r))]
-    return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else (None, 0)
+    sp = [s for r in rows if r.get("correct") is True and (s := row_speedup(r))]
+    return geomean(sp), len(sp)
 
 
 def failed(rows: Iterable[dict]) -> bool:

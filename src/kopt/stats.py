@@ -159,6 +159,12 @@ def paired_speedup(
     return PairedSpeedup(ratios, float(np.median(ratios)), bootstrap_ci(ratios, seed=seed))
 
 
+def geomean(values) -> Optional[float]:
+    """Geometric mean of the positive values (None when there are none)."""
+    v = [float(x) for x in values if x and x > 0]
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+
+
 def min_effect(aa_spread: Optional[float]) -> float:
     """The smallest relative effect called an improvement: max(1%, 3 x the A/A spread)."""
     return max(MIN_EFFECT, 3.0 * (abs(aa_spread) if aa_spread is not None else 0.0))

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from kopt import stats
+from kopt.hardware import _is_cpu
 from kopt.results import TimingStats
 from kopt.stats import StopRule
 
@@ -37,8 +38,6 @@ _FLOOR_MS = 1e-6          # TimingStats wants > 0; a host call can read 0 ns
 _clock, _clock_ns = time.perf_counter, time.perf_counter_ns
 
 
-def _is_cpu(device: str) -> bool:
-    return device == "cpu" or device.startswith("cpu:")
 
 
 @dataclass

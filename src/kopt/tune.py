@@ -13,7 +13,6 @@ Winners are upserted into results/<backend>/tuning.csv (kopt.tuning).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -246,9 +245,3 @@ def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
         gbps=gbps(case, w.cold.median_ms), compile_s=w.compile_s, device=m.device_name,
         ref=m.ref_name, timing=w.cold, ref_timing=m.ref_cold, validation=w.validation, versions=m.versions,
         overhead_s={"tune_wall": round(ct.wall_s, 3)}, commit=ct.row.commit if ct.row else None)
-
-
-def geomean(values: list[float]) -> Optional[float]:
-    """Geometric mean (None when empty)."""
-    v = [x for x in values if x and x > 0]
-    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Callable, Optional
 from kopt.bench import BenchOptions, evaluate
 from kopt.cases import Case, CaseFile
 from kopt.results import CaseResult
+from kopt.stats import geomean
 
 
 @dataclass
@@ -32,7 +32,7 @@ class Verdict:
         sp = [r.speedup for r in self.perf if r.correct and r.speedup]
         if not sp or len(sp) != len(self.perf):
             return None
-        return math.exp(sum(math.log(s) for s in sp) / len(sp))
+        return geomean(sp)
 
     @property
     def min_speedup(self) -> Optional[float]:

@@ -37,6 +37,7 @@ def command(
     from kopt import gpupool, tune
     from kopt.candidate import resolve
     from kopt.paths import default_candidate
+    from kopt.stats import geomean
 
     t0 = time.perf_counter()
     gpupool.parse_spec(gpus)  # a bad --gpus is a usage error before any work
@@ -47,7 +48,7 @@ def command(
                             compile_jobs=compile_jobs)
     results = tune.tune(path, cases, opts, on_case=None if as_json else lambda ct: print(ct.line(), flush=True))
     wall = time.perf_counter() - t0
-    g = tune.geomean([ct.gain for ct in results if ct.gain])
+    g = geomean([ct.gain for ct in results if ct.gain])
     summary = (f"TUNE_SUMMARY CASES:{len(results)} TUNED:{sum(ct.ok for ct in results)} "
                f"GEOMEAN_GAIN:{'NA' if g is None else f'{g:.4f}x'} WALL:{wall:.1f}s")
     if as_json:
