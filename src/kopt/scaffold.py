@@ -10,7 +10,6 @@ overwritten, and only the files init wrote are committed.
 
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,26 +34,6 @@ INIT_MESSAGE = "kopt init"
 #: Project paths copied into the templates by sync_templates (the starter candidate is added with
 #: the sibling modules it loads). README.md is the workspace's own, not the project's.
 SYNCED = ("SKILL.md", "HINTS.md", "bench/cases.yaml", "knowledge", "workflows/prompts")
-_SIBLING_RE = re.compile(r'_load_sibling\("(\w+)"\)')
-
-
-def _imported_names(source: str) -> list[str]:
-    """Top-level module names a source imports (plain imports and the `_load_sibling("x")` helper)."""
-    import ast
-
-    names = list(_SIBLING_RE.findall(source))
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return names
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [a.name.split(".")[0] for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.append(node.module.split(".")[0])
-    return names
-
-
 @dataclass
 class InitResult:
     """What `kopt init` created."""
@@ -115,36 +94,29 @@ def init_workspace(target: Path, force: bool = False) -> InitResult:
         raise WorkspaceError(f"{target} is not empty: pick a new folder, or pass --force (existing files are kept)")
     root.mkdir(parents=True, exist_ok=True)
     res = InitResult(root)
-    for rel, src in _template_files().items():
+    # template files are copied, generated ones written; an existing file is kept either way
+    for rel, content in [*_template_files().items(), *_generated().items()]:
         dst = root / rel
         if dst.exists():
             res.kept.append(rel)
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        res.created.append(rel)
-    for rel, text in _generated().items():
-        dst = root / rel
-        if dst.exists():
-            res.kept.append(rel)
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_text(text)
+        if isinstance(content, Path):
+            shutil.copyfile(content, dst)
+        else:
+            dst.write_text(content)
         res.created.append(rel)
     res.sha = _git_commit(root, res.created)
     return res
 
 
 def starter_files(solution_dir: Path) -> list[Path]:
-    """run_kernel.py plus every sibling module it loads (transitively) in solution/tilelang/."""
-    todo, seen = ["run_kernel"], []
-    while todo:
-        p = Path(solution_dir) / f"{todo.pop()}.py"
-        if p in seen or not p.is_file():
-            continue
-        seen.append(p)
-        todo += _imported_names(p.read_text())
-    return seen
+    """run_kernel.py plus every sibling module it imports (transitively) in solution/tilelang/: the
+    files its candidate id covers (kopt.candidate.sources)."""
+    from kopt.candidate import sources
+
+    main = Path(solution_dir) / "run_kernel.py"
+    return sources(main) if main.is_file() else []
 
 
 def synced_sources(root: Path) -> dict[str, Path]:
