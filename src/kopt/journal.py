@@ -180,12 +180,12 @@ def bench_section(ws: Path) -> str:
     if cid and got != cid:
         line += f" (the current solution is `{cid}`, which has no verdict yet)"
     dev = ranking.verdict_device(latest)
-    hist = [it for it in loop.history(ws) if it.candidate_id != got or it.device != dev]  # not this verdict's own
+    hist = [it for it in loop.history(ws, rows) if it.candidate_id != got or it.device != dev]  # not its own
     best = loop.best_iteration(hist, dev)
     if best is None or best.geomean is None:
         line += f"; no previous best iteration on {dev or 'this device'}."
     elif gm is not None:
-        thr = loop.threshold(ws, dev)
+        thr = loop.threshold(ws, dev, rows)
         verdict = loop.outcome(gm, False, best.geomean, thr)
         line += (f"; previous best {best.geomean:.3f}x (iter {best.iteration}, `{best.candidate_id}`): "
                  f"{(gm / best.geomean - 1) * 100:+.1f}% -> {verdict} (threshold +{thr * 100:.1f}%).")

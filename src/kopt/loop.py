@@ -64,17 +64,15 @@ class StatusReport:
         return asdict(self)
 
 
-def threshold(ws: Path, device: Optional[str] = None) -> float:
-    """Relative improvement an iteration must beat: max(1%, 3 x A/A spread of the verdict's device)."""
+def threshold(ws: Path, device: Optional[str] = None, rows: Optional[list[dict]] = None) -> float:
+    """Relative improvement an iteration must beat: max(1%, 3 x A/A spread of the verdict's device).
+    rows: the ledger's rows when already read."""
     from kopt.calibrate import DEFAULT_SPREAD, aa_spread
     from kopt.stats import min_effect
 
     if device is None:  # the device of the latest verdict row
-        from kopt.ledger import load_dicts
-        from kopt.paths import ledger_file
-
-        rows = [r for r in load_dicts(ledger_file(ws)).rows if r.get("mode") == "verdict"]
-        device = rows[-1].get("device") if rows else None
+        verdicts = [r for r in (rows if rows is not None else _rows(ws)) if r.get("mode") == "verdict"]
+        device = verdicts[-1].get("device") if verdicts else None
     return min_effect(aa_spread(device, Path(ws)) if device else DEFAULT_SPREAD)
 
 
@@ -94,30 +92,35 @@ def current_candidate(ws: Path) -> Optional[str]:
     return candidate_hash(default_candidate(ws))[1]
 
 
-def history(ws: Path) -> list[Iteration]:
+def _rows(ws: Path) -> list[dict]:
+    from kopt.ledger import load_dicts
+    from kopt.paths import ledger_file
+
+    return load_dicts(ledger_file(ws)).rows
+
+
+def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     """Every committed iteration with its outcome under the improvement rule.
 
     Geomeans are compared per device: an iteration verified on an H200 is judged against the best
     earlier H200 iteration, never against a CPU one; the first verdict on a device is an improvement
     (the device's first best)."""
     from kopt import ranking
-    from kopt.ledger import load_dicts
-    from kopt.paths import ledger_file
     from kopt.vcs import snapshots
 
     best: dict = {}
     thr: dict = {}
-    rows, out = None, []
+    out = []
     for path, m in snapshots(ws):
         gm, n, failed, dev = m.geomean, m.n_cases, m.failed, m.device
         if (m.verdict_rows == 0 or dev is None) and m.candidate_id:  # verdict after the commit, or an old meta
-            rows = load_dicts(ledger_file(ws)).rows if rows is None else rows
+            rows = _rows(ws) if rows is None else rows
             late = ranking.latest_verdict(rows, m.candidate_id)
             if m.verdict_rows == 0:
                 (gm, n), failed = ranking.geomean_of(late), ranking.failed(late)
             dev = ranking.verdict_device(late)
         if dev not in thr:
-            thr[dev] = threshold(ws, dev)
+            thr[dev] = threshold(ws, dev, rows)
         prev = best.get(dev)
         got = outcome(gm, failed, prev, thr[dev])
         out.append(Iteration(m.iteration, m.label, m.candidate_id, gm, n, got, prev, path.name, dev))
@@ -159,8 +162,10 @@ def _worst_case(rows: list[dict]) -> Optional[int]:
     return min(rows, key=lambda r: row_speedup(r) or float("inf")).get("case")
 
 
-def record_stagnation(ws: Path, hist: list[Iteration], worst: Optional[int]) -> bool:
-    """Append one kind="stagnation" ledger row for the current episode unless it is there; True if written."""
+def record_stagnation(ws: Path, hist: list[Iteration], worst: Optional[int],
+                      rows: Optional[list[dict]] = None) -> bool:
+    """Append one kind="stagnation" ledger row for the current episode unless it is there; True if written.
+    rows: the ledger's rows when already read."""
     from kopt import ledger
     from kopt.paths import ledger_file
     from kopt.results import CaseResult
@@ -168,7 +173,7 @@ def record_stagnation(ws: Path, hist: list[Iteration], worst: Optional[int]) -> 
     best = best_iteration(hist)
     episode = f"after-iter-{best.iteration if best else 0}"
     path = ledger_file(ws)
-    for r in ledger.load_dicts(path).rows:
+    for r in rows if rows is not None else ledger.load_dicts(path).rows:
         if r.get("kind") == "stagnation" and (r.get("config") or {}).get("episode") == episode:
             return False
     since = since_improvement(hist)
@@ -190,18 +195,19 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     from kopt.paths import ledger_file
 
     ws = Path(ws)
-    hist = history(ws)
-    df, _ = ranking.load_frame(ledger_file(ws), device)
+    loaded = load_dicts(ledger_file(ws))  # read once: nothing below writes before the stagnation row
+    rows = loaded.rows
+    hist = history(ws, rows)
+    df, _ = ranking.load_frame(ledger_file(ws), device, loaded)
     top = ranking.best(df)
     since = since_improvement(hist)
     stagnating = len(hist) >= STAGNATION_AFTER and since >= STAGNATION_AFTER
-    rep = StatusReport(len(hist), threshold(ws), best_iteration(hist), top,
+    rep = StatusReport(len(hist), threshold(ws, rows=rows), best_iteration(hist), top,
                        ranking.records(ranking.best_per_case(df)), hist[-last:] if last > 0 else [], since, stagnating)
     if stagnating:
-        rows = load_dicts(ledger_file(ws)).rows
         rep.worst_case = _worst_case(ranking.latest_verdict(rows, hist[-1].candidate_id))
         if rep.worst_case is None and rep.best is not None:  # the last iteration has no verdict
             rep.worst_case = _worst_case(ranking.latest_verdict(rows, rep.best.candidate_id))
         rep.protocol = protocol(rep.worst_case)
-        rep.recorded = record and record_stagnation(ws, hist, rep.worst_case)
+        rep.recorded = record and record_stagnation(ws, hist, rep.worst_case, rows)
     return rep

@@ -91,7 +91,7 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     rows, c.skipped = loaded.rows, len(loaded.skipped)
     if device:
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
-    df, _ = ranking.load_frame(ledger_file(ws), device)
+    df, _ = ranking.load_frame(ledger_file(ws), device, loaded)
     top = ranking.best(df)
     c500 = {x.id: x.c500_ref_ms for x in load_cases(cases_file(ws))}
     if top:
@@ -127,7 +127,7 @@ def _trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[
     try:
         from kopt.loop import history
 
-        hist = history(ws) if use_git else []
+        hist = history(ws, rows) if use_git else []  # use_git only without a device filter: all rows
     except Exception:  # no git, no snapshots, an older layout: fall back to the ledger
         hist = []
     if hist:

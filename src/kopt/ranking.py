@@ -82,16 +82,17 @@ def failed(rows: Iterable[dict]) -> bool:
 
 # ---------------------------------------------------------------- pandas tables
 
-def load_frame(path: Path, device: Optional[str] = None):
+def load_frame(path: Path, device: Optional[str] = None, loaded=None):
     """Ledger -> (DataFrame of case rows with normalized columns and file order `seq`, skipped lines).
 
     With `device`, only rows measured on that device (times from different devices never mix in a rank).
+    `loaded`: the ledger already read with kopt.ledger.load_dicts (not read again).
     """
     import pandas as pd
 
     from kopt.ledger import load_dicts
 
-    loaded = load_dicts(path)
+    loaded = loaded if loaded is not None else load_dicts(path)
     df = pd.DataFrame.from_records(loaded.rows, columns=COLUMNS) if loaded.rows else pd.DataFrame(columns=COLUMNS)
     df["seq"] = range(len(df))
     df["kind"] = df["kind"].where(df["kind"].notna(), "case")
