@@ -91,8 +91,6 @@ class DeviceInfo:
     l2_bytes: Optional[int]
     spec_bw_gbps: Optional[float]
     profile: Optional[DeviceProfile]
-    from_device: bool = False
-    """Whether units / L2 were read from the driver rather than the profile."""
 
 
 @lru_cache(maxsize=4)
@@ -159,7 +157,7 @@ def _detect_gpu(device: str) -> DeviceInfo:
         warp_size=warp or (p.warp_size if p else None),
         l2_bytes=l2 or (p.l2_bytes if p else None),
         spec_bw_gbps=p.spec_bw_gbps if p else None,
-        profile=p, from_device=bool(units or l2),
+        profile=p,
     )
 
 

@@ -7,6 +7,7 @@ never live in this process: the parent computes them after this process has exit
 
 from __future__ import annotations
 
+import functools
 import sys
 import traceback
 from pathlib import Path
@@ -226,6 +227,12 @@ def _plan_info(mod, w, config) -> dict | None:
 
 
 def _versions() -> dict[str, str]:
+    """Library versions of this process (a copy: they cannot change while it runs)."""
+    return dict(_versions_once())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions_once() -> dict[str, str]:
     import platform
 
     import torch

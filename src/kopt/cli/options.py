@@ -25,7 +25,6 @@ class CaseSelection:
 
     case: Optional[str]
     all_: bool
-    kind: Optional[str] = None
 
 
 def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None, seqlens=None):
@@ -33,9 +32,9 @@ def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None,
     from kopt.cases import load_cases, select
     from kopt.cli.common import parse_ids
 
-    if not sel.case and not sel.all_ and not sel.kind:
+    if not sel.case and not sel.all_:
         raise UsageError("choose cases with --case N (e.g. --case 10 or --case 1,4-6) or --all")
     if sel.case and sel.all_:
         raise UsageError("--case and --all are exclusive")
-    cases = select(load_cases(), parse_ids(sel.case), sel.kind)
+    cases = select(load_cases(), parse_ids(sel.case))
     return [c.with_variant(dtype=dtype, head_dim=head_dim, page_size=page_size, seqlens=seqlens) for c in cases]
