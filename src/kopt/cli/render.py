@@ -15,14 +15,16 @@ def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_s
 
     A progress bar goes to stderr for people (never in --machine or --json mode).
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from kopt.cli.common import err_console
 
     err = err_console()
     done = []
-    bar = None if machine or as_json or not err.is_terminal else Progress(
-        TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
+    bar = None
+    if not (machine or as_json) and err.is_terminal:  # rich.progress only when a bar is drawn
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
+                       transient=True)
     task = bar.add_task("cases", total=total) if bar else None
 
     def on_progress(n: int) -> None:

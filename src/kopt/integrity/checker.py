@@ -59,8 +59,10 @@ class Checker(ast.NodeVisitor):
     def check(self, tree: ast.Module) -> None:
         """Collect aliases (two passes, so `a = b` after `b = torch` resolves), then visit."""
         self._doc = _docstrings(tree)
-        for _ in range(2):
-            for node in ast.walk(tree):
+        for node in ast.walk(tree):
+            self._collect(node)
+        for node in ast.walk(tree):  # assignments once more: imports are recorded once, aliases settle
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
                 self._collect(node)
         self.visit(tree)
         if self.loads_by_path and not self.named_siblings:
@@ -133,7 +135,7 @@ class Checker(ast.NodeVisitor):
                 self.add("KS103", node, f"{q}: direct operator call")
             elif q != "torch.nn.functional.pad" and R.matches(q, R.TORCH_MATH):
                 self.add("KS102", node, f"{q}: attention math on the host in a tilelang candidate")
-            elif q.startswith("torch.") and not R.matches(q, tuple(f"torch.{g}" for g in R.TORCH_GLUE)):
+            elif q.startswith("torch.") and not R.matches(q, R.TORCH_GLUE_QUALIFIED):
                 self.add("KS107", node, f"{q}: host torch op outside the glue allowlist")
         hit = R.matches(q, R.HARNESS_NAMES)
         if hit:

@@ -103,6 +103,7 @@ TORCH_GLUE = (
     "utils.dlpack", "from_dlpack", "nn.functional.pad", "OutOfMemoryError", "Stream", "Event",
     "broadcast_shapes", "get_num_threads", "set_num_threads", "result_type", "promote_types",
 )
+TORCH_GLUE_QUALIFIED = tuple(f"torch.{g}" for g in TORCH_GLUE)
 #: `.name(` on a tensor (unknown receiver) that computes attention math.
 TENSOR_MATH_METHODS = frozenset({
     "softmax", "log_softmax", "matmul", "mm", "bmm", "baddbmm", "addmm", "addbmm", "einsum", "exp", "exp_",
