@@ -129,7 +129,13 @@ class CaseResult(BaseModel):
 
 
 def _num(v: Optional[float], fmt: str = "{:.4f}") -> str:
+    """A number for people and the machine line: NA when it was not measured."""
     return "NA" if v is None else fmt.format(v)
+
+
+def fmt_na(v, spec: str = ".4f") -> str:
+    """format(v, spec), or NA when v is None."""
+    return _num(v, "{:" + spec + "}")
 
 
 def machine_line(r: CaseResult) -> str:

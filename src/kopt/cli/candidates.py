@@ -23,9 +23,6 @@ def _short(parents: list[str]) -> str:
     return parents[0] + (f" +{len(parents) - 1}" if len(parents) > 1 else "") if parents else "-"
 
 
-def _fmt(v, spec: str = ".4f") -> str:
-    return "NA" if v is None else format(v, spec)
-
 
 def command(
     top: Optional[int] = typer.Option(None, "--top", min=1, help="Show the N best candidates."),
@@ -39,6 +36,7 @@ def command(
     from kopt.cli.common import err_console, out_console
     from kopt.errors import UsageError
     from kopt.paths import ledger_file
+    from kopt.results import fmt_na
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")
@@ -76,6 +74,6 @@ def command(
     for c in ("case", "variant", "candidate_id", "runtime ms", "ref ms", "speedup", "mode"):
         b.add_column(c)
     for r in ranking.records(rep.best_per_case):
-        b.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"], _fmt(r["runtime_ms"]),
-                  _fmt(r["ref_runtime_ms"]), _fmt(r["speedup"], ".3f"), r["mode"])
+        b.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"], fmt_na(r["runtime_ms"]),
+                  fmt_na(r["ref_runtime_ms"]), fmt_na(r["speedup"], ".3f"), r["mode"])
     con.print(b)
