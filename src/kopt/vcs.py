@@ -117,11 +117,21 @@ def _pathspecs(repo, ws: Path, names=WORKSPACE_PATHS) -> list[str]:
     return [(prefix / n).as_posix() for n in names]
 
 
+def iteration_commits(repo) -> list[str]:
+    """hexshas of the `[iter N]` commits reachable from HEAD, newest first ([] on an unborn branch)."""
+    if not repo.head.is_valid():
+        return []
+    out = []
+    for line in repo.git.log("--format=%H%x00%s", "HEAD").splitlines():
+        sha, _, subject = line.partition("\0")
+        if ITER_RE.match(subject):
+            out.append(sha)
+    return out
+
+
 def iterations_done(repo) -> int:
     """Number of `[iter ` commits reachable from HEAD (0 on an unborn branch)."""
-    if not repo.head.is_valid():
-        return 0
-    return sum(1 for s in repo.git.log("--format=%s", "HEAD").splitlines() if ITER_RE.match(s))
+    return len(iteration_commits(repo))
 
 
 def next_iteration(ws: Path, fallback: int = 1) -> int:
@@ -130,16 +140,6 @@ def next_iteration(ws: Path, fallback: int = 1) -> int:
         return iterations_done(open_repo(ws)) + 1
     except WorkspaceError:
         return fallback
-
-
-def last_iteration_commit(repo) -> Optional[str]:
-    """hexsha of the newest `[iter N]` commit reachable from HEAD, or None."""
-    if not repo.head.is_valid():
-        return None
-    for c in repo.iter_commits("HEAD", max_count=2000):
-        if ITER_RE.match(c.message):
-            return c.hexsha
-    return None
 
 
 def diff_stat(ws: Path) -> Optional[str]:
@@ -151,7 +151,7 @@ def diff_stat(ws: Path) -> Optional[str]:
     except WorkspaceError:
         return None
     specs = _pathspecs(repo, ws)
-    base = last_iteration_commit(repo) or ("HEAD" if repo.head.is_valid() else None)
+    base = next(iter(iteration_commits(repo)), None) or ("HEAD" if repo.head.is_valid() else None)
     stat = repo.git.diff("--stat", base, "--", *specs) if base else ""
     new = repo.git.ls_files("--others", "--exclude-standard", "--", *specs).splitlines()
     lines = [stat] if stat else []
