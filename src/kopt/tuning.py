@@ -217,8 +217,6 @@ def write(path: Path, rows: list[TuningRow]) -> Path:
 
 
 def _write_raw(path: Path, header: list[str], rows: list[dict]) -> None:
-    import io
-
     from kopt import atomic
 
     buf = io.StringIO(newline="")

@@ -101,22 +101,6 @@ def tail_lines(text: str, n: int = 3) -> str:
     return " | ".join(lines[-n:])[:400]
 
 
-def target_info(output: str) -> Optional[dict]:
-    """The `KOPT_TARGET {json}` line the target prints, or None."""
-    import json
-
-    from kopt.profile.target import INFO_PREFIX
-
-    for ln in reversed(output.splitlines()):
-        i = ln.find(INFO_PREFIX)
-        if i >= 0:
-            try:
-                return json.loads(ln[i + len(INFO_PREFIX):])
-            except ValueError:
-                return None
-    return None
-
-
 def target_error(output: str) -> Optional[str]:
     """The target's own one-line error, when it printed one."""
     for ln in reversed(output.splitlines()):

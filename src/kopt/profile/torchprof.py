@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from kopt.profile.common import ProfileError, TargetSpec, run_logged, tail_lines, target_error, target_info
+from kopt.profile.common import ProfileError, TargetSpec, run_logged, tail_lines, target_error
 from kopt.profile.models import KernelMetrics
 from kopt.profile.trace import TraceSummary, summarize_file
 
@@ -21,11 +21,10 @@ TRACE_NAME = "trace.json"
 
 @dataclass
 class TorchRun:
-    """A kineto trace and what the target reported."""
+    """A kineto trace, its summary and the command that wrote it."""
 
     trace: Path
     summary: TraceSummary
-    info: dict
     command: list[str]
 
 
@@ -41,7 +40,7 @@ def run(spec: TargetSpec, out_dir: Path, calls: int = 3, timeout_s: float = 600.
     if p.rc != 0 or not trace.is_file():
         why = target_error(p.output) or tail_lines(p.output)
         raise ProfileError(f"the profiled target failed (status {p.rc}): {why}")
-    return TorchRun(trace, summarize_file(trace, units=units), target_info(p.output) or {}, argv)
+    return TorchRun(trace, summarize_file(trace, units=units), argv)
 
 
 def kernels_from_timeline(s: TraceSummary) -> list[KernelMetrics]:
