@@ -4,7 +4,9 @@
 # Steps (default: all, in this order): doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12
 #   profile paged64 paged16 gputests verify
 # Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
-#   and the ledger in $STASH between two runs on one host). Tuning runs: scripts/gpu_tune_check.sh.
+#   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
+#   harness's own start-up and per-sample costs), screen (configs on a few cases, quick: SCREEN_CONFIGS,
+#   SCREEN_CASES). Tuning runs: scripts/gpu_tune_check.sh.
 set -u
 out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
 mkdir -p "$out/logs"
@@ -29,6 +31,15 @@ for s in $steps; do case $s in
   gputests)  run gputests 420 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests ;;
   ab)        run ab_fused0 150 python3 -m kopt bench --case 8,10,13,14 --cold-cache --machine --quick \
                --config '{"fused": 0}' ;;
+  overhead)  run overhead 240 python3 scripts/gpu_timing_overhead.py ;;
+  screen)    # SCREEN_CONFIGS: ';'-separated JSON configs ('default' = no --config) on SCREEN_CASES, quick timing
+             IFS=';' read -ra cfgs <<< "${SCREEN_CONFIGS:-default}"; i=0
+             for c in "${cfgs[@]}"; do
+               if [[ $c == default ]]; then set -- ; else set -- --config "$c"; fi
+               run "screen_$i" 150 python3 -m kopt bench --case "${SCREEN_CASES:-8,10,13,14}" --cold-cache --machine \
+                 --quick --no-record "$@"
+               echo "screen_$i config=$c" >> "$log/steps.txt"; i=$((i + 1))
+             done ;;
   stash)     mkdir -p "$stash"; cp -r results candidates.jsonl "$stash/" ;;
   restore)   if [[ -d $stash/results ]]; then cp -rn "$stash/results/." results/; cp "$stash/candidates.jsonl" .; fi ;;
   wall)      run wall_compile 120 python3 -m kopt bench --case 10 --cold-cache --machine --no-record
