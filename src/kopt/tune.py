@@ -6,9 +6,15 @@ than cases (every shard re-times the default, so gains are always measured in on
 GPU), and each shard runs in one `kopt.tune_worker` child. Optional prewarm children compile the
 shard's configs in parallel first (TileLang's disk cache is process-safe), so the timing child
 mostly loads kernels. A child that dies blames the config in progress and a fresh child takes the
-rest. Outputs are checked here against the fp32 reference; the winner is the fastest correct
-cold median, unless it beats the default by less than their timing CIs (then the default stays).
-Winners are upserted into results/<backend>/tuning.csv (kopt.tuning).
+rest.
+
+The search has two stages. The screen compiles, checks and times every config cold with the quick
+timing options; then the --finalists fastest (default excluded) are timed against their shard's
+default in interleaved ABBA rounds (full options unless --quick). Outputs are checked here against
+the fp32 reference; the winner is the correct finalist with the highest paired speedup that passes
+the improvement rule (CI above 1, effect >= max(1%, 3 x the device's A/A spread)); when none
+passes, the default stays (gain 1). Results without paired figures fall back to the screened
+medians (kopt.tune_pick). Winners are upserted into results/<backend>/tuning.csv (kopt.tuning).
 """
 
 from __future__ import annotations
@@ -22,11 +28,11 @@ from typing import Callable, Optional
 
 from kopt.cases import Case
 from kopt.results import Status
+from kopt.tune_models import ConfigResult, ShardResult
+from kopt.tune_pick import NOISE_CAP, pick_winner
 from kopt.tune_shard import ShardItem, reaping, run_shard
-from kopt.tune_worker import ConfigResult, ShardResult
 
-#: Largest timing CI (relative) that can make a faster config a tie with the default.
-NOISE_CAP = 0.05
+__all__ = ["CaseTune", "NOISE_CAP", "TuneOptions", "finish_case", "pick_winner", "tune"]
 
 
 @dataclass
@@ -52,6 +58,8 @@ class TuneOptions:
     """Parallel prewarm children per shard; None: auto (CUDA only), 0/1: none."""
     max_reruns: int = 3
     keep_dir: Optional[Path] = None
+    finalists: int = 3
+    """Screened configs (besides the default) paired against the default; 0: pick by screened medians."""
 
 
 @dataclass
@@ -64,6 +72,8 @@ class CaseTune:
     winner: Optional[ConfigResult] = None
     default: Optional[ConfigResult] = None
     gain: Optional[float] = None
+    gain_ci: Optional[tuple[float, float]] = None
+    """The paired gain's CI; None when the gain is not a paired figure (or the default was kept)."""
     note: str = ""
     wall_s: float = 0.0
     row: Optional[object] = None
@@ -79,16 +89,26 @@ class CaseTune:
         """A correct winner was found."""
         return self.winner is not None
 
+    def times_ms(self) -> tuple[Optional[float], Optional[float]]:
+        """(default, winner) cold medians: from the winner's paired rounds when it has them, else screened."""
+        w, d = self.winner, self.default
+        if w is not None and w is not d and w.paired_a and w.paired_b:
+            return w.paired_b.median_ms, w.paired_a.median_ms
+        ms = lambda c: None if c is None or c.cold is None else c.cold.median_ms  # noqa: E731
+        return ms(d), ms(w)
+
     def line(self) -> str:
         """One stdout line per case: KEY:VALUE fields like the machine line."""
-        m, w, d = self.meta, self.winner, self.default
-        ms = lambda c: "NA" if c is None or c.cold is None else f"{c.cold.median_ms:.4f}"  # noqa: E731
+        m, w = self.meta, self.winner
+        fmt = lambda v: "NA" if v is None else f"{v:.4f}"  # noqa: E731
+        d_ms, w_ms = self.times_ms()
         cfg = "NA" if w is None else _json(w.config or {})
         n_ok = sum(bool(c.correct) for c in self.configs)
+        ci = "NA" if self.gain_ci is None else f"{self.gain_ci[0]:.4f}-{self.gain_ci[1]:.4f}"
         msg = "" if w else f" MESSAGE:{(m.message or _first_failure(self.configs)).replace(' ', '_')[:160]}"
         return (f"TUNE CASE:{self.case.id} DEVICE:{m.device_name} CONFIGS:{len(self.configs)}/{m.n_configs} "
-                f"CORRECT:{n_ok} DEFAULT:{ms(d)} BEST:{ms(w)} "
-                f"GAIN:{'NA' if self.gain is None else f'{self.gain:.4f}x'} CONFIG:{cfg} "
+                f"CORRECT:{n_ok} DEFAULT:{fmt(d_ms)} BEST:{fmt(w_ms)} "
+                f"GAIN:{'NA' if self.gain is None else f'{self.gain:.4f}x'} GAIN_CI:{ci} CONFIG:{cfg} "
                 f"TIME:{self.wall_s:.1f}s STATUS:{'ok' if w else 'failed'}{msg}")
 
 
@@ -135,8 +155,7 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
         if len(by_case[item.case.id]) == item.shards:
             ct = finish_case(path, item.case, by_case[item.case.id], opts, parallel=bool(gpus))
             log(f"kopt tune: case {ct.case.id}: {len(ct.configs)} configs in {ct.wall_s:.1f} s"
-                f" ({ct.meta.device_name}, {item.shards} shard(s)); "
-                + (f"gain {ct.gain:.3f}x over the default" if ct.gain else ct.note or "no gain figure"))
+                f" ({ct.meta.device_name}, {item.shards} shard(s)); {_summary(ct)}")
             out.append(ct)
             if on_case:
                 on_case(ct)
@@ -158,41 +177,21 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
 
 # ---------------------------------------------------------------- winner, table row, ledger row
 
-def pick_winner(results: list[ConfigResult]) -> tuple[Optional[ConfigResult], Optional[ConfigResult], Optional[float], str]:
-    """(winner, default it is compared with, gain, note): fastest correct cold median, relative to its shard's default.
-
-    A winner faster than the default by less than the larger of their CI half-widths is noise:
-    the default is kept (gain 1). The CI is capped at NOISE_CAP: wider than that, it says the
-    timing is noisy (few host samples on a busy CPU), not that the configs tie.
-    """
-    ok = [r for r in results if r.correct and r.cold]
-    if not ok:
-        return None, None, None, "no correct config"
-    defaults = {r.shard: r for r in ok if r.index == 0}
-    relative = all(r.shard in defaults for r in ok)
-    score = (lambda r: r.cold.median_ms / defaults[r.shard].cold.median_ms) if relative else \
-        (lambda r: r.cold.median_ms)
-    best = min(ok, key=lambda r: (score(r), r.index))
-    default = defaults.get(best.shard) or next((r for r in ok if r.index == 0), None)
-    if default is None:
-        return best, None, None, "the default config failed"
-    gain = default.cold.median_ms / best.cold.median_ms
-    noise = min(NOISE_CAP, max(best.cold.ci_rel or 0.0, default.cold.ci_rel or 0.0))
-    if best is not default and gain < 1.0 + noise:
-        return default, default, 1.0, f"best other config within noise ({gain:.3f}x, CI {noise:.1%})"
-    return best, default, gain, ""
-
-
 def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOptions, parallel: bool) -> CaseTune:
     """Merge shards, pick the winner, upsert the table row and append the ledger row."""
+    from kopt.calibrate import aa_spread
+    from kopt.candidate import content_hash
+
     shards = sorted(shards, key=lambda s: 0 if s.n_configs else 1)   # a shard that loaded first (for meta)
     ct = CaseTune(case=case, shards=shards, configs=[c for s in shards for c in s.results])
     ct.wall_s = max((s.wall_s for s in shards), default=0.0) if parallel else sum(s.wall_s for s in shards)
-    ct.winner, ct.default, ct.gain, ct.note = pick_winner(ct.configs)
+    ct.winner, ct.default, ct.gain, ct.note = pick_winner(ct.configs, aa_spread(ct.meta.device_name))
+    stopped = "; ".join(f"pairing stopped: {s.pair_error}" for s in shards if s.pair_error)
+    ct.note = "; ".join(x for x in (ct.note, stopped) if x)
     if ct.winner is None:
         return ct
-    from kopt.candidate import content_hash
-
+    if ct.winner is not ct.default and ct.winner.paired_ci and ct.gain == ct.winner.paired_speedup:
+        ct.gain_ci = tuple(ct.winner.paired_ci)       # the gain is the paired figure (not the unpaired fallback)
     chash = content_hash(Path(path))
     # a quick or partial search (--quick, --max-configs) never replaces a full one of the same kernel
     ct.row = table_row(case, ct, path, chash, quick=opts.quick or bool(opts.max_configs))
@@ -213,19 +212,20 @@ def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = Fa
     from kopt import tuning
     from kopt.vcs import head_short
 
-    v, w, d = case.variant, ct.winner, ct.default
+    v, w = case.variant, ct.winner
+    d_ms, w_ms = ct.times_ms()
+    lo, hi = ct.gain_ci or (None, None)
     page = v.page_size or 0
     capacity = -(-case.seqlen_k // page) * page if page else case.seqlen_k
     return tuning.TuningRow(
         device=ct.meta.device_name, units=ct.meta.units, dtype=v.dtype.value, head_dim=v.head_dim,
         batch=case.batch, seqlen_bucket=tuning.bucket(capacity), kv_heads=case.kv_heads, gqa=case.gqa,
-        page_size=page, config=w.config or {}, runtime_ms=w.cold.median_ms,
-        default_runtime_ms=d.cold.median_ms if d else None, gain=ct.gain, commit=head_short(Path(path).parent),
-        candidate_id=chash[:12], quick=bool(quick))
+        page_size=page, config=w.config or {}, runtime_ms=w_ms, default_runtime_ms=d_ms, gain=ct.gain,
+        gain_lo=lo, gain_hi=hi, commit=head_short(Path(path).parent), candidate_id=chash[:12], quick=bool(quick))
 
 
 def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
-    """A mode=tune ledger row for the winner (its speedup is a ratio of unpaired medians: no CI)."""
+    """A mode=tune ledger row for the winner (its speedup over the baseline is a ratio of unpaired medians: no CI)."""
     import uuid
 
     from kopt.paths import relative
@@ -235,13 +235,22 @@ def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
     w = ct.winner
     m = next((s for s in ct.shards if any(c is w for c in s.results)), ct.meta)
     ref_ms = m.ref_cold.median_ms if m.ref_cold else None
+    t = w.paired_a if w is not ct.default and w.paired_a else w.cold   # the better-measured figure
     return CaseResult(
         row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=relative(path), candidate_hash=chash,
         candidate_id=chash[:12], technique="tune", config=w.config, case=case.id, variant=case.variant.label(),
         backend=m.backend, compiled=True, correct=True, status=Status.ok,
-        message=f"tuned over {len(ct.configs)} configs; gain {ct.gain:.4f}x over the default"
-        if ct.gain else f"tuned over {len(ct.configs)} configs; {ct.note}",
-        runtime_ms=w.cold.median_ms, ref_runtime_ms=ref_ms, speedup=ref_ms / w.cold.median_ms if ref_ms else None,
-        gbps=gbps(case, w.cold.median_ms), compile_s=w.compile_s, device=m.device_name,
-        ref=m.ref_name, timing=w.cold, ref_timing=m.ref_cold, validation=w.validation, versions=m.versions,
+        message=f"tuned over {len(ct.configs)} configs; {_summary(ct)}",
+        runtime_ms=t.median_ms, ref_runtime_ms=ref_ms, speedup=ref_ms / t.median_ms if ref_ms else None,
+        gbps=gbps(case, t.median_ms), compile_s=w.compile_s, device=m.device_name,
+        ref=m.ref_name, timing=t, ref_timing=m.ref_cold, validation=w.validation, versions=m.versions,
         overhead_s={"tune_wall": round(ct.wall_s, 3)}, commit=ct.row.commit if ct.row else None)
+
+
+def _summary(ct: CaseTune) -> str:
+    """The gain over the default in words (paired CI when there is one), and the winner rule's note."""
+    parts = []
+    if ct.gain:
+        ci = f" (paired, CI {ct.gain_ci[0]:.4f}-{ct.gain_ci[1]:.4f})" if ct.gain_ci else ""
+        parts.append(f"gain {ct.gain:.4f}x over the default{ci}")
+    return "; ".join(parts + [ct.note] if ct.note else parts) or "no gain figure"

@@ -1,5 +1,10 @@
 """One shard of a tuning run: prewarm children, the timing child (rerun past crashes), output checks.
 
+The timing child screens the shard's configs and then pairs the finalists with the default
+(kopt.tune_worker). A rerun child gets the earlier children's results (`prior`) and pairs over all
+of them; when no child got to the finalists (the last config crashed, a graph capture failed), one
+more child only pairs them.
+
 Runs in the `kopt tune` process or in a gpupool worker pinned to one GPU; children run in their own
 sessions and are killed with this process (SIGTERM, Ctrl-C, errors), so a bounded run leaves no
 orphan on the GPU.
@@ -20,7 +25,8 @@ from typing import TYPE_CHECKING, Optional
 from kopt.cases import Case
 from kopt.isolate import kill_group, child_env
 from kopt.results import Status
-from kopt.tune_worker import ConfigResult, ShardResult, TuneJob
+from kopt.tune_models import ConfigResult, ShardResult, TuneJob
+from kopt.tune_pick import pick_finalists
 
 if TYPE_CHECKING:
     from kopt.tune import TuneOptions
@@ -66,7 +72,7 @@ def run_shard(path: str, device: str, opts: TuneOptions, item: ShardItem) -> Sha
     s0 = _fresh_seed()
     base = dict(candidate_path=path, case=item.case, device=device, shard=item.shard, shards=item.shards,
                 max_configs=opts.max_configs, seeds_correct=[s0], seeds_timing=[s0, _fresh_seed()],
-                quick=opts.quick, hot=opts.hot, baseline=opts.baseline)
+                quick=opts.quick, hot=opts.hot, baseline=opts.baseline, finalists=opts.finalists)
     work = Path(tempfile.mkdtemp(prefix="kopt-tune-"))
     try:
         with reaping():
@@ -142,14 +148,11 @@ def _timed(base: dict, work: Path, opts: TuneOptions) -> ShardResult:
     indices = None
     for attempt in range(opts.max_reruns + 1):
         out = work / f"run{attempt}"
-        p = _launch(TuneJob(**base, indices=indices, out_dir=str(out)))
-        rc, timed_out = _wait(p, time.perf_counter() + opts.timeout_s)
-        res = _read(out)
-        why = "timed out" if timed_out else f"died (code {rc})"
+        res, timed_out, why = _child(TuneJob(**base, indices=indices, prior=list(done.values()), out_dir=str(out)),
+                                     opts)
         if res is None:
-            tail = (out / "child.log").read_bytes()[-2000:].decode(errors="replace").strip().splitlines()[-1:]
             merged.status = merged.status or (Status.timeout if timed_out else Status.crash)
-            merged.message = f"tuning child {why} before reporting: {' '.join(tail)[:200]}"
+            merged.message = f"tuning child {why}"
             break
         if attempt == 0:
             merged = res.model_copy(update={"results": []})
@@ -157,14 +160,13 @@ def _timed(base: dict, work: Path, opts: TuneOptions) -> ShardResult:
             base = dict(base, hot=False)
             merged.hot_error = merged.hot_error or res.hot_error
         before = len(done)
-        for cr in res.results:
-            cr.dir = str(out / cr.dir)
-            done.setdefault(cr.index, cr)
+        new = _merge(done, res, out)
+        _take_pairs(merged, res, why)
         if res.current is not None and res.current not in done:
             done[res.current] = ConfigResult(index=res.current, shard=base["shard"], config=res.current_config,
                                              status=Status.timeout if timed_out else Status.crash,
                                              message=f"tuning child {why} on this config")
-        if res.phase == "done" and res.status not in (None, Status.ok) and not res.results:
+        if res.phase == "done" and res.status not in (None, Status.ok) and not new:
             merged.status, merged.message = res.status, res.message
             break
         indices = [i for i in res.indices if i not in done]
@@ -173,8 +175,51 @@ def _timed(base: dict, work: Path, opts: TuneOptions) -> ShardResult:
         if len(done) == before:
             merged.message = f"tuning child {why} in phase {res.phase}; {len(indices)} config(s) not run"
             break
+    if merged.finalists is None and merged.status in (None, Status.ok) and pick_finalists(list(done.values()),
+                                                                                          opts.finalists):
+        _pair_only(base, work, opts, done, merged)
     merged.results = [done[i] for i in sorted(done)]
     return merged
+
+
+def _child(job: TuneJob, opts: TuneOptions) -> tuple[Optional[ShardResult], bool, str]:
+    """Run one tuning child to its end or its time limit: (its report or None, timed out, how it ended)."""
+    out = Path(job.out_dir)
+    rc, timed_out = _wait(_launch(job), time.perf_counter() + opts.timeout_s)
+    why = "timed out" if timed_out else f"died (code {rc})"
+    res = _read(out)
+    if res is None:
+        tail = (out / "child.log").read_bytes()[-2000:].decode(errors="replace").strip().splitlines()[-1:]
+        why = f"{why} before reporting: {' '.join(tail)[:200]}"
+    return res, timed_out, why
+
+
+def _merge(done: dict[int, ConfigResult], res: ShardResult, out: Path) -> list[int]:
+    """Take a child's results into `done` (its copies of earlier ones carry its pairings); returns the new indices."""
+    new = [cr.index for cr in res.results if cr.index not in done]
+    for cr in res.results:
+        if cr.dir and not Path(cr.dir).is_absolute():
+            cr.dir = str(out / cr.dir)
+        done[cr.index] = cr
+    return new
+
+
+def _pair_only(base: dict, work: Path, opts: TuneOptions, done: dict[int, ConfigResult], merged: ShardResult) -> None:
+    """One more child that screens nothing and pairs the finalists of what the earlier children screened."""
+    out = work / "finalists"
+    res, _, why = _child(TuneJob(**base, indices=[], prior=list(done.values()), out_dir=str(out)), opts)
+    if res is None or res.finalists is None:
+        merged.pair_error = f"finalist child {why}" if res is None else f"finalist child: {res.message or why}"
+        return
+    _merge(done, res, out)
+    _take_pairs(merged, res, why)
+
+
+def _take_pairs(merged: ShardResult, res: ShardResult, why: str) -> None:
+    """Note the finalists of a child that got to them (a crash while pairing is not rerun: the finished pairs stand)."""
+    if res.finalists is not None:
+        merged.finalists = res.finalists
+        merged.pair_error = res.pair_error or (None if res.phase == "done" else f"tuning child {why} while pairing")
 
 
 def _check(shard: ShardResult, case: Case, device: str, prefer: str) -> None:

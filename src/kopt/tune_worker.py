@@ -1,12 +1,20 @@
 """The tuning child: `python -m kopt.tune_worker job.json`.
 
-One child evaluates many configs of one case, so the candidate is imported (and the device set up)
-once: for each config it compiles (prepare + first call), runs the correctness calls through the
-bench worker's guarded `checked_call` (outputs saved for the parent, which holds the fp32
-reference), times cold (flushed L2) and, on CUDA, hot (graph replay), and spot-checks the timed
-inputs. result.json is rewritten after every config, so a crash or a timeout still leaves the
-finished configs and names the one in progress. With `prewarm` set the child only compiles its
-configs (filling TileLang's disk cache for the timing child) and saves nothing else.
+One child evaluates many configs of one case in two stages, so the candidate is imported (and the
+device set up) once:
+
+1. Screen: each config is compiled (prepare + first call), correctness-called through the bench
+   worker's guarded `checked_call` (outputs saved for the parent, which holds the fp32 reference),
+   timed cold with the quick timing options (and, on CUDA, hot by graph replay), and spot-checked
+   on the timed inputs.
+2. Finalists: the `finalists` configs with the fastest screened cold medians (default excluded)
+   are each timed against the default in interleaved ABBA rounds (`time_pair`, full options
+   unless `quick`), in this same process, so the paired speedup compares two kernels measured
+   side by side. A config screened by an earlier child of the shard (`prior`) is compiled again.
+
+result.json is rewritten after every config and every finalist, so a crash or a timeout still
+leaves the finished work and names the config in progress. With `prewarm` set the child only
+compiles its configs (filling TileLang's disk cache for the timing child) and saves nothing else.
 """
 
 from __future__ import annotations
@@ -15,99 +23,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from pydantic import BaseModel, Field
+from kopt.isolate import write_result
+from kopt.results import Status, TimingStats
+from kopt.tune_models import ConfigResult, ShardResult, TuneJob
+from kopt.tune_pick import pick_finalists, select_indices, shard_indices
 
-from kopt.cases import Case
-from kopt.isolate import SavedOutput, write_result
-from kopt.results import Status, TimingStats, Validation
-
-
-class TuneJob(BaseModel):
-    """One shard of one case's config list, written as job.json."""
-
-    candidate_path: str
-    case: Case
-    device: str
-    shard: int = Field(0, ge=0)
-    shards: int = Field(1, ge=1)
-    max_configs: Optional[int] = Field(None, ge=1)
-    indices: Optional[list[int]] = None
-    """Config indices to run (a rerun after a crash); None: this shard's share of the selection."""
-    seeds_correct: list[int]
-    seeds_timing: list[int]
-    quick: bool = False
-    hot: bool = True
-    baseline: str = "auto"
-    prewarm: bool = False
-    part: int = Field(0, ge=0)
-    parts: int = Field(1, ge=1)
-    """With prewarm: this child compiles every parts-th config of the shard, starting at part."""
-    out_dir: str
-
-
-class ConfigResult(BaseModel):
-    """One config of one case: compile time, cold and hot timing, saved outputs, verdict."""
-
-    index: int
-    config: Optional[dict] = None
-    shard: int = 0
-    status: Optional[Status] = None
-    message: str = ""
-    compile_s: Optional[float] = None
-    cold: Optional[TimingStats] = None
-    hot: Optional[TimingStats] = None
-    outputs: list[SavedOutput] = Field(default_factory=list)
-    dir: str = ""
-    correct: Optional[bool] = None
-    """Set by the parent once the outputs were checked against the reference."""
-    validation: Optional[Validation] = None
-
-
-class ShardResult(BaseModel):
-    """What a tuning child reports (rewritten after every config)."""
-
-    phase: str = "start"
-    status: Optional[Status] = None
-    message: str = ""
-    backend: str = "NA"
-    device_name: str = "NA"
-    units: int = 0
-    n_configs: int = 0
-    """len(configs(case)) before --max-configs."""
-    selected: list[int] = Field(default_factory=list)
-    indices: list[int] = Field(default_factory=list)
-    current: Optional[int] = None
-    """The config in progress: the one to blame when the child dies."""
-    current_config: Optional[dict] = None
-    hot_error: Optional[str] = None
-    """Why hot (graph) timing was switched off in this child; reruns then skip it."""
-    results: list[ConfigResult] = Field(default_factory=list)
-    ref_name: str = "NA"
-    ref_cold: Optional[TimingStats] = None
-    versions: dict[str, str] = Field(default_factory=dict)
-    overhead_s: dict[str, float] = Field(default_factory=dict)
-    wall_s: float = 0.0
-    """Set by the parent: wall time of this shard, children and checks included."""
-
-
-def select_indices(n: int, max_configs: Optional[int]) -> list[int]:
-    """Config indices to try: all, or the default (0) plus K-1 others spread evenly over the rest."""
-    if n <= 0:
-        return []
-    if not max_configs or max_configs >= n:
-        return list(range(n))
-    if max_configs == 1:
-        return [0]
-    rest, k = n - 1, max_configs - 1
-    picks = sorted({1 + round(j * (rest - 1) / max(k - 1, 1)) for j in range(k)}) if k > 1 else [1]
-    return [0] + picks
-
-
-def shard_indices(selected: list[int], shard: int, shards: int) -> list[int]:
-    """This shard's configs: the default (so each child times its own reference) plus every shards-th other."""
-    if not selected:
-        return []
-    return [selected[0]] + selected[1:][shard::shards]
+__all__ = ["ConfigResult", "ShardResult", "TuneJob", "TuneRun", "select_indices", "shard_indices"]
 
 
 def _status_of(e: BaseException) -> Status:
@@ -117,14 +38,15 @@ def _status_of(e: BaseException) -> Status:
 
 
 class TuneRun:
-    """The child's work: load once, then each config in turn."""
+    """The child's work: load once, screen each config in turn, then pair the finalists with the default."""
 
     def __init__(self, job: TuneJob):
         from kopt import guards
 
         self.job, self.out = job, Path(job.out_dir)
-        self.res = ShardResult()
+        self.res = ShardResult(results=list(job.prior))
         self.threads = guards.thread_idents()  # the harness's own threads, before the candidate runs
+        self.evals: dict = {}   # index -> Evaluation of a config screened ok here: finalists reuse its call path
 
     def save(self, phase: Optional[str] = None) -> None:
         """Record progress (atomic write of result.json)."""
@@ -133,7 +55,7 @@ class TuneRun:
         write_result(self.out, self.res)
 
     def run(self) -> None:
-        """Load, enumerate, then compile / check / time every config of this shard."""
+        """Load, enumerate, screen (compile / check / quick-time) this child's configs, then pair the finalists."""
         from kopt import candidate, guards
         from kopt.hardware import detect
         from kopt.worker import Reject, _versions
@@ -167,18 +89,25 @@ class TuneRun:
             self.res.current, self.res.status = None, Status.ok
             self.save("done")
             return
-        self.time_baseline([sets[s] for s in job.seeds_timing])
+        if self.res.indices:     # a child that only pairs finalists reports no baseline time
+            self.time_baseline([sets[s] for s in job.seeds_timing])
+        if self.screen(mod, cfgs, sets, before):
+            self.pair_finalists(mod, cfgs, sets, before)
+        self.res.current, self.res.current_config, self.res.status = None, None, Status.ok
+        self.save("done")
+
+    def screen(self, mod, cfgs: list, sets: dict, before: dict) -> bool:
+        """Stage 1 over this child's configs; False when it stopped early (a fresh child runs the rest)."""
         for i in self.res.indices:
-            cr = ConfigResult(index=i, config=cfgs[i], shard=job.shard, dir=f"cfg{i}")
+            cr = ConfigResult(index=i, config=cfgs[i], shard=self.job.shard, dir=f"cfg{i}")
             self.res.current, self.res.current_config = i, cfgs[i]
             self.save("configs")
             self.one(mod, cr, sets, before)
             self.res.results.append(cr)
             self.save()
             if cr.status in (Status.crash, Status.tampered) or self.res.hot_error:
-                break            # a broken context or process (or a failed capture): a fresh child runs the rest
-        self.res.current, self.res.current_config, self.res.status = None, None, Status.ok
-        self.save("done")
+                return False     # a broken context or process (or a failed capture)
+        return True
 
     def configs(self, mod) -> list[Optional[dict]]:
         """The candidate's config list for this case; the first entry is its default."""
@@ -218,19 +147,26 @@ class TuneRun:
         cr.compile_s = guards.now() - t
         return out
 
-    def one(self, mod, cr: ConfigResult, sets: dict, before: dict) -> None:
-        """Compile, check, time (cold, then hot) and spot-check one config."""
-        from kopt import guards
+    def evaluation(self, mod, config: Optional[dict], d: Path):
+        """The bench worker's Evaluation of one config: its guarded call path, outputs saved under d."""
         from kopt.isolate import Job
-        from kopt.worker import Evaluation, Reject
+        from kopt.worker import Evaluation
 
         job = self.job
-        d = self.out / cr.dir
         d.mkdir(parents=True, exist_ok=True)
         ev = Evaluation(Job(candidate_path=job.candidate_path, case=job.case, device=job.device,
                             seeds_correct=job.seeds_correct, seeds_timing=job.seeds_timing,
-                            config=cr.config, out_dir=str(d)))
+                            config=config, out_dir=str(d)))
         ev.mod, ev.threads = mod, self.threads
+        return ev
+
+    def one(self, mod, cr: ConfigResult, sets: dict, before: dict) -> None:
+        """Compile, check, time (cold, then hot) and spot-check one config."""
+        from kopt import guards
+        from kopt.worker import Reject
+
+        job = self.job
+        ev = self.evaluation(mod, cr.config, self.out / cr.dir)
         first = self.compile(mod, cr.config, sets[job.seeds_correct[0]], cr)
         if cr.status is not None:
             return
@@ -246,6 +182,7 @@ class TuneRun:
             if guards.changed(before):
                 raise Reject(Status.tampered, f"run patched {', '.join(guards.changed(before))}")
             cr.status = Status.ok
+            self.evals[cr.index] = ev
             # Hot last: a failed graph capture can leave the context unusable, and the config's
             # verdict and cold time are already in hand.
             if job.hot and job.device != "cpu" and self.res.hot_error is None:
@@ -259,13 +196,55 @@ class TuneRun:
         except Exception as e:
             cr.status, cr.message = _status_of(e), f"{type(e).__name__}: {str(e)[:300]}"
         cr.outputs = list(ev.res.outputs)
+        ev.held.clear()          # only checked calls compare with earlier outputs; the finalists' calls are timed
 
     def time(self, call, timed, hot: bool) -> TimingStats:
-        """Cold timing (flushed L2: the winner's criterion) or hot timing (CUDA-graph replay) of one config."""
+        """Screen timing of one config, always with the quick options: cold (flushed L2) or hot (graph replay)."""
         from kopt.timing import TimingOptions, rotating, time_fn
 
-        opts = TimingOptions.for_device(self.job.device, quick=self.job.quick, cold=not hot, graph=hot)
+        opts = TimingOptions.for_device(self.job.device, quick=True, cold=not hot, graph=hot)
         return time_fn(rotating(call, timed), self.job.device, opts)
+
+    def pair_finalists(self, mod, cfgs: list, sets: dict, before: dict) -> None:
+        """Stage 2: ABBA rounds of each finalist (a) against the default (b); result.json after each."""
+        from kopt import guards
+        from kopt.timing import TimingOptions, rotating, time_pair
+
+        job = self.job
+        self.res.finalists = pick_finalists(self.res.results, job.finalists)
+        self.save("finalists")
+        if not self.res.finalists:
+            return
+        by_index = {r.index: r for r in self.res.results}
+        timed = [sets[s] for s in job.seeds_timing]
+        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=True, graph=False)
+        try:
+            default = rotating(self.caller(mod, cfgs, 0, sets), timed)
+            for i in self.res.finalists:
+                cr = by_index[i]
+                self.res.current, self.res.current_config = i, cr.config
+                self.save()
+                pair = time_pair(rotating(self.caller(mod, cfgs, i, sets), timed), default, job.device, opts)
+                if guards.changed(before):
+                    cr.status, cr.message = Status.tampered, f"run patched {', '.join(guards.changed(before))}"
+                    raise RuntimeError(f"config {i}: {cr.message}")
+                cr.paired_speedup, cr.paired_ci, cr.paired_a, cr.paired_b = pair.speedup, pair.ci, pair.a, pair.b
+                self.save()
+        except Exception as e:  # the screen's verdicts stand; pick_winner uses the pairs that finished
+            self.res.pair_error = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"finalist stage stopped: {self.res.pair_error}", file=sys.stderr)
+
+    def caller(self, mod, cfgs: list, i: int, sets: dict):
+        """A timed call (w -> output) of config i; compiled here first when an earlier child screened it."""
+        ev = self.evals.get(i)
+        if ev is None:
+            cr = ConfigResult(index=i)
+            ev = self.evaluation(mod, cfgs[i], self.out / f"cfg{i}")
+            self.compile(mod, cfgs[i], sets[self.job.seeds_correct[0]], cr)
+            if cr.status is not None:
+                raise RuntimeError(f"config {i} no longer compiles: {cr.message}")
+            self.evals[i] = ev
+        return lambda w: ev.call(w, poison=False)
 
     def time_baseline(self, timed) -> None:
         """Cold time of the baseline on the same inputs, once per child (for the reported speedup)."""

@@ -1,10 +1,12 @@
 """The tuning table, results/<backend>/tuning.csv: schema, tolerant read, atomic upsert, lookup.
 
-One row per tuned shape and device: the fastest correct config `kopt tune` found, its cold median
-and the default config's. Columns (schema_version 1):
+One row per tuned shape and device: the config `kopt tune` picked, its cold median and the
+default config's, and its gain over the default (a paired ABBA speedup with its CI when the
+search paired finalists). Columns (schema_version 1):
 
     schema_version, device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa,
-    page_size, config, runtime_ms, default_runtime_ms, gain, timestamp, commit, candidate_id, quick
+    page_size, config, runtime_ms, default_runtime_ms, gain, gain_lo, gain_hi, timestamp, commit,
+    candidate_id, quick
 
 `config` is a JSON object; `page_size` is 0 for a contiguous cache; `device` is kopt's short
 device name (H200, C500, cpu) and `units` its SM / AP / core count. Unknown extra columns are
@@ -47,8 +49,8 @@ from kopt.ledger import Loaded
 
 SCHEMA_VERSION = 1
 KEY = ("device", "units", "dtype", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size")
-COLUMNS = ("schema_version",) + KEY + ("config", "runtime_ms", "default_runtime_ms", "gain", "timestamp", "commit",
-                                       "candidate_id", "quick")
+COLUMNS = ("schema_version",) + KEY + ("config", "runtime_ms", "default_runtime_ms", "gain", "gain_lo", "gain_hi",
+                                       "timestamp", "commit", "candidate_id", "quick")
 REQUIRED = KEY + ("config",)
 #: Nearest-neighbour limits: a tuned batch within this factor, a bucket within this many powers of two.
 BATCH_FACTOR = 2.0
@@ -78,11 +80,16 @@ class TuningRow(BaseModel):
     """0 for a contiguous cache."""
     config: dict
     runtime_ms: Optional[float] = Field(None, gt=0)
-    """Cold median of the winning config."""
+    """Cold median of the winning config (from its paired rounds with the default when it has them)."""
     default_runtime_ms: Optional[float] = Field(None, gt=0)
     """Cold median of the default config (first entry of configs()), same process as the winner."""
     gain: Optional[float] = Field(None, gt=0)
-    """default_runtime_ms / runtime_ms."""
+    """The winner's paired speedup over the default (median of per-round ratios); without paired
+    figures (older rows, --finalists 0) default_runtime_ms / runtime_ms."""
+    gain_lo: Optional[float] = Field(None, gt=0)
+    """Lower end of the paired gain's 95% CI; None when the gain is not paired (or the default was kept)."""
+    gain_hi: Optional[float] = Field(None, gt=0)
+    """Upper end of the paired gain's 95% CI."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     commit: Optional[str] = None
     candidate_id: Optional[str] = None

@@ -1,4 +1,4 @@
-"""`kopt tune`: try the candidate's configs per case, keep the fastest correct one in the tuning table."""
+"""`kopt tune`: screen the candidate's configs per case, pair the fastest with the default, keep a proven winner."""
 
 from __future__ import annotations
 
@@ -20,7 +20,12 @@ def command(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the work over N GPUs of this host (or 'all')."),
     max_configs: Optional[int] = typer.Option(None, "--max-configs", min=1,
                                               help="Try at most K configs per case: the default + K-1 spread evenly."),
-    quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; the budget choice)."),
+    quick: bool = typer.Option(False, "--quick", help="Quick timing for the finalist pairs too (the screen is "
+                               "always quick): smoke runs, the budget choice."),
+    finalists: int = typer.Option(3, "--finalists", min=0,
+                                  help="After the quick screen, time the N fastest configs against the default "
+                                       "(ABBA rounds); one replaces the default only when its paired speedup passes "
+                                       "the improvement rule. 0: pick by screened medians."),
     hot: bool = typer.Option(True, "--hot/--no-hot", help="Also time hot (CUDA-graph replay); cold always decides."),
     compile_jobs: Optional[int] = typer.Option(None, "--compile-jobs", min=0,
                                                help="Parallel compile children per case (default: auto on CUDA, 0 on CPU)."),
@@ -33,7 +38,8 @@ def command(
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per tuning child, seconds."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ) -> None:
-    """Per case: compile, check and time every config of configs(case); upsert the winner (fastest correct cold)."""
+    """Per case: compile, check and quick-time every config of configs(case), pair the fastest against the
+    default; upsert the winner (a paired improvement over the default, else the default)."""
     from kopt import gpupool, tune
     from kopt.candidate import resolve
     from kopt.paths import default_candidate
@@ -45,7 +51,7 @@ def command(
     path = resolve(candidate or default_candidate())
     opts = tune.TuneOptions(device=device, gpus=gpus, max_configs=max_configs, quick=quick, hot=hot,
                             timeout_s=timeout, csv=csv, write=not no_write, record=not no_record,
-                            compile_jobs=compile_jobs)
+                            compile_jobs=compile_jobs, finalists=finalists)
     results = tune.tune(path, cases, opts, on_case=None if as_json else lambda ct: print(ct.line(), flush=True))
     wall = time.perf_counter() - t0
     g = geomean([ct.gain for ct in results if ct.gain])
@@ -67,9 +73,11 @@ def command(
 
 def _case_json(ct) -> dict:
     """A JSON-able summary of one case's tuning."""
-    ms = lambda c: None if c is None or c.cold is None else c.cold.median_ms  # noqa: E731
-    return {"case": ct.case.id, "line": ct.line(), "ok": ct.ok, "gain": ct.gain, "note": ct.note,
-            "default_ms": ms(ct.default), "best_ms": ms(ct.winner), "config": ct.winner.config if ct.winner else None,
+    default_ms, best_ms = ct.times_ms()
+    return {"case": ct.case.id, "line": ct.line(), "ok": ct.ok, "gain": ct.gain,
+            "gain_ci": list(ct.gain_ci) if ct.gain_ci else None, "note": ct.note,
+            "finalists": [s.finalists for s in ct.shards], "default_ms": default_ms, "best_ms": best_ms,
+            "config": ct.winner.config if ct.winner else None,
             "wall_s": round(ct.wall_s, 2), "csv": str(ct.csv) if ct.csv else None,
             "row": ct.row.model_dump() if ct.row else None,
             "configs": [c.model_dump(mode="json", exclude={"outputs", "dir"}) for c in ct.configs]}
