@@ -22,7 +22,10 @@ import torch
 t1 = time.perf_counter()
 torch.cuda.init(); x = torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 t2 = time.perf_counter()
-if sys.argv[1] == "after_kernel":
+if sys.argv[1] == "overlap":
+    from kopt.timing_cuda import start_probe
+    start_probe("cuda")
+if sys.argv[1] in ("after_kernel", "overlap"):
     sys.path.insert(0, "solution/tilelang")
     import run_kernel
     from kopt.cases import load_cases
@@ -65,7 +68,8 @@ def _variants(tc) -> dict:
         """The low-level enable/disable calls (no profiler object, no function-event machinery)."""
 
         def __init__(self, acts):
-            from torch.autograd import ProfilerConfig, ProfilerState, _ExperimentalConfig
+            from torch._C._profiler import _ExperimentalConfig
+            from torch.autograd import ProfilerConfig, ProfilerState
 
             self.acts = set(acts)
             self.cfg = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
@@ -120,29 +124,30 @@ def per_sample(samples: int) -> None:
 
     x = torch.zeros(1 << 20, device="cuda")
     fn = lambda: x.add_(1)  # noqa: E731
+    rule_batch = samples
     opts = TimingOptions()
     t = tc.CudaTimer("cuda", opts)
     rule = StopRule(min_samples=samples, min_time_s=0.0, target_rel_ci=0.0, max_time_s=60.0, max_samples=samples)
 
     def run(name, timer):
         timer.sample(fn, rule)                      # warm
+        for k in tc.PHASE_S:
+            tc.PHASE_S[k] = 0.0
         t0 = time.perf_counter()
         s = timer.sample(fn, rule)
         dt = time.perf_counter() - t0
         n = len(s.dev) + len(s.low_dev)
         dev = [d for d in s.dev if d is not None]
         med = sorted(dev)[len(dev) // 2] * 1e3 if dev else float("nan")
-        print(f"{name}: {dt / max(n, 1) * 1e6:.1f} us/sample n={n} cupti_records={len(dev)} median_span_us={med:.2f}")
+        parts = " ".join(f"{k}={v / max(n, 1) * 1e6:.1f}" for k, v in tc.PHASE_S.items())
+        print(f"{name}: {dt / max(n, 1) * 1e6:.1f} us/sample n={n} cupti_records={len(dev)} median_span_us={med:.2f} "
+              f"per-sample us: {parts}")
 
     run("current", t)
     for name, cls in _variants(tc).items():
         run(name, cls("cuda", opts))
-    for batch in (200, 1000):
-        old = tc.MAX_BATCH
-        tc.MAX_BATCH = batch
-        t2 = tc.CudaTimer("cuda", TimingOptions(batch=batch))
-        run(f"current_batch{batch}", t2)
-        tc.MAX_BATCH = old
+    for batch in (50, 200):
+        run(f"current_batch{batch}", tc.CudaTimer("cuda", TimingOptions(batch=batch)))
 
 
 def main() -> int:
@@ -150,7 +155,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1000)
     args = ap.parse_args()
-    for mode in ("alone", "alone", "after_kernel"):
+    for mode in ("alone", "after_kernel", "overlap"):
         print(f"fresh_{mode}: {fresh(mode)}", flush=True)
     per_sample(args.samples)
     return 0

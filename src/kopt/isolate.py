@@ -102,16 +102,18 @@ class Outcome:
 
 
 def run_jobs(jobs: list[Job], timeout_s: float,
-             on_done: Optional[Callable[[int], None]] = None) -> list[Outcome]:
+             on_done: Optional[Callable[[int], None]] = None,
+             on_start: Optional[Callable[[], None]] = None) -> list[Outcome]:
     """Evaluate jobs in as few children as possible, each job within `timeout_s`.
 
     One child runs the jobs in order (imports and compile caches are paid once). When a job kills
     or hangs its child, that job gets the failure and the jobs after it run in a fresh child.
+    `on_start` is called once, right after the first child started (work to overlap with it).
     """
     outcomes: list[Optional[Outcome]] = [None] * len(jobs)
     start = 0
     while start < len(jobs):
-        start = _run_batch(jobs, start, timeout_s, outcomes, on_done)
+        start = _run_batch(jobs, start, timeout_s, outcomes, on_done, on_start if start == 0 else None)
     return outcomes  # type: ignore[return-value]
 
 
@@ -121,7 +123,8 @@ def _done(job: Job) -> Optional[WorkerResult]:
 
 
 def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
-               on_done: Optional[Callable[[int], None]] = None) -> int:
+               on_done: Optional[Callable[[int], None]] = None,
+               on_start: Optional[Callable[[], None]] = None) -> int:
     """Run jobs[start:] in one child; fill outcomes; return the index to restart from."""
     batch = jobs[start:]
     for j in batch:
@@ -136,6 +139,8 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              env=env, start_new_session=True)
         try:
+            if on_start:
+                on_start()
             while p.poll() is None:
                 time.sleep(0.05)
                 while cur < len(batch) and _done(batch[cur]):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import bisect
 import math
+import threading
 import time
 import warnings
 from contextlib import nullcontext
 from typing import Callable, Optional, Sequence
 
 from kopt.stats import StopRule
-from kopt.timing import CALL_RANGE, FLUSH_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, _clock, _warmup
+from kopt.timing import CALL_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, _clock, _warmup
 
 
 # ---------------------------------------------------------------- pure CUPTI span extraction
@@ -120,6 +121,60 @@ class _Clock:
 _CUPTI_OK: dict[str, bool] = {}
 #: Seconds the first CUPTI session of this process took to start, per device (reported in overhead_s).
 CUPTI_START_S: dict[str, float] = {}
+_PROBES: dict[str, threading.Thread] = {}
+#: Host seconds of the timing loop by part (launching, waiting for the device, reading CUPTI records).
+PHASE_S: dict[str, float] = {"launch": 0.0, "wait": 0.0, "records": 0.0, "sessions": 0.0}
+
+
+def _profiler():
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+
+
+def _probe(device: str) -> None:
+    """One short profiler session: does CUPTI give a device record for each of two ranged calls?
+    The first session of a process pays CUPTI's start-up (~5 s on an H200), so it is done once."""
+    import torch
+
+    t0 = time.perf_counter()
+    ok = False
+    try:
+        dev = torch.device(device)
+        x = torch.zeros(1, device=dev)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with _profiler() as prof:
+                for _ in range(2):
+                    with torch.profiler.record_function(CALL_RANGE):
+                        x.add_(1)
+                torch.cuda.synchronize(dev)
+        ranges, recs = kineto_records(prof.profiler.kineto_results.events())
+        ok = len(ranges) == 2 and all(s is not None for s in call_spans(attribute_calls(ranges, recs), 2))
+    except Exception:                          # no kineto / CUPTI in this build
+        ok = False
+    CUPTI_START_S[device] = time.perf_counter() - t0
+    _CUPTI_OK[device] = ok
+
+
+def start_probe(device: str) -> None:
+    """Start CUPTI's one-off start-up in a thread now, so it overlaps the candidate's import and
+    compile instead of delaying the first timed sample; CudaTimer waits for it."""
+    if device in _CUPTI_OK or device in _PROBES:
+        return
+    t = threading.Thread(target=_probe, args=(device,), name="kopt-cupti-probe", daemon=True)
+    _PROBES[device] = t
+    t.start()
+
+
+def _cupti_ok(device: str) -> bool:
+    """Whether CUPTI spans work here: the early probe's answer (waited for), else a probe now."""
+    t = _PROBES.get(device)
+    if t is not None:
+        t.join()
+    if device not in _CUPTI_OK:
+        _probe(device)
+    return _CUPTI_OK[device]
 
 
 class CudaTimer:
@@ -139,50 +194,53 @@ class CudaTimer:
             self.buf = torch.empty(self.flush, dtype=torch.uint8, device=self.dev) if self.cold else None
         self.clock = _Clock(torch, index)
         self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
-        if device not in _CUPTI_OK:          # once per process: CUPTI's start-up, ~5 s on an H200
-            t0 = time.perf_counter()
-            _CUPTI_OK[device] = self._probe_cupti()
-            CUPTI_START_S[device] = time.perf_counter() - t0
-        self.cupti = _CUPTI_OK[device]
+        self.cupti = _cupti_ok(device)         # once per process: CUPTI's start-up, ~5 s on an H200
+        self._events: list = []
+        self._call_ms: dict[int, float] = {}
 
     def method(self, use_dev: bool) -> str:
         return "graph" if self.opts.graph else ("cupti" if use_dev else "events")
 
     def _profiler(self):
-        from torch.profiler import ProfilerActivity, profile
+        return _profiler()
 
-        return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-
-    def _probe_cupti(self) -> bool:
-        try:
-            x = self.torch.zeros(1, device=self.dev)
-            spans, _, _ = self._batch(lambda: x.add_(1), 2, cupti=True)
-            return all(s is not None for s in spans)
-        except Exception:                      # no kineto / CUPTI in this build
-            return False
+    def _event_pairs(self, n: int) -> list:
+        """n (start, end) CUDA event pairs, created once and reused (each batch synchronizes before reuse)."""
+        Event = self.torch.cuda.Event
+        while len(self._events) < n:
+            self._events.append((Event(enable_timing=True), Event(enable_timing=True)))
+        return self._events[:n]
 
     def _batch(self, fn, n: int, cupti: bool):
         torch, rf = self.torch, self.torch.profiler.record_function
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        pairs = self._event_pairs(n)
         prof = self._profiler() if cupti else nullcontext()
+        t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")    # kineto's per-cycle notices
             with prof:
-                for i in range(n):
+                t1 = time.perf_counter()
+                # The flush runs outside every call range: its kernels are never attributed to a call.
+                for a, b in pairs:
                     if self.buf is not None:
-                        with rf(FLUSH_RANGE):
-                            self.buf.zero_()
-                    starts[i].record()
+                        self.buf.zero_()
+                    a.record()
                     with rf(CALL_RANGE):
                         fn()
-                    ends[i].record()
+                    b.record()
                 mhz = self.clock.read()        # read while the queued batch keeps the GPU busy
+                t2 = time.perf_counter()
                 torch.cuda.synchronize(self.dev)
-        ev = [a.elapsed_time(b) for a, b in zip(starts, ends)]
+                t3 = time.perf_counter()
+        ev = [a.elapsed_time(b) for a, b in pairs]
+        t4 = time.perf_counter()
+        PHASE_S["launch"] += t2 - t1
+        PHASE_S["wait"] += t3 - t2
+        PHASE_S["sessions"] += (t1 - t0) + (t4 - t3)
         if not cupti:
             return [None] * n, ev, mhz
         ranges, recs = kineto_records(prof.profiler.kineto_results.events())
+        PHASE_S["records"] += time.perf_counter() - t4
         if len(ranges) != n:                   # ranges lost: attribution would be guesswork
             return [None] * n, ev, mhz
         spans = call_spans(attribute_calls(ranges, recs), n)
@@ -194,6 +252,7 @@ class CudaTimer:
         _warmup(fn, self.opts, before=self.buf.zero_ if self.buf is not None else None,
                 after=lambda: torch.cuda.synchronize(self.dev))
         if not self.opts.graph:
+            self._estimate(fn)
             return fn
         g, side = torch.cuda.CUDAGraph(), torch.cuda.Stream(self.dev)
         side.wait_stream(torch.cuda.current_stream(self.dev))
@@ -208,8 +267,27 @@ class CudaTimer:
         torch.cuda.synchronize(self.dev)
         return g.replay
 
+    def _estimate(self, fn) -> None:
+        """One event-timed call (events over-read: the estimate errs long, so batches sized from it
+        never overshoot the stopping rule's minimum time)."""
+        (a, b), = self._event_pairs(1)
+        if self.buf is not None:
+            self.buf.zero_()
+        a.record()
+        fn()
+        b.record()
+        self.torch.cuda.synchronize(self.dev)
+        self._call_ms[id(fn)] = max(a.elapsed_time(b), 1e-3)
+
+    def _first_batch(self, fn, rule: StopRule) -> int:
+        """Calls in the first profiler session: what the rule's minimum time asks for, so a short
+        call takes one session per round instead of several (a session costs ~10 ms of host time)."""
+        ms = self._call_ms.get(id(fn))
+        want = math.ceil(rule.min_time_s * 1e3 / ms) if ms else 0
+        return max(1, self.opts.batch, min(MAX_BATCH, rule.max_samples, want))
+
     def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
-        s, t0, size = Samples(), _clock(), max(1, self.opts.batch)
+        s, t0, size = Samples(), _clock(), self._first_batch(fn, rule)
         while True:
             n = max(1, min(size, rule.max_samples - len(s.dev)))
             dev, ev, mhz = self._batch(fn, n, self.cupti)
