@@ -6,7 +6,8 @@
 # Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
 #   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
 #   harness's own start-up and per-sample costs), screen (configs on a few cases, quick: SCREEN_CONFIGS,
-#   SCREEN_CASES). Tuning runs: scripts/gpu_tune_check.sh.
+#   SCREEN_CASES), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all).
+#   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
 out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
 mkdir -p "$out/logs"
@@ -45,6 +46,10 @@ for s in $steps; do case $s in
   wall)      run wall_compile 120 python3 -m kopt bench --case 10 --cold-cache --machine --no-record
              run wall_warm 60 python3 -m kopt bench --case 10 --cold-cache --machine ;;
   bench)     run bench_fp16 420 python3 -m kopt bench --all --cold-cache --machine ;;
+  untuned)   # the same bench with an empty tuning table: every case on the kernel's own heuristic
+             head -1 results/tilelang/tuning.csv > "$out/untuned.csv"
+             (export KOPT_TUNING_CSV=$out/untuned.csv; run bench_untuned 420 python3 -m kopt bench --all --cold-cache --machine) ;;
+  tuneall)   run tune_all 560 python3 -m kopt tune --all ;;
   bf16)      run bench_bf16 300 python3 -m kopt bench --all --cold-cache --machine --dtype bf16 --quick ;;
   paged256)  run bench_paged256 300 python3 -m kopt bench --all --cold-cache --machine --page-size 256 --quick ;;
   paged64)   run bench_paged64 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 64 --quick ;;
