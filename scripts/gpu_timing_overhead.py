@@ -22,10 +22,7 @@ import torch
 t1 = time.perf_counter()
 torch.cuda.init(); x = torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 t2 = time.perf_counter()
-if sys.argv[1] == "overlap":
-    from kopt.timing_cuda import start_probe
-    start_probe("cuda")
-if sys.argv[1] in ("after_kernel", "overlap"):
+if sys.argv[1] == "after_kernel":
     sys.path.insert(0, "solution/tilelang")
     import run_kernel
     from kopt.cases import load_cases
@@ -84,23 +81,32 @@ def _variants(tc) -> dict:
             self.kineto_results = ap._disable_profiler()
             return False
 
+        def events(self):
+            return self.kineto_results.events()
+
     class LowLevel(tc.CudaTimer):
         def _profiler(self):
             from torch.profiler import ProfilerActivity
 
             return _Low([ProfilerActivity.CPU, ProfilerActivity.CUDA])
 
+    class AllOps(tc.CudaTimer):
+        def _profiler(self):
+            return tc._Profile()
+
     class CudaOnly(tc.CudaTimer):
         def _profiler(self):
+            p = tc._Profile()
             from torch.profiler import ProfilerActivity, profile
 
-            return profile(activities=[ProfilerActivity.CUDA])
+            p.prof = profile(activities=[ProfilerActivity.CUDA])
+            return p
 
     class EventsOnly(tc.CudaTimer):
         def _batch(self, fn, n, cupti):
             return super()._batch(fn, n, False)
 
-    return {"no_events": NoEvents, "lowlevel": LowLevel, "cuda_only": CudaOnly, "events_only": EventsOnly}
+    return {"all_ops": AllOps, "no_events": NoEvents, "lowlevel": LowLevel, "cuda_only": CudaOnly, "events_only": EventsOnly}
 
 
 class _NullEvent:
@@ -155,7 +161,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1000)
     args = ap.parse_args()
-    for mode in ("alone", "after_kernel", "overlap"):
+    for mode in ("alone", "after_kernel"):
         print(f"fresh_{mode}: {fresh(mode)}", flush=True)
     per_sample(args.samples)
     return 0

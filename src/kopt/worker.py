@@ -260,22 +260,11 @@ def main(argv: list[str]) -> int:
 
     global PRISTINE, THREADS
     jobs = [Job.model_validate(j) for j in json.loads(Path(argv[1]).read_text())]
-    _early_cupti(jobs)
     PRISTINE = guards.snapshot()  # before any candidate is imported: later jobs compare against this
     THREADS = guards.thread_idents()
     for job in jobs:
         _evaluate(job)
     return 0
-
-
-def _early_cupti(jobs: list[Job]) -> None:
-    """Start CUPTI's one-off start-up (seconds) now, in a thread of the harness's own, when a job
-    will time with it: it then overlaps the candidate's import and compile."""
-    dev = next((j.device for j in jobs if j.device.startswith("cuda") and j.do_timing and not j.graph), None)
-    if dev is not None:
-        from kopt.timing_cuda import start_probe
-
-        start_probe(dev)
 
 
 def run_to_result(ev, device: str) -> None:
