@@ -112,6 +112,17 @@ def test_summarize_low_clock_and_fallbacks():
     assert graph.median_ms == pytest.approx(1.0) and graph.events_median_ms == pytest.approx(1.0)
 
 
+def test_summarize_thinned_events():
+    """With CUPTI, events bracket one call in EVENT_EVERY: the spans are the samples, the events a cross-check."""
+    s = Samples(dev=[1.0] * 15 + [3.0], ev=[1.3, 1.4], low_dev=[2.0] * 8, low_ev=[2.1])
+    st = timing.summarize(s, "cupti", True, True, 256 << 20)
+    assert st.n == 16 and st.median_ms == 1.0 and st.dropped_low_clock == 8
+    assert st.events_median_ms == pytest.approx(1.35)
+    # only low-clock spans kept and fewer than 3 normal ones: every sample is used, flagged noisy
+    few = timing.summarize(Samples(dev=[1.0], low_dev=[2.0] * 4, low_ev=[2.1]), "cupti", True, True, 0)
+    assert few.n == 5 and few.noisy is True and few.dropped_low_clock == 0
+
+
 def test_options_for_device():
     cpu = TimingOptions.for_device("cpu")
     assert cpu.cold is False and cpu.rounds == 2 and cpu.stop.min_samples == 3 and cpu.stop.max_time_s <= 1.5
@@ -181,6 +192,11 @@ def test_gpu_two_kernel_span_covers_both():
     t1, t2 = timing.time_fn(one, "cuda", opts), timing.time_fn(two, "cuda", opts)
     assert t1.method == t2.method == "cupti"
     assert t2.median_ms >= 1.8 * t1.median_ms
+    from kopt import timing_cuda
+
+    spans, ev, _ = timing_cuda.CudaTimer("cuda", opts)._batch(two, 17, cupti=True)
+    assert len(spans) == 17 and all(x is not None for x in spans)
+    assert len(ev) == -(-17 // timing_cuda.EVENT_EVERY) and min(ev) > 0
 
 
 @pytest.mark.gpu

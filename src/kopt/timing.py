@@ -96,7 +96,10 @@ class PairTiming:
 
 @dataclass
 class Samples:
-    """Per-call samples of one function (one round or pooled): device spans and events, kept or low-clock."""
+    """Per-call samples of one function (one round or pooled): device spans and events, kept or low-clock.
+
+    dev holds one entry per call (None: no CUPTI record); with CUPTI, ev holds the event time of
+    every EVENT_EVERY-th call only (a cross-check), without it one per call."""
 
     dev: list[Optional[float]] = field(default_factory=list)
     ev: list[float] = field(default_factory=list)
@@ -118,7 +121,7 @@ class Samples:
     def values(self, use_dev: bool) -> tuple[list[float], bool]:
         """primary(), or every sample, low-clock ones included, when fewer than 3 were kept (flag True)."""
         ms = self.primary(use_dev)
-        if len(ms) >= 3 or not self.low_ev:
+        if len(ms) >= 3 or not (self.low_dev or self.low_ev):
             return ms, False
         both = Samples(dev=self.dev + self.low_dev, ev=self.ev + self.low_ev)
         return both.primary(use_dev), True
@@ -141,7 +144,8 @@ def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, sc
         method=method, median_ms=float(med), q1_ms=float(q1), q3_ms=float(q3), min_ms=float(x.min()),
         n=int(x.size), rel_iqr=ri, ci_rel=stats.ci_rel(x), noisy=stats.noisy(ri) or forced,
         cold=cold, flush_bytes=flush, mean_clock_mhz=float(np.mean(s.clocks)) if s.clocks else None,
-        dropped_low_clock=0 if forced else len(s.low_ev), events_median_ms=ev_med, total_s=s.elapsed_s,
+        dropped_low_clock=0 if forced else max(len(s.low_dev), len(s.low_ev)), events_median_ms=ev_med,
+        total_s=s.elapsed_s,
     )
 
 

@@ -59,8 +59,12 @@ def call_spans(
 def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, float, float, Optional[float]]]]:
     """Split kineto events into the host ranges of the timed calls and device records with launch times."""
     ranges, runtime, ops, dev = [], {}, {}, []
+    host_type: dict = {}                   # device_type() value -> on the host? (str() once per value)
     for e in events:
-        on_host = str(e.device_type()).endswith("CPU")
+        dt = e.device_type()
+        on_host = host_type.get(dt)
+        if on_host is None:
+            on_host = host_type[dt] = str(dt).endswith("CPU")
         name = e.name()
         if e.is_user_annotation():
             if on_host and name == CALL_RANGE:
@@ -71,7 +75,9 @@ def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, f
             # cudaGraphLaunch) share the device record's correlation id; ops ("ns::op") are what
             # the device record's linked id names, a fallback when the runtime call is missing.
             d = runtime if name.startswith("cu") and "::" not in name else ops
-            d[e.correlation_id()] = min(d.get(e.correlation_id(), math.inf), e.start_ns())
+            c, t = e.correlation_id(), e.start_ns()
+            if t < d.get(c, math.inf):
+                d[c] = t
         else:
             dev.append((name, e.start_ns(), e.end_ns(), e.correlation_id(), e.linked_correlation_id()))
     # Shift to the first timestamp while still integers: ns since the epoch (~1.8e18) as floats
@@ -120,6 +126,8 @@ class _Clock:
 _CUPTI_OK: dict[str, bool] = {}
 #: Seconds the first CUPTI session of this process took to start, per device (reported in overhead_s).
 CUPTI_START_S: dict[str, float] = {}
+#: With CUPTI, one call in this many is also bracketed by CUDA events (the cross-check).
+EVENT_EVERY = 8
 #: Host seconds of the timing loop by part (launching, waiting for the device, reading CUPTI records).
 PHASE_S: dict[str, float] = {"launch": 0.0, "wait": 0.0, "records": 0.0, "sessions": 0.0}
 
@@ -253,8 +261,12 @@ class CudaTimer:
         return self._events[:n]
 
     def _batch(self, fn, n: int, cupti: bool):
+        """n flushed calls: (CUPTI span per call or None, event times, SM clock). With CUPTI the event
+        cross-check brackets every EVENT_EVERY-th call only (two records and a readback cost ~65 µs
+        of host time a call on an H200); without it every call, as events are then the samples."""
         torch, rf = self.torch, self.torch.profiler.record_function
-        pairs = self._event_pairs(n)
+        every = EVENT_EVERY if cupti else 1
+        pairs = self._event_pairs(-(-n // every))
         prof = self._profiler() if cupti else nullcontext()
         t0 = time.perf_counter()
         with warnings.catch_warnings():
@@ -262,9 +274,14 @@ class CudaTimer:
             with prof:
                 t1 = time.perf_counter()
                 # The flush runs outside every call range: its kernels are never attributed to a call.
-                for a, b in pairs:
+                for i in range(n):
                     if self.buf is not None:
                         self.buf.zero_()
+                    if i % every:
+                        with rf(CALL_RANGE):
+                            fn()
+                        continue
+                    a, b = pairs[i // every]
                     a.record()
                     with rf(CALL_RANGE):
                         fn()
@@ -325,6 +342,8 @@ class CudaTimer:
         call takes one session per round instead of several (a session costs ~10 ms of host time)."""
         ms = self._call_ms.get(id(fn))
         want = math.ceil(rule.min_time_s * 1e3 / ms) if ms else 0
+        if want * 2 >= rule.max_samples:   # the sample cap will decide: all of it in one session
+            want = rule.max_samples
         return max(1, self.opts.batch, min(MAX_BATCH, rule.max_samples, want))
 
     def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
