@@ -107,3 +107,20 @@ def test_candidate_id_covers_imported_sibling_modules(tmp_path):
     assert content_hash(cand) == h0
     (tmp_path / "helper.py").write_text("X = 2\n")
     assert content_hash(cand) != h0
+
+
+def test_device_detection_without_torch_import():
+    """`--device auto` asks the driver and torch/version.py before importing torch (seconds on some hosts)."""
+    from kopt import bench
+
+    assert bench._version_says_cuda("cuda: Optional[str] = '13.0'\n") is True
+    assert bench._version_says_cuda("debug = False\ncuda = '12.1'\n") is True
+    assert bench._version_says_cuda("cuda: Optional[str] = None\n") is False
+    assert bench._version_says_cuda("__version__ = '2.13.0'\n") is None
+    assert bench._torch_cuda_build() in (True, False, None)
+    n = bench._driver_gpu_count()
+    assert isinstance(n, int) and n >= 0
+    import torch
+
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert bench.resolve_device("auto") == expected and bench.resolve_device("cpu") == "cpu"

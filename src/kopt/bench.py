@@ -59,7 +59,7 @@ def resolve_device(device: str) -> str:
         raise UsageError(f"unknown device {device!r}; use auto, cuda or cpu")
     if device == "cpu":
         return "cpu"
-    if _driver_gpu_count() > 0:  # the driver says so: no torch import on the way to the child
+    if _driver_gpu_count() > 0 and _torch_cuda_build() is True:  # no torch import on the way to the child
         return "cuda"
     import torch
 
@@ -84,6 +84,27 @@ def _driver_gpu_count() -> int:
         return n.value
     except (OSError, AttributeError):
         return 0
+
+
+def _torch_cuda_build() -> Optional[bool]:
+    """Whether the installed torch is a CUDA build, read from torch/version.py without importing
+    torch; None when that file cannot be read (the caller then imports torch)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except (AttributeError, TypeError, IndexError, OSError, ValueError):
+        return None
+    return _version_says_cuda(text)
+
+
+def _version_says_cuda(text: str) -> Optional[bool]:
+    """torch/version.py's `cuda` entry: a version string (True), None (False), absent (None)."""
+    import re
+
+    m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(\S+)", text, re.M)
+    return None if m is None else m.group(1) != "None"
 
 
 def _preload() -> None:

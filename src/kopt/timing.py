@@ -3,7 +3,8 @@
 On CUDA each timed call runs inside a `kopt::call` profiler range; its device time is the span
 from the first to the last device activity (kernel, memset, memcpy) whose launch happened inside
 that range, so a split kernel and its combine both count and the flush (launched outside every
-range) never does. CUDA events around every call are recorded too, as a cross-check (they add launch overhead).
+range) never does. CUDA events around one call in EVENT_EVERY are recorded too, as a cross-check
+(they add launch overhead); without CUPTI they are the samples, around every call.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ FLUSH_RANGE = "kopt::flush"
 #: Batches whose SM clock reads below this fraction of the default clock are dropped (throttled).
 LOW_CLOCK_FRAC = 0.75
 #: Calls per profiler session: the first batch (sized from the stopping rule's minimum time),
-#: then doubling up to the cap. A session costs ~10 ms of host time on an H200 (torch 2.11);
-#: 1000 calls keep that at ~10 µs a sample, and a session's kineto buffers at ~15k events.
+#: then doubling up to the cap. A session costs ~40-65 ms of host time on an H200 (torch 2.11,
+#: opened and closed); 1000 calls keep that under ~65 µs a sample, and a session's kineto buffers
+#: at tens of thousands of events.
 MAX_BATCH = 1000
 #: CUPTI is trusted when at most this fraction of calls lacks device records; else events.
 MAX_MISSING = 0.1
