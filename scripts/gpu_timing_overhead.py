@@ -32,7 +32,8 @@ if sys.argv[1] == "after_kernel":
     run_kernel.run(*w.args()); torch.cuda.synchronize()
 t3 = time.perf_counter()
 from kopt.timing import TimingOptions
-from kopt.timing_cuda import CudaTimer, CUPTI_START_S
+from kopt.cupti import CUPTI_START_S
+from kopt.timing_cuda import CudaTimer
 CudaTimer("cuda", TimingOptions())
 t4 = time.perf_counter()
 print(f"import_torch={t1-t0:.3f} cuda_init={t2-t1:.3f} before_probe={t3-t2:.3f} probe={t4-t3:.3f} cupti_start={CUPTI_START_S.get('cuda', -1):.3f}")
@@ -51,6 +52,8 @@ def _variants(tc) -> dict:
     """CudaTimer subclasses that each change one thing about a sample."""
     import torch
     from torch.autograd import profiler as ap
+
+    from kopt import cupti
 
     class NoEvents(tc.CudaTimer):
         def _batch(self, fn, n, cupti):
@@ -92,11 +95,11 @@ def _variants(tc) -> dict:
 
     class AllOps(tc.CudaTimer):
         def _profiler(self):
-            return tc._Profile()
+            return cupti._Profile()
 
     class CudaOnly(tc.CudaTimer):
         def _profiler(self):
-            p = tc._Profile()
+            p = cupti._Profile()
             from torch.profiler import ProfilerActivity, profile
 
             p.prof = profile(activities=[ProfilerActivity.CUDA])
@@ -130,7 +133,6 @@ def per_sample(samples: int) -> None:
 
     x = torch.zeros(1 << 20, device="cuda")
     fn = lambda: x.add_(1)  # noqa: E731
-    rule_batch = samples
     opts = TimingOptions()
     t = tc.CudaTimer("cuda", opts)
     rule = StopRule(min_samples=samples, min_time_s=0.0, target_rel_ci=0.0, max_time_s=60.0, max_samples=samples)

@@ -213,11 +213,11 @@ def _timer(device: str, opts: TimingOptions):
 
 
 def __getattr__(name: str):
-    """The pure CUPTI helpers live in kopt.timing_cuda; kept reachable here for callers and tests."""
+    """The pure CUPTI helpers live in kopt.cupti; kept reachable here for callers and tests."""
     if name in ("attribute_calls", "call_spans", "kineto_records"):
-        from kopt import timing_cuda
+        from kopt import cupti
 
-        return getattr(timing_cuda, name)
+        return getattr(cupti, name)
     raise AttributeError(name)
 
 

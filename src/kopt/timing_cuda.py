@@ -1,91 +1,21 @@
-"""CUDA timing: CUPTI kernel spans per call (kineto), the L2 flush, graph replay and the NVML clock guard.
+"""CUDA timing: the timer (L2 flush, sessions of flushed calls, graph replay) and the NVML clock guard.
 
-Kernels are attributed to a timed call by the host launch that started them; a call's time is its first
-kernel start to its last kernel end, so a split kernel and its combine both count and flush kernels,
-launched outside every call range, never do.
+Per-call device time comes from CUPTI spans (kopt.cupti): a call's time is its first kernel start to
+its last kernel end, so a split kernel and its combine both count and flush kernels, launched outside
+every call range, never do.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
 import warnings
 from contextlib import nullcontext
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
+from kopt.cupti import _cupti_ok, _profiler, attribute_calls, call_spans, kineto_records
 from kopt.stats import StopRule
 from kopt.timing import CALL_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, _clock, _warmup
-
-
-# ---------------------------------------------------------------- pure CUPTI span extraction
-
-def attribute_calls(
-    call_ranges: Sequence[tuple[float, float]],
-    device_records: Sequence[tuple[str, float, float, Optional[float]]],
-) -> list[tuple[str, float, float, int]]:
-    """(name, start, end, launch_time) -> (name, start_us, end_us, call_index); -1 when launched outside every call.
-
-    Times in ns, one clock for host and device (kineto aligns them). call_ranges are the host
-    ranges of the timed calls, in call order, non-overlapping.
-    """
-    order = sorted(range(len(call_ranges)), key=lambda i: call_ranges[i][0])
-    starts = [call_ranges[i][0] for i in order]
-    out = []
-    for name, s, e, launch in device_records:
-        idx = -1
-        if launch is not None:
-            j = bisect.bisect_right(starts, launch) - 1
-            if j >= 0 and launch <= call_ranges[order[j]][1]:
-                idx = order[j]
-        out.append((name, s / 1e3, e / 1e3, idx))
-    return out
-
-
-def call_spans(
-    records: Sequence[tuple[str, float, float, int]], n_calls: int, exclude: Sequence[str] = ()
-) -> list[Optional[float]]:
-    """Per call: last end - first start (µs) over its records; None for a call with no record.
-
-    Records named with a prefix in `exclude` (harness kernels) and records of call -1 are ignored.
-    """
-    lo, hi = [math.inf] * n_calls, [-math.inf] * n_calls
-    for name, s, e, i in records:
-        if 0 <= i < n_calls and not any(name.startswith(x) for x in exclude):
-            lo[i], hi[i] = min(lo[i], s), max(hi[i], e)
-    return [h - l if h >= l else None for l, h in zip(lo, hi)]
-
-
-def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, float, float, Optional[float]]]]:
-    """Split kineto events into the host ranges of the timed calls and device records with launch times."""
-    ranges, runtime, ops, dev = [], {}, {}, []
-    host_type: dict = {}                   # device_type() value -> on the host? (str() once per value)
-    for e in events:
-        dt = e.device_type()
-        on_host = host_type.get(dt)
-        if on_host is None:
-            on_host = host_type[dt] = str(dt).endswith("CPU")
-        name = e.name()
-        if e.is_user_annotation():
-            if on_host and name == CALL_RANGE:
-                ranges.append((e.start_ns(), e.end_ns()))
-            continue                       # device-side mirrors of the ranges are not work
-        if on_host:
-            # Runtime/driver calls (cudaLaunchKernel, cuLaunchKernel, cudaMemsetAsync,
-            # cudaGraphLaunch) share the device record's correlation id; ops ("ns::op") are what
-            # the device record's linked id names, a fallback when the runtime call is missing.
-            d = runtime if name.startswith("cu") and "::" not in name else ops
-            c, t = e.correlation_id(), e.start_ns()
-            if t < d.get(c, math.inf):
-                d[c] = t
-        else:
-            dev.append((name, e.start_ns(), e.end_ns(), e.correlation_id(), e.linked_correlation_id()))
-    # Shift to the first timestamp while still integers: ns since the epoch (~1.8e18) as floats
-    # are only exact to 256 ns, which would quantize every span to 0.25 µs.
-    t0 = min([r[0] for r in ranges] + [d[1] for d in dev], default=0)
-    recs = [(n, s - t0, t - t0, None if (L := runtime.get(c, ops.get(lk))) is None else L - t0)
-            for n, s, t, c, lk in dev]
-    return sorted((a - t0, b - t0) for a, b in ranges), recs
 
 
 # ---------------------------------------------------------------- samples and summaries
@@ -123,107 +53,10 @@ class _Clock:
         return bool(mhz is not None and self.ref and mhz < LOW_CLOCK_FRAC * self.ref)
 
 
-_CUPTI_OK: dict[str, bool] = {}
-#: Seconds the first CUPTI session of this process took to start, per device (reported in overhead_s).
-CUPTI_START_S: dict[str, float] = {}
 #: With CUPTI, one call in this many is also bracketed by CUDA events (the cross-check).
 EVENT_EVERY = 8
 #: Host seconds of the timing loop by part (launching, waiting for the device, reading CUPTI records).
 PHASE_S: dict[str, float] = {"launch": 0.0, "wait": 0.0, "records": 0.0, "sessions": 0.0}
-
-
-class _Session:
-    """One kineto session (CPU + CUDA activities) that records only user-scope ranges on the host.
-
-    Without the scope filter every aten op inside a call (flash-attn's wrapper runs dozens) is a
-    host event: recorded at launch and read back afterwards, ~400 µs of host time per sample
-    measured on an H200. Device records and runtime launches, which the spans need, are unaffected.
-    """
-
-    def __init__(self):
-        from torch._C._profiler import RecordScope, _ExperimentalConfig
-        from torch.autograd import ProfilerActivity, ProfilerConfig, ProfilerState
-
-        self.acts = {ProfilerActivity.CPU, ProfilerActivity.CUDA}
-        self.cfg = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
-        self.scopes = {RecordScope.USER_SCOPE}
-        self.result = None
-
-    def __enter__(self):
-        from torch.autograd import _enable_profiler, _prepare_profiler
-
-        _prepare_profiler(self.cfg, self.acts)
-        _enable_profiler(self.cfg, self.acts, self.scopes)
-        return self
-
-    def __exit__(self, *exc):
-        from torch.autograd import _disable_profiler
-
-        self.result = _disable_profiler()
-        return False
-
-    def events(self):
-        return self.result.events()
-
-
-class _Profile:
-    """torch.profiler.profile, for torch builds without the low-level calls (every op recorded)."""
-
-    def __init__(self):
-        from torch.profiler import ProfilerActivity, profile
-
-        self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-
-    def __enter__(self):
-        self.prof.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.prof.__exit__(*exc)
-
-    def events(self):
-        return self.prof.profiler.kineto_results.events()
-
-
-def _profiler():
-    try:
-        return _Session()
-    except (ImportError, AttributeError, TypeError):
-        return _Profile()
-
-
-def _probe(device: str) -> None:
-    """One short profiler session: does CUPTI give a device record for each of two ranged calls?
-    The first session of a process pays CUPTI's start-up (4-6 s on an H200), so it is done once.
-    (Started early in a thread, it did not overlap the candidate's import on the H200: the session
-    holds the GIL, and that child's compile phase grew by its length.)"""
-    import torch
-
-    t0 = time.perf_counter()
-    ok = False
-    try:
-        dev = torch.device(device)
-        x = torch.zeros(1, device=dev)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with _profiler() as prof:
-                for _ in range(2):
-                    with torch.profiler.record_function(CALL_RANGE):
-                        x.add_(1)
-                torch.cuda.synchronize(dev)
-        ranges, recs = kineto_records(prof.events())
-        ok = len(ranges) == 2 and all(s is not None for s in call_spans(attribute_calls(ranges, recs), 2))
-    except Exception:                          # no kineto / CUPTI in this build
-        ok = False
-    CUPTI_START_S[device] = time.perf_counter() - t0
-    _CUPTI_OK[device] = ok
-
-
-def _cupti_ok(device: str) -> bool:
-    """Whether CUPTI spans work here (probed once per process and device)."""
-    if device not in _CUPTI_OK:
-        _probe(device)
-    return _CUPTI_OK[device]
 
 
 class CudaTimer:
@@ -243,7 +76,7 @@ class CudaTimer:
             self.buf = torch.empty(self.flush, dtype=torch.uint8, device=self.dev) if self.cold else None
         self.clock = _Clock(torch, index)
         self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
-        self.cupti = _cupti_ok(device)         # once per process: CUPTI's start-up, ~5 s on an H200
+        self.cupti = _cupti_ok(device)         # probed once per process (CUPTI's start-up)
         self._events: list = []
         self._call_ms: dict[int, float] = {}
 

@@ -164,7 +164,8 @@ class Evaluation:
             self.time(timed)
             self.res.overhead_s["timing"] = guards.now() - t
             if job.device.startswith("cuda"):  # CUPTI's one-off start-up, and the timing loop's host parts
-                from kopt.timing_cuda import CUPTI_START_S, PHASE_S
+                from kopt.cupti import CUPTI_START_S
+                from kopt.timing_cuda import PHASE_S
 
                 if job.device in CUPTI_START_S:
                     self.res.overhead_s["cupti_start"] = CUPTI_START_S[job.device]
