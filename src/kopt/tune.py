@@ -72,8 +72,6 @@ class CaseTune:
     winner: Optional[ConfigResult] = None
     default: Optional[ConfigResult] = None
     gain: Optional[float] = None
-    gain_ci: Optional[tuple[float, float]] = None
-    """The paired gain's CI; None when the gain is not a paired figure (or the default was kept)."""
     note: str = ""
     wall_s: float = 0.0
     row: Optional[object] = None
@@ -88,6 +86,15 @@ class CaseTune:
     def ok(self) -> bool:
         """A correct winner was found."""
         return self.winner is not None
+
+    @property
+    def gain_ci(self) -> Optional[tuple[float, float]]:
+        """The paired gain's CI; None when the gain is not a paired figure (the default kept, or the
+        unpaired fallback picked the winner)."""
+        w = self.winner
+        if w is None or w is self.default or not w.paired_ci or self.gain != w.paired_speedup:
+            return None
+        return tuple(w.paired_ci)
 
     def times_ms(self) -> tuple[Optional[float], Optional[float]]:
         """(default, winner) cold medians: from the winner's paired rounds when it has them, else screened."""
@@ -190,8 +197,6 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
     ct.note = "; ".join(x for x in (ct.note, stopped) if x)
     if ct.winner is None:
         return ct
-    if ct.winner is not ct.default and ct.winner.paired_ci and ct.gain == ct.winner.paired_speedup:
-        ct.gain_ci = tuple(ct.winner.paired_ci)       # the gain is the paired figure (not the unpaired fallback)
     chash = content_hash(Path(path))
     # a quick or partial search (--quick, --max-configs) never replaces a full one of the same kernel
     ct.row = table_row(case, ct, path, chash, quick=opts.quick or bool(opts.max_configs))
