@@ -51,47 +51,25 @@ def fresh(mode: str) -> str:
 def _variants(tc) -> dict:
     """CudaTimer subclasses that each change one thing about a sample."""
     import torch
-    from torch.autograd import profiler as ap
 
     from kopt import cupti
 
     class NoEvents(tc.CudaTimer):
-        def _batch(self, fn, n, cupti):
+        def _batch(self, fn, n, use_cupti):
             torch_ev = torch.cuda.Event
             try:
                 torch.cuda.Event = _NullEvent
-                return super()._batch(fn, n, cupti)
+                return super()._batch(fn, n, use_cupti)
             finally:
                 torch.cuda.Event = torch_ev
 
-    class _Low:
-        """The low-level enable/disable calls (no profiler object, no function-event machinery)."""
-
-        def __init__(self, acts):
-            from torch._C._profiler import _ExperimentalConfig
-            from torch.autograd import ProfilerConfig, ProfilerState
-
-            self.acts = set(acts)
-            self.cfg = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig())
-            self.profiler = self
-
-        def __enter__(self):
-            ap._prepare_profiler(self.cfg, self.acts)
-            ap._enable_profiler(self.cfg, self.acts)
-            return self
-
-        def __exit__(self, *a):
-            self.kineto_results = ap._disable_profiler()
-            return False
-
-        def events(self):
-            return self.kineto_results.events()
-
     class LowLevel(tc.CudaTimer):
-        def _profiler(self):
-            from torch.profiler import ProfilerActivity
+        """kopt's low-level session with no scope filter: every op recorded on the host."""
 
-            return _Low([ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        def _profiler(self):
+            p = cupti._Session()
+            p.scopes = set()
+            return p
 
     class AllOps(tc.CudaTimer):
         def _profiler(self):
@@ -106,7 +84,7 @@ def _variants(tc) -> dict:
             return p
 
     class EventsOnly(tc.CudaTimer):
-        def _batch(self, fn, n, cupti):
+        def _batch(self, fn, n, use_cupti):
             return super()._batch(fn, n, False)
 
     return {"all_ops": AllOps, "no_events": NoEvents, "lowlevel": LowLevel, "cuda_only": CudaOnly, "events_only": EventsOnly}
