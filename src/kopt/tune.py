@@ -29,10 +29,10 @@ from typing import Callable, Optional
 from kopt.cases import Case
 from kopt.results import Status
 from kopt.tune_models import ConfigResult, ShardResult
-from kopt.tune_pick import NOISE_CAP, pick_winner
+from kopt.tune_pick import pick_winner
 from kopt.tune_shard import ShardItem, reaping, run_shard
 
-__all__ = ["CaseTune", "NOISE_CAP", "TuneOptions", "finish_case", "pick_winner", "tune"]
+__all__ = ["CaseTune", "TuneOptions", "finish_case", "pick_winner", "tune"]
 
 
 @dataclass

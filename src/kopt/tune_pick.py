@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Optional
 from kopt.results import Status
 
 if TYPE_CHECKING:
-    from kopt.tune_worker import ConfigResult
+    from kopt.tune_models import ConfigResult
 
 #: Largest timing CI (relative) that can make a faster config a tie with the default (unpaired rule).
 NOISE_CAP = 0.05
