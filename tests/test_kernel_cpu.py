@@ -187,6 +187,28 @@ def test_cuda_sm90a_lowers_and_compiles(rk, shape):
     assert "mma" in info["main"]["source"]  # QK^T and PV on the tensor cores
 
 
+@needs_nvcc
+@pytest.mark.parametrize("split", [True, False], ids=["split", "direct"])
+def test_eager_variant_issues_q_and_k_before_l(rk, split):
+    """The eager variant's first cp.async group (Q and the first K tile) is addressed from the allocated
+    cache length alone, so it is issued before the sequence length read from L[b] is used; V still waits
+    for it (rows past the sequence would feed NaN garbage to the PV product). The default variant loads
+    Q synchronously first. Both nvcc-compile for sm_90a without spills."""
+    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=split)
+    eager = rk.compile_cuda_check(eager=True, **shape)["main"]
+    assert all(s == 0 for s in eager["spill_bytes"]), eager["ptxas_log"][-2000:]
+    body = eager["source"].split("__launch_bounds__", 1)[1]
+    first_commit = body.index("cp_async_commit")
+    group0 = body[:first_commit]
+    copies = group0.split("cp_async_gs")[1:]
+    dests = {name for c in copies for name in ("Q_shared", "K_shared", "V_shared") if c.split(",")[0].count(name)}
+    assert dests == {"Q_shared", "K_shared"}
+    assert all("seqlen)" not in c and "seqlen -" not in c for c in copies)  # no L[b] in the addresses
+    assert "if (0 <" not in group0.split("cp_async_gs")[0]  # no guard on the tile count before the first copy
+    plain = rk.build_cuda_source(**shape).split("__launch_bounds__", 1)[1]
+    assert plain.index("__syncthreads") < plain.index("cp_async_gs")  # the default: Q first, then a barrier
+
+
 @pytest.mark.parametrize("num_splits", [1, 5, 16, 17, 40])
 def test_combine_merge_arithmetic(rk, num_splits):
     """The split-KV combine (chunked loads, running max) run as a C-target kernel: equals the

@@ -18,7 +18,7 @@ def kernel():
     return candidate.load(SHIPPED)
 
 
-def _check(kernel, case, seed=0):
+def _check(kernel, case, seed=0, config=None):
     import torch
 
     from kopt import baselines, verify
@@ -26,7 +26,7 @@ def _check(kernel, case, seed=0):
     from kopt.workload import make_workload
 
     w = make_workload(case, seed, "cuda")
-    out = kernel.run(*w.args(), **w.kwargs())
+    out = kernel.run(*w.args(), **w.kwargs(config))
     torch.cuda.synchronize()
     ref = reference(w)
     chk = verify.check_output(out, ref, baselines.torch_attention(w), w.q)
@@ -68,6 +68,27 @@ def test_mha_mqa(kernel, kv_heads, gqa, page):
     c = _case(10, page_size=page or 0, seqlens="ragged")
     c = c.model_copy(update={"kv_heads": kv_heads, "gqa": gqa, "batch": 3, "seqlen_k": 3001})
     _check(kernel, c, seed=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("eager", [0, 1])
+@pytest.mark.parametrize("cid,seqlens,splits", [(1, "full", 0), (3, "ragged", 0), (5, "full", 0), (8, "ragged", 0),
+                                                (10, "ragged", 0), (10, "ragged", 64), (13, "ragged", 0),
+                                                (14, "full", 0), (6, "ragged", 4)])
+def test_eager_first_tile(kernel, cid, seqlens, splits, eager):
+    """The eager variant (first K tile and Q issued before L[b] arrives, split ranges from the allocated
+    length) on full and ragged lengths, with splits that lie wholly past a short sequence."""
+    cfg = {"eager": eager, "num_splits": splits} if splits else {"eager": eager}
+    for dtype in ("fp16", "bf16"):
+        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype), seed=11, config=cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_heads,gqa", [(32, 1), (1, 32), (2, 16)], ids=["MHA32", "MQA32", "G16"])
+def test_eager_head_layouts(kernel, kv_heads, gqa):
+    c = _case(10, seqlens="ragged").model_copy(update={"kv_heads": kv_heads, "gqa": gqa, "batch": 3, "seqlen_k": 3001})
+    _check(kernel, c, seed=5, config={"eager": 1})
+    _check(kernel, c.with_variant(head_dim=64), seed=5, config={"eager": 1})
 
 
 @pytest.mark.gpu
