@@ -93,9 +93,67 @@ def test_paired_speedup():
     b = [[2.0, 2.0, 2.2], [2.0, 1.8, 2.0]]
     ps = stats.paired_speedup(a, b)
     assert ps.ratios == [2.0, 2.0]
-    assert ps.speedup == 2.0 and ps.ci == (2.0, 2.0)
+    assert ps.speedup == 2.0
+    lo, hi = ps.ci   # the inner resampling sees 0.9-1.1 inside the rounds: an interval around 2, not a point
+    assert lo < 2.0 < hi and 1.6 < lo and hi < 2.5
+    exact = stats.paired_speedup([[1.0] * 5] * 6, [[2.0] * 5] * 6)
+    assert exact.ci == (2.0, 2.0)    # no noise anywhere: a point
     with pytest.raises(ValueError):
         stats.paired_speedup(a, b[:1])
+    with pytest.raises(ValueError):
+        stats.paired_speedup([[1.0], []], [[1.0], [1.0]])
+
+
+def _aa_experiment(rng, rounds=6, n=150, drift=0.002, noise=0.01):
+    """One synthetic A/A pair: per-round drift shared by both sides, lognormal sample noise."""
+    a, b = [], []
+    for _ in range(rounds):
+        level = 10.0 * (1 + drift * rng.standard_normal())
+        a.append(level * np.exp(noise * rng.standard_normal(n)))
+        b.append(level * np.exp(noise * rng.standard_normal(n)))
+    return a, b
+
+
+def test_paired_ci_covers_one_for_a_against_itself():
+    """Known answer 1: over many synthetic A/A pairs the 95% CI contains 1 at least ~95% of the time,
+    and never less often than the bootstrap of the six ratios alone (which treats each as exact)."""
+    rng = np.random.default_rng(1)
+    hits = ratio_only = 0
+    trials = 120
+    for t in range(trials):
+        a, b = _aa_experiment(rng)
+        lo, hi = stats.paired_bootstrap_ci(a, b, n_boot=400, seed=t)
+        hits += lo <= 1.0 <= hi
+        r = [np.median(y) / np.median(x) for x, y in zip(a, b)]
+        rlo, rhi = stats.bootstrap_ci(r, n_boot=400, seed=t)
+        ratio_only += rlo <= 1.0 <= rhi
+    assert hits / trials >= 0.93
+    assert ratio_only <= hits
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40, 41])
+def test_boot_medians_match_brute_force_resampling(n):
+    """The order-statistic shortcut draws the same distribution as resampling and taking np.median."""
+    rng = np.random.default_rng(n)
+    x = rng.lognormal(size=n)
+    fast = stats._boot_medians(x, 20000, np.random.default_rng(0))
+    slow = np.median(x[np.random.default_rng(1).integers(0, n, size=(20000, n))], axis=1)
+    # the same probability on every value a resample median can take (the midpoints too, for even n)
+    values = np.union1d(fast, slow)
+    p_fast = np.array([(fast == v).mean() for v in values])
+    p_slow = np.array([(slow == v).mean() for v in values])
+    assert np.abs(np.cumsum(p_fast) - np.cumsum(p_slow)).max() < 0.02
+
+
+def test_paired_ci_finds_a_known_speedup():
+    """Known answer 2: b is 5% slower than a in every round; the CI holds 1.05 and excludes 1."""
+    rng = np.random.default_rng(2)
+    a, b = _aa_experiment(rng)
+    b = [x * 1.05 for x in b]
+    ps = stats.paired_speedup(a, b)
+    lo, hi = ps.ci
+    assert 1.0 < lo < 1.05 < hi < 1.1
+    assert abs(ps.speedup - 1.05) < 0.01
 
 
 @pytest.mark.parametrize(
