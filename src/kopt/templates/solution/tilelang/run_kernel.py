@@ -30,7 +30,7 @@ import tl_decode_cuda as _cuda  # noqa: E402
 import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and device, results/tilelang/tuning.csv)
 
 # config keys understood by the CUDA path
-_CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused")
+_CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def _check_config(config):
 # ----------------------------------------------------------------------------------------------
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
-                 "fused", "scale", "target", "main", "comb", "dummy_bt", "opart", "lse")
+                 "fused", "eager", "scale", "target", "main", "comb", "dummy_bt", "opart", "lse")
 
 
 _PLANS: dict = {}
@@ -106,6 +106,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.num_stages = int(cfg.get("num_stages", base["num_stages"]))
     p.threads = int(cfg.get("threads") or base["threads"])
     p.fused = bool(int(cfg.get("fused", base["fused"])))
+    p.eager = bool(int(cfg.get("eager", base["eager"]))) and not paged
     bn = int(cfg.get("block_N") or 0)
     if bn not in (0, 32, 64, 128) or p.threads not in (128, 256) or p.num_stages not in (0, 1):
         raise ValueError(f"unsupported CUDA config block_N={bn} threads={p.threads} num_stages={p.num_stages} "
@@ -157,7 +158,7 @@ def _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, co
 def _cuda_kernels(p: "_Plan"):
     split = p.num_splits > 1
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
-                            p.scale, p.target, p.fused)
+                            p.scale, p.target, p.fused, p.eager)
     # fused: the combine kernel is launched by the same host call as the split kernel
     comb = _cuda.get_combine(p.dtype, p.hq, p.d, p.target) if split and not p.fused else None
     return main, comb
@@ -204,7 +205,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
         return {"path": "c-target"}
     p = _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, config)
     return {"path": "cuda", "block_N": p.block_N, "num_splits": p.num_splits, "num_stages": p.num_stages, "threads": p.threads,
-            "fused": p.fused, "paged": p.paged, "page_size": p.page}
+            "fused": p.fused, "eager": p.eager, "paged": p.paged, "page_size": p.page}
 
 
 # ----------------------------------------------------------------------------------------------

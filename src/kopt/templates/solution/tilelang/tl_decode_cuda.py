@@ -50,6 +50,7 @@ def build_decode(
     split: bool,
     scale: float,
     fused: bool = True,
+    eager: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -68,13 +69,15 @@ def build_decode(
     if paged:
         kv_shape = [T.dynamic("num_blocks"), page_size, hkv, d]
     else:
-        kv_shape = [batch, T.dynamic("seqlen_k"), hkv, d]
+        seqlen_k = T.dynamic("seqlen_k")
+        kv_shape = [batch, seqlen_k, hkv, d]
 
     def kv_row(BT, b, pos):
         if paged:
             return BT[b, pos // page_size], pos % page_size
         return b, pos
 
+    eager = bool(eager and not paged)  # paged: rows past the sequence have no valid page to read
     policy = T.GemmWarpPolicy.FullCol
     combine_body = _combine_macro(T, accum, dtype)
 
@@ -88,27 +91,40 @@ def build_decode(
         acc_o = T.alloc_fragment([block_H, d], accum)
         m_prev = T.alloc_fragment([block_H], accum)
         m_cur = T.alloc_fragment([block_H], accum)
+        m_use = T.alloc_fragment([block_H], accum)
+        m_ref = m_use if eager else m_cur
         r_scale = T.alloc_fragment([block_H], accum)
         r_sum = T.alloc_fragment([block_H], accum)
         l_sum = T.alloc_fragment([block_H], accum)
 
         seqlen = L[b]
         n_tiles = T.ceildiv(seqlen, block_N)
-        per_split = T.ceildiv(n_tiles, nsplit)
+        if eager:  # the split ranges from the cache's allocated length: the first loads need no L[b]
+            per_split = T.ceildiv(T.ceildiv(seqlen_k, block_N), nsplit)
+        else:
+            per_split = T.ceildiv(n_tiles, nsplit)
         t_begin = sid * per_split
         t_end = T.min(t_begin + per_split, n_tiles)
         n_iter = T.max(t_end - t_begin, 0)
 
-        for i, j in T.Parallel(block_H, d):
-            Q_shared[i, j] = T.if_then_else(i < G, Q[b, h * G + T.min(i, G - 1), j], T.cast(0, dtype))
+        if not eager:
+            for i, j in T.Parallel(block_H, d):
+                Q_shared[i, j] = T.if_then_else(i < G, Q[b, h * G + T.min(i, G - 1), j], T.cast(0, dtype))
         T.fill(acc_o, 0)
         T.fill(l_sum, 0)
         T.fill(m_cur, -T.infinity(accum))
 
-        for k in T.Pipelined(n_iter, num_stages=num_stages):
+        for k in T.Pipelined(T.max(n_iter, 1) if eager else n_iter, num_stages=num_stages):
             base = (t_begin + k) * block_N
+            if eager:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
+                # synchronous load and a barrier before the first K/V loads); later iterations
+                # re-read its 4 KB from L2. Padded rows repeat head G-1: their outputs are never written.
+                for i, j in T.Parallel(block_H, d):
+                    Q_shared[i, j] = Q[b, h * G + T.min(i, G - 1), j]
             for i, j in T.Parallel(block_N, d):
-                r0, r1 = kv_row(BT, b, T.min(base + i, seqlen - 1))
+                # eager: K rows are clamped to the allocated cache (valid memory; keys past the
+                # sequence are masked below), so the first K tile does not wait for L[b]
+                r0, r1 = kv_row(BT, b, T.min(base + i, (seqlen_k if eager else seqlen) - 1))
                 K_shared[i, j] = K[r0, r1, h, j]
             T.clear(acc_s)
             T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
@@ -116,10 +132,13 @@ def build_decode(
                 acc_s[i, j] = T.if_then_else(base + j < seqlen, acc_s[i, j] * sm_scale, -T.infinity(accum))
             T.copy(m_cur, m_prev)
             T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+            if eager:  # a tile wholly past the sequence leaves m at -inf: scale by 0, not by NaN
+                for i in T.Parallel(block_H):
+                    m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0.0, m_cur[i])
             for i in T.Parallel(block_H):
-                r_scale[i] = T.exp2(m_prev[i] - m_cur[i])
+                r_scale[i] = T.exp2(m_prev[i] - m_ref[i])
             for i, j in T.Parallel(block_H, block_N):
-                acc_s[i, j] = T.exp2(acc_s[i, j] - m_cur[i])
+                acc_s[i, j] = T.exp2(acc_s[i, j] - m_ref[i])
             T.reduce_sum(acc_s, r_sum, dim=1)
             for i in T.Parallel(block_H):
                 l_sum[i] = l_sum[i] * r_scale[i] + r_sum[i]
@@ -288,7 +307,7 @@ def build_combine(dtype: str, hq: int, d: int):
 # ----------------------------------------------------------------------------------------------
 def default_config(G: int, d: int, page_size: int | None) -> dict:
     """Static part of the default config; block_N / num_splits 0 mean "chosen per call" (choose_tiling)."""
-    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1}
+    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1, "eager": 0}
 
 
 def sm_count(device) -> int:
@@ -366,17 +385,18 @@ def _compile(func, target):
 
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
-               fused=True):
+               fused=True, eager=False):
     fused = bool(fused and split)
+    eager = bool(eager and not paged)
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target), fused)
+           float(scale), str(target), fused, eager)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
-                                 fused)
+                                 fused, eager)
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -406,7 +426,7 @@ def _pass_configs():
 
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
-                threads=128, split=True, scale=None, arch="sm_90a", fused=True):
+                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -414,7 +434,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
-                fused=bool(fused and split)), arch
+                fused=bool(fused and split), eager=bool(eager and not paged)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
