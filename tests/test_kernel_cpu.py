@@ -209,6 +209,21 @@ def test_eager_variant_issues_q_and_k_before_l(rk, split):
     assert plain.index("__syncthreads") < plain.index("cp_async_gs")  # the default: Q first, then a barrier
 
 
+@needs_nvcc
+def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(rk):
+    """The last-CTA merge: one device kernel (no combine launch); partial writes fenced before thread 0's
+    acq_rel atomic on the (batch, kv head) counter; the merging CTA resets the counter. No spills."""
+    info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=True, last_cta=True)
+    assert set(info) == {"main"}
+    src = info["main"]["source"]
+    kernels = re.findall(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', src)
+    assert sorted(set(kernels)) == ["decode_split_last_kernel"]
+    fence, atomic = src.index("__threadfence()"), src.index("AtomicAddRet(")
+    assert fence < atomic and ", 1, 4)" in src[atomic:atomic + 200]  # memory order 4: acq_rel
+    assert re.search(r"Cnt\[[^\]]*\] = 0;", src)
+    assert all(s == 0 for s in info["main"]["spill_bytes"]), info["main"]["ptxas_log"][-2000:]
+
+
 @pytest.mark.parametrize("num_splits", [1, 5, 16, 17, 40])
 def test_combine_merge_arithmetic(rk, num_splits):
     """The split-KV combine (chunked loads, running max) run as a C-target kernel: equals the

@@ -92,6 +92,28 @@ def test_eager_head_layouts(kernel, kv_heads, gqa):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("eager", [0, 1])
+@pytest.mark.parametrize("cid,seqlens,splits,page", [(10, "full", 0, 0), (10, "ragged", 64, 0), (13, "full", 0, 0),
+                                                     (14, "ragged", 0, 256), (8, "ragged", 8, 16), (6, "ragged", 4, 0),
+                                                     (12, "full", 128, 64)])
+def test_last_cta_merge(kernel, cid, seqlens, splits, page, eager):
+    """The in-kernel merge by the last CTA of each (batch, kv head): split shapes, empty splits past short
+    sequences, paged caches; three calls in a row with fresh inputs (the arrival counters reset)."""
+    cfg = {"last_cta": 1, "eager": eager} | ({"num_splits": splits} if splits else {})
+    for seed, dtype in ((21, "fp16"), (22, "bf16"), (23, "fp16")):
+        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_heads,gqa", [(32, 1), (1, 32), (2, 16)], ids=["MHA32", "MQA32", "G16"])
+def test_last_cta_head_layouts(kernel, kv_heads, gqa):
+    c = _case(10, seqlens="ragged").model_copy(update={"kv_heads": kv_heads, "gqa": gqa, "batch": 3, "seqlen_k": 3001})
+    for cfg in ({"last_cta": 1, "num_splits": 16}, {"last_cta": 1, "eager": 1, "num_splits": 7}):
+        _check(kernel, c, seed=5, config=cfg)
+        _check(kernel, c.with_variant(head_dim=64), seed=6, config=cfg)
+
+
+@pytest.mark.gpu
 def test_bad_gqa_ratio_is_a_value_error(kernel):
     import torch
 

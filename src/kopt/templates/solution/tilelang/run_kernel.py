@@ -30,7 +30,7 @@ import tl_decode_cuda as _cuda  # noqa: E402
 import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and device, results/tilelang/tuning.csv)
 
 # config keys understood by the CUDA path
-_CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager")
+_CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -76,7 +76,8 @@ def _check_config(config):
 # ----------------------------------------------------------------------------------------------
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
-                 "fused", "eager", "scale", "target", "main", "comb", "dummy_bt", "opart", "lse")
+                 "fused", "eager", "last_cta", "scale", "target", "main", "comb", "dummy_bt", "opart", "lse",
+                 "cnt")
 
 
 _PLANS: dict = {}
@@ -107,6 +108,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.threads = int(cfg.get("threads") or base["threads"])
     p.fused = bool(int(cfg.get("fused", base["fused"])))
     p.eager = bool(int(cfg.get("eager", base["eager"]))) and not paged
+    p.last_cta = bool(int(cfg.get("last_cta", base["last_cta"])))
     bn = int(cfg.get("block_N") or 0)
     if bn not in (0, 32, 64, 128) or p.threads not in (128, 256) or p.num_stages not in (0, 1):
         raise ValueError(f"unsupported CUDA config block_N={bn} threads={p.threads} num_stages={p.num_stages} "
@@ -115,9 +117,11 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     max_seqlen = int(block_table.shape[1]) * page if paged else int(k_cache.shape[1])
     p.block_N, p.num_splits = _cuda.choose_tiling(B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn,
                                                   int(cfg.get("num_splits") or 0))
+    if p.num_splits > _cuda._MAX_SPLITS:  # the last-CTA merge holds at most that many weights per head
+        p.last_cta = False
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
     p.target = _cuda.cuda_target(q.device)
-    p.main = p.comb = p.dummy_bt = p.opart = p.lse = None
+    p.main = p.comb = p.dummy_bt = p.opart = p.lse = p.cnt = None
     return p
 
 
@@ -149,6 +153,9 @@ def _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, co
             # split workspaces, reused by every call of this plan (calls are ordered on the stream)
             p.opart = torch.empty((B, p.hq, p.num_splits, p.d), dtype=torch.float32, device=q.device)
             p.lse = torch.empty((B, p.hq, p.num_splits), dtype=torch.float32, device=q.device)
+            if p.last_cta:
+                # arrival counters of the last-CTA merge; each call leaves them at 0 again
+                p.cnt = torch.zeros((B, p.hkv), dtype=torch.int32, device=q.device)
         if len(_PLANS) > 1024:
             _PLANS.clear()
         _PLANS[key] = p
@@ -158,9 +165,10 @@ def _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, co
 def _cuda_kernels(p: "_Plan"):
     split = p.num_splits > 1
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
-                            p.scale, p.target, p.fused, p.eager)
-    # fused: the combine kernel is launched by the same host call as the split kernel
-    comb = _cuda.get_combine(p.dtype, p.hq, p.d, p.target) if split and not p.fused else None
+                            p.scale, p.target, p.fused, p.eager, p.last_cta)
+    # fused: the combine kernel is launched by the same host call as the split kernel; last_cta: no
+    # combine kernel (the last CTA of each (batch, kv head) merges)
+    comb = _cuda.get_combine(p.dtype, p.hq, p.d, p.target) if split and not (p.fused or p.last_cta) else None
     return main, comb
 
 
@@ -188,6 +196,8 @@ def _run_cuda(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, co
         out = torch.empty((B, p.hq, p.d), dtype=q.dtype, device=dev)
         if p.num_splits == 1:
             p.main(q3, k, v, lens, bt, out)
+        elif p.last_cta:
+            p.main(q3, k, v, lens, bt, p.opart, p.lse, p.cnt, out)
         elif p.comb is None:
             p.main(q3, k, v, lens, bt, p.opart, p.lse, out)  # split + combine, one host call
         else:
@@ -205,7 +215,8 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
         return {"path": "c-target"}
     p = _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, config)
     return {"path": "cuda", "block_N": p.block_N, "num_splits": p.num_splits, "num_stages": p.num_stages, "threads": p.threads,
-            "fused": p.fused, "eager": p.eager, "paged": p.paged, "page_size": p.page}
+            "fused": p.fused, "eager": p.eager, "last_cta": p.last_cta and p.num_splits > 1, "paged": p.paged,
+            "page_size": p.page}
 
 
 # ----------------------------------------------------------------------------------------------

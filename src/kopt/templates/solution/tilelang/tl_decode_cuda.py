@@ -51,6 +51,7 @@ def build_decode(
     scale: float,
     fused: bool = True,
     eager: bool = False,
+    last_cta: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -81,8 +82,11 @@ def build_decode(
     policy = T.GemmWarpPolicy.FullCol
     combine_body = _combine_macro(T, accum, dtype)
 
+    last_cta = bool(last_cta and split)
+    merge_last = _last_cta_macro(T, accum, dtype, G, d) if last_cta else None
+
     @T.macro
-    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE):
+    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None):
         Q_shared = T.alloc_shared([block_H, d], dtype)
         K_shared = T.alloc_shared([block_N, d], dtype)
         V_shared = T.alloc_shared([block_N, d], dtype)
@@ -157,10 +161,31 @@ def build_decode(
             for i in T.Parallel(block_H):
                 if i < G:
                     LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i], -T.infinity(accum))
+            if last_cta:
+                merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
         else:
             for i, j in T.Parallel(block_H, d):
                 if i < G:
                     Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
+
+    if last_cta:
+
+        @T.prim_func
+        def decode_split_last(
+            Q: T.Tensor([batch, hq, d], dtype),
+            K: T.Tensor(kv_shape, dtype),
+            V: T.Tensor(kv_shape, dtype),
+            L: T.Tensor([batch], "int32"),
+            BT: T.Tensor([batch, max_pages], "int32"),
+            Opart: T.Tensor([batch, hq, num_splits, d], accum),
+            LSE: T.Tensor([batch, hq, num_splits], accum),
+            Cnt: T.Tensor([batch, hkv], "int32"),
+            Out: T.Tensor([batch, hq, d], dtype),
+        ):
+            with T.Kernel(num_splits, hkv, batch, threads=threads) as (sid, h, b):
+                body(Q, K, V, L, BT, sid, h, b, num_splits, Out, Opart, LSE, Cnt)
+
+        return decode_split_last
 
     if split and fused:
 
@@ -215,6 +240,60 @@ def build_decode(
 
 
 _COMBINE_UNROLL = 16
+_MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
+_LAST_UNROLL = 8    # splits whose partial rows are loaded before any is accumulated
+
+
+def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int):
+    """The merge done by the last CTA of a (batch, kv head) to finish, inside the split kernel: no
+    second kernel launch, and the partials it reads were written moments ago (L2 hits).
+
+    Every CTA publishes its partial O and LSE (writes, fence, barrier, then one acq_rel atomic on the
+    (batch, kv head) counter by thread 0). The CTA that sees count nsplit - 1 is the last: it turns the
+    G x nsplit LSE values into weights 2^(lse - lse_total) (a [G, 128] fragment, row max and row sum
+    reductions), then accumulates O = sum_s w[i, s] * O_s[i, :] over the splits, _LAST_UNROLL splits of
+    loads in flight at a time, and resets the counter to 0 for the next call (all other CTAs of this
+    (batch, kv head) have counted by then, and calls are ordered on the stream)."""
+    S = _MAX_SPLITS
+    U = _LAST_UNROLL
+
+    @T.macro
+    def merge_last(Opart, LSE, Cnt, Out, h, b, nsplit):
+        prev = T.alloc_shared([1], "int32")
+        W = T.alloc_shared([G, S], accum)
+        lse_f = T.alloc_fragment([G, S], accum)
+        lmax = T.alloc_fragment([G], accum)
+        lsum = T.alloc_fragment([G], accum)
+        o_f = T.alloc_fragment([G, d], accum)
+        tx = T.get_thread_binding()
+        T.call_extern("handle", "__threadfence")
+        T.sync_threads()
+        if tx == 0:
+            prev[0] = T.atomic_add(Cnt[b, h], 1, memory_order="acq_rel", return_prev=True)
+        T.sync_threads()
+        if prev[0] == nsplit - 1:
+            T.call_extern("handle", "__threadfence")
+            for i, sp in T.Parallel(G, S):
+                lse_f[i, sp] = T.if_then_else(sp < nsplit, LSE[b, h * G + i, T.min(sp, nsplit - 1)], -T.infinity(accum))
+            T.reduce_max(lse_f, lmax, dim=1)
+            for i in T.Parallel(G):  # every split empty (a zero-length sequence): weights 0, output 0
+                lmax[i] = T.if_then_else(lmax[i] == -T.infinity(accum), 0.0, lmax[i])
+            for i, sp in T.Parallel(G, S):
+                lse_f[i, sp] = T.exp2(lse_f[i, sp] - lmax[i])
+            T.reduce_sum(lse_f, lsum, dim=1)
+            for i, sp in T.Parallel(G, S):
+                W[i, sp] = T.if_then_else(lsum[i] > 0, lse_f[i, sp] / lsum[i], 0.0)
+            T.fill(o_f, 0)
+            for c in T.serial(T.ceildiv(nsplit, U)):
+                for u in T.unroll(U):
+                    for i, j in T.Parallel(G, d):
+                        o_f[i, j] += W[i, c * U + u] * Opart[b, h * G + i, T.min(c * U + u, nsplit - 1), j]
+            for i, j in T.Parallel(G, d):
+                Out[b, h * G + i, j] = T.cast(o_f[i, j], dtype)
+            if tx == 0:
+                Cnt[b, h] = 0
+
+    return merge_last
 
 
 def _combine_macro(T, accum: str, dtype: str):
@@ -307,7 +386,7 @@ def build_combine(dtype: str, hq: int, d: int):
 # ----------------------------------------------------------------------------------------------
 def default_config(G: int, d: int, page_size: int | None) -> dict:
     """Static part of the default config; block_N / num_splits 0 mean "chosen per call" (choose_tiling)."""
-    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1, "eager": 0}
+    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1, "eager": 0, "last_cta": 0}
 
 
 def sm_count(device) -> int:
@@ -385,18 +464,19 @@ def _compile(func, target):
 
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
-               fused=True, eager=False):
-    fused = bool(fused and split)
+               fused=True, eager=False, last_cta=False):
+    last_cta = bool(last_cta and split)
+    fused = bool(fused and split and not last_cta)
     eager = bool(eager and not paged)
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target), fused, eager)
+           float(scale), str(target), fused, eager, last_cta)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
-                                 fused, eager)
+                                 fused, eager, last_cta)
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -426,7 +506,7 @@ def _pass_configs():
 
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
-                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False):
+                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -434,7 +514,8 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
-                fused=bool(fused and split), eager=bool(eager and not paged)), arch
+                fused=bool(fused and split and not last_cta), eager=bool(eager and not paged),
+                last_cta=bool(last_cta and split)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
@@ -471,7 +552,7 @@ def _lowered(args: dict, arch: str, which: str) -> tuple:
 def build_cuda_source(**shape) -> str:
     args, arch = _shape_args(**shape)
     src, _ = _lowered(args, arch, "main")
-    if args["split"] and not args["fused"]:
+    if args["split"] and not (args["fused"] or args["last_cta"]):
         src = src + "\n// ---- combine ----\n" + _lowered(args, arch, "combine")[0]
     return src
 
@@ -516,6 +597,6 @@ def compile_cuda_check(with_combine: bool = True, **shape) -> dict:
     registers, spill_bytes, ptxas_log, dyn_smem_bytes, source."""
     args, arch = _shape_args(**shape)
     lowered = {"main": _lowered(args, arch, "main")}
-    if args["split"] and not args["fused"] and with_combine:
+    if args["split"] and not (args["fused"] or args["last_cta"]) and with_combine:
         lowered["combine"] = _lowered(args, arch, "combine")
     return {name: dict(_nvcc_cubin(src, arch), dyn_smem_bytes=smem, source=src) for name, (src, smem) in lowered.items()}
