@@ -28,7 +28,9 @@ run() {  # run NAME LIMIT_S CMD...: stdout/stderr to logs, wall time and rc appe
 }
 for s in $steps; do case $s in
   doctor)    run doctor 60 python3 -m kopt doctor --json ;;
-  prewarm)   run prewarm 240 python3 scripts/prewarm_kernels.py ;;
+  prewarm)   # PREWARM_CONFIGS (default: SCREEN_CONFIGS less 'default'): also compiled for the 14 cases
+             pc=${PREWARM_CONFIGS:-$(tr ';' '\n' <<< "${SCREEN_CONFIGS:-}" | grep -v '^default$' | paste -sd';')}
+             run prewarm 300 python3 scripts/prewarm_kernels.py --configs "$pc" ;;
   gputests)  run gputests 420 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests ;;
   ab)        run ab_fused0 150 python3 -m kopt bench --case 8,10,13,14 --cold-cache --machine --quick \
                --config '{"fused": 0}' ;;
@@ -37,14 +39,14 @@ for s in $steps; do case $s in
              IFS=';' read -ra cfgs <<< "${SCREEN_CONFIGS:-default}"; i=0
              for c in "${cfgs[@]}"; do
                if [[ $c == default ]]; then set -- ; else set -- --config "$c"; fi
-               run "screen_$i" 150 python3 -m kopt bench --case "${SCREEN_CASES:-8,10,13,14}" --cold-cache --machine \
-                 --quick --no-record "$@"
+               run "screen_$i" 300 python3 -m kopt bench --case "${SCREEN_CASES:-8,10,13,14}" --cold-cache --machine \
+                 ${SCREEN_QUICK---quick} --no-record "$@"
                echo "screen_$i config=$c" >> "$log/steps.txt"; i=$((i + 1))
              done ;;
   stash)     mkdir -p "$stash"; cp -r results candidates.jsonl "$stash/" ;;
   restore)   if [[ -d $stash/results ]]; then cp -rn "$stash/results/." results/; cp "$stash/candidates.jsonl" .; fi ;;
   wall)      run wall_compile 120 python3 -m kopt bench --case 10 --cold-cache --machine --no-record
-             run wall_warm 60 python3 -m kopt bench --case 10 --cold-cache --machine ;;
+             for i in 1 2 3; do run wall_warm_$i 60 python3 -m kopt bench --case 10 --cold-cache --machine --json; done ;;
   bench)     run bench_fp16 420 python3 -m kopt bench --all --cold-cache --machine ;;
   untuned)   # the same bench with an empty tuning table: every case on the kernel's own heuristic
              head -1 results/tilelang/tuning.csv > "$out/untuned.csv"

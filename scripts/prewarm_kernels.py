@@ -3,11 +3,12 @@
 TileLang keeps compiled kernels in its on-disk cache, so the benches and tests that follow load them
 instead of compiling one after the other (about 10 s each on an H200 host).
 
-    python3 scripts/prewarm_kernels.py [--jobs N] [--list]
+    python3 scripts/prewarm_kernels.py [--jobs N] [--list] [--configs 'JSON;JSON']
 
 The variants: the kernel each shape resolves to (the candidate's own plan: heuristic, tuning table)
 for the benches' variants, the GPU test matrix, the verify matrix and the tuning configs tried
-first (see _shapes()). Needs a CUDA device (the plan reads its unit count and arch). Prints one line per finished kernel and a summary.
+first (see _shapes()); with --configs, also each given config on the 14 cases (fp16, contiguous, head
+dim 128), the kernels a `kopt bench --config` screen of those configs needs. Needs a CUDA device (the plan reads its unit count and arch). Prints one line per finished kernel and a summary.
 """
 from __future__ import annotations
 
@@ -46,10 +47,10 @@ def _shapes():
 
 #: The plan fields that select a compiled kernel (see run_kernel._cuda_kernels).
 _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits", "scale",
-           "fused")
+           "fused", "eager", "last_cta")
 
 
-def specs() -> list[tuple]:
+def specs(extra: list[dict] | None = None) -> list[tuple]:
     """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads."""
     import torch
 
@@ -74,6 +75,8 @@ def specs() -> list[tuple]:
         if v.dtype == "fp16" and not v.page_size and v.head_dim == 128:
             allc = rk.configs({"seqlen_k": s})
             cfgs += [allc[1], allc[-1]]
+            if v.seqlens != "ragged":  # the 14 cases themselves, not the GPU tests' head layouts
+                cfgs += list(extra or [])
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
             p.num_splits = min(p.num_splits, 2)  # the kernels depend on split or not, not on the count
@@ -101,8 +104,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
+    ap.add_argument("--configs", default="", help="';'-separated JSON configs, each also compiled for the 14 cases")
     a = ap.parse_args(argv)
-    todo = specs()
+    import json
+
+    todo = specs([json.loads(c) for c in a.configs.split(";") if c.strip()])
     if a.list:
         for s in todo:
             print(*s)
