@@ -14,9 +14,17 @@ SLEEPY = ("import time\nBACKEND = 'torch'\n"
           "    time.sleep(600)\n")
 
 
-def _workers(tag: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"kopt.worker .*{tag}"], capture_output=True, text=True).stdout
+def _workers(parent: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(parent), "-f", "kopt.worker"], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    """A live evaluation child (a reaped one has no /proc entry, a zombie an empty command line)."""
+    try:
+        return b"kopt.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -28,13 +36,14 @@ def test_signal_ends_the_child(workspace, tmp_path, sig):
                           "--candidate", str(cand), "--machine"], env=env, cwd=workspace,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while not _workers(str(tmp_path)) and time.time() < deadline:
-        time.sleep(0.2)
-    assert _workers(str(tmp_path)), "the evaluation child never started"
+    while not list(tmp_path.glob("kopt-eval-*/result.json")) and time.time() < deadline:
+        time.sleep(0.2)  # the child is evaluating (sleeping inside the candidate's run soon after)
+    workers = _workers(p.pid)
+    assert workers, "the evaluation child never started"
     time.sleep(1.0)
     p.send_signal(sig)
     _, err = p.communicate(timeout=30)
     assert p.returncode in (130, 143), err
     assert "Traceback" not in err
     time.sleep(0.5)
-    assert not _workers(str(tmp_path)), "evaluation child left running"
+    assert not any(_alive(w) for w in workers), "evaluation child left running"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,19 +103,63 @@ class Outcome:
         return Status.crash, f"child exited with code {rc} in phase {phase} without a result {tail[0][:120]}".strip()
 
 
+class Child:
+    """One evaluation child (`python -m kopt.worker`, in its own session), started before its jobs exist.
+
+    It imports torch and the harness, then waits for the path of jobs.json on its stdin: started
+    first thing, its interpreter start and `import torch` (seconds on some hosts) overlap the
+    parent's own preparation. Its output goes to child.log in a folder of its own (the jobs' folders
+    do not exist yet). A parent that never sends jobs ends it with `close`; one that dies closes the
+    pipe, and the child, reading end of file, exits.
+    """
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
+        self.log = self.dir / "child.log"
+        self.started = time.perf_counter()
+        with open(self.log, "wb") as log:
+            self.popen = subprocess.Popen([sys.executable, "-m", "kopt.worker"], stdin=subprocess.PIPE,
+                                          stdout=log, stderr=subprocess.STDOUT, env=child_env(),
+                                          start_new_session=True)
+
+    def send(self, jobs_file: Path) -> None:
+        """Hand the child its jobs; stdin is closed after them (a candidate reading it sees end of file)."""
+        try:
+            self.popen.stdin.write(f"{jobs_file}\n".encode())
+            self.popen.stdin.close()
+        except BrokenPipeError:  # it died starting up: its exit code and log say why
+            pass
+
+    def tail(self) -> str:
+        """The end of the child's output (the failure reports quote its last line)."""
+        return self.log.read_bytes()[-4000:].decode(errors="replace")
+
+    def close(self) -> None:
+        """End the child and what it started unless it has exited; remove its log. Safe to call twice."""
+        if self.popen.poll() is None:
+            kill_group(self.popen)
+        self.popen.wait()
+        self.popen.stdin.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def run_jobs(jobs: list[Job], timeout_s: float,
              on_done: Optional[Callable[[int], None]] = None,
-             on_start: Optional[Callable[[], None]] = None) -> list[Outcome]:
+             on_start: Optional[Callable[[], None]] = None,
+             child: Optional[Child] = None) -> list[Outcome]:
     """Evaluate jobs in as few children as possible, each job within `timeout_s`.
 
-    One child runs the jobs in order (imports and compile caches are paid once). When a job kills
-    or hangs its child, that job gets the failure and the jobs after it run in a fresh child.
-    `on_start` is called once, right after the first child started (work to overlap with it).
+    One child runs the jobs in order (imports and compile caches are paid once): `child` when the
+    caller started one early, else a fresh one. When a job kills or hangs its child, that job gets
+    the failure and the jobs after it run in a fresh child. `on_start` is called once, right after
+    the first child was given its jobs (work to overlap with it). Each child is closed when its
+    batch ends.
     """
     outcomes: list[Optional[Outcome]] = [None] * len(jobs)
     start = 0
     while start < len(jobs):
-        start = _run_batch(jobs, start, timeout_s, outcomes, on_done, on_start if start == 0 else None)
+        start = _run_batch(jobs, start, timeout_s, outcomes, on_done, on_start if start == 0 else None,
+                           child if start == 0 else None)
     return outcomes  # type: ignore[return-value]
 
 
@@ -124,40 +170,37 @@ def _done(job: Job) -> Optional[WorkerResult]:
 
 def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
                on_done: Optional[Callable[[int], None]] = None,
-               on_start: Optional[Callable[[], None]] = None) -> int:
-    """Run jobs[start:] in one child; fill outcomes; return the index to restart from."""
+               on_start: Optional[Callable[[], None]] = None,
+               child: Optional[Child] = None) -> int:
+    """Run jobs[start:] in one child (`child`, else a fresh one); fill outcomes; return the index to restart from."""
+    child = child or Child()
+    p = child.popen
     batch = jobs[start:]
-    for j in batch:
-        Path(j.out_dir).mkdir(parents=True, exist_ok=True)
-    first = Path(batch[0].out_dir)
-    (first / "jobs.json").write_text("[" + ",".join(j.model_dump_json() for j in batch) + "]")
-    env = child_env()
-    t0 = t_job = time.perf_counter()
     cur, timed_out = 0, False
-    with open(first / "child.log", "wb") as log:
-        p = subprocess.Popen([sys.executable, "-m", "kopt.worker", str(first / "jobs.json")],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                             env=env, start_new_session=True)
-        try:
-            if on_start:
-                on_start()
-            while p.poll() is None:
-                time.sleep(0.05)
-                while cur < len(batch) and _done(batch[cur]):
-                    cur, t_job = cur + 1, time.perf_counter()
-                    if on_done:
-                        on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
-                if time.perf_counter() - t_job > timeout_s:
-                    timed_out = True
-                    kill_group(p)
-                    break
-        except BaseException:  # Ctrl-C or SIGTERM here: the child runs in its own session, end it too
-            kill_group(p)
-            p.wait()
-            raise
+    try:  # whatever happens here (Ctrl-C, SIGTERM, a timeout), `close` ends the child's whole session
+        for j in batch:
+            Path(j.out_dir).mkdir(parents=True, exist_ok=True)
+        first = Path(batch[0].out_dir)
+        (first / "jobs.json").write_text("[" + ",".join(j.model_dump_json() for j in batch) + "]")
+        child.send(first / "jobs.json")
+        t_job = time.perf_counter()
+        if on_start:
+            on_start()
+        while p.poll() is None:
+            time.sleep(0.05)
+            while cur < len(batch) and _done(batch[cur]):
+                cur, t_job = cur + 1, time.perf_counter()
+                if on_done:
+                    on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
+            if time.perf_counter() - t_job > timeout_s:
+                timed_out = True
+                kill_group(p)
+                break
         rc = p.wait()
-    wall = time.perf_counter() - t0
-    tail = (first / "child.log").read_bytes()[-4000:].decode(errors="replace")
+        wall = time.perf_counter() - child.started  # the child's whole life, its start-up included
+        tail = child.tail()
+    finally:
+        child.close()
     for i, j in enumerate(batch):
         res = _done(j)
         if res is not None:

@@ -1,4 +1,4 @@
-"""The evaluation child: `python -m kopt.worker job.json`.
+"""The evaluation child: `python -m kopt.worker`, the path of jobs.json coming on its stdin.
 
 It imports the candidate, runs it on fresh inputs, times it against the baseline (ABBA, rotated
 inputs) and saves outputs for the parent to check. The fp32 reference and the baseline's outputs
@@ -259,12 +259,28 @@ def _versions_once() -> dict[str, str]:
     return v
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of the child process: evaluate each job of jobs.json in order."""
+def _warm() -> None:
+    """Import what every evaluation needs (torch, the harness, the baseline library) and read the
+    versions while the parent still prepares the jobs. No candidate code runs here, and PRISTINE and
+    THREADS are still taken after the wait, before any candidate import."""
+    import torch.profiler  # noqa: F401
+
+    from kopt import baselines, candidate, hardware, timing, workload  # noqa: F401
+
+    _versions_once()
+
+
+def main() -> int:
+    """Entry point of the child process: warm up, wait for the path of jobs.json (one line on stdin),
+    evaluate each of its jobs in order. End of file instead means the parent gave up: exit."""
     import json
 
     global PRISTINE, THREADS
-    jobs = [Job.model_validate(j) for j in json.loads(Path(argv[1]).read_text())]
+    _warm()
+    line = sys.stdin.readline().strip()
+    if not line:
+        return 0
+    jobs = [Job.model_validate(j) for j in json.loads(Path(line).read_text())]
     PRISTINE = guards.snapshot()  # before any candidate is imported: later jobs compare against this
     THREADS = guards.thread_idents()
     for job in jobs:
@@ -303,4 +319,4 @@ def _evaluate(job: Job) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

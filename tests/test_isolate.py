@@ -1,0 +1,85 @@
+"""Evaluation children (kopt.isolate.Child): started before their jobs, replaced after a crash, and
+never left running when the parent sends no jobs or dies. Real children on the CPU, tiny cases."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kopt import bench
+from kopt.bench import BenchOptions
+from kopt.cases import Case
+from kopt.isolate import Child, Job, run_jobs
+from kopt.results import Status
+
+ADV = Path(__file__).resolve().parent / "adversarial"
+TINY = Case(id=1, batch=2, seqlen_k=9, kv_heads=2, gqa=2, kind="edge")
+
+
+def _job(name: str, tmp_path: Path) -> Job:
+    return Job(candidate_path=str(ADV / f"{name}.py"), case=TINY, device="cpu", seeds_correct=[1],
+               seeds_timing=[1, 2], do_timing=False, quick=True, out_dir=str(tmp_path / name))
+
+
+def _alive(pid: int) -> bool:
+    """A live evaluation child (a reaped one has no /proc entry, a zombie an empty command line)."""
+    try:
+        return b"kopt.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_prestarted_child_evaluates_a_job(tmp_path):
+    child = Child()
+    [oc] = run_jobs([_job("honest", tmp_path)], 120.0, child=child)
+    assert oc.failure() is None and oc.result.status == Status.ok, oc.stderr_tail
+    assert [o.kind for o in oc.result.outputs] == ["correct"]
+    assert oc.wall_s > 0 and child.popen.returncode == 0 and not child.dir.exists()
+
+
+def test_job_killing_the_prestarted_child_leaves_the_next_to_a_fresh_one(tmp_path):
+    crash, ok = run_jobs([_job("segfault", tmp_path), _job("honest", tmp_path)], 120.0, child=Child())
+    assert crash.failure()[0] == Status.crash and crash.returncode == -signal.SIGSEGV
+    assert ok.failure() is None and ok.returncode == 0  # another process: this one exited normally
+
+
+@pytest.mark.parametrize("abort", ["static_violation", "interrupt"])
+def test_evaluate_ends_the_child_it_never_sends_jobs(monkeypatch, abort):
+    started = []
+
+    class Recorded(Child):
+        def __init__(self):
+            super().__init__()
+            started.append(self)
+
+    def interrupted(device):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "Child", Recorded)
+    opts = BenchOptions(device="cpu", quick=True, record=False, timing=False)
+    if abort == "static_violation":
+        assert bench.evaluate(ADV / "patch_timer.py", [TINY], opts)[0].status == Status.static_violation
+    else:
+        monkeypatch.setattr(bench, "resolve_device", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            bench.evaluate(ADV / "honest.py", [TINY], opts)
+    [child] = started
+    assert child.popen.returncode == -signal.SIGKILL and not child.dir.exists()
+
+
+def test_child_exits_when_its_parent_dies_before_sending_jobs(tmp_path):
+    """SIGKILL runs no cleanup; the closed pipe still ends the waiting child."""
+    code = "import os\nfrom kopt.isolate import Child\nprint(Child().popen.pid, flush=True)\nos._exit(0)\n"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "TMPDIR": str(tmp_path)}
+    pid = int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             check=True).stdout)
+    deadline = time.time() + 60
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the child outlived its parent"
