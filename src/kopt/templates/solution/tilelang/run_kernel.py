@@ -107,7 +107,6 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.num_stages = int(cfg.get("num_stages", base["num_stages"]))
     p.threads = int(cfg.get("threads") or base["threads"])
     p.fused = bool(int(cfg.get("fused", base["fused"])))
-    p.eager = bool(int(cfg.get("eager", base["eager"]))) and not paged
     p.last_cta = bool(int(cfg.get("last_cta", base["last_cta"])))
     bn = int(cfg.get("block_N") or 0)
     if bn not in (0, 32, 64, 128) or p.threads not in (128, 256) or p.num_stages not in (0, 1):
@@ -119,6 +118,11 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
                                                   int(cfg.get("num_splits") or 0))
     if p.num_splits > _cuda._MAX_SPLITS:  # the last-CTA merge holds at most that many weights per head
         p.last_cta = False
+    eager = cfg.get("eager", base["eager"])
+    if eager is None:  # default: eager when each CTA streams few tiles (see tl_decode_cuda.EAGER_MAX_TILES)
+        tiles_per_cta = -(-(-(-max(1, max_seqlen) // p.block_N)) // p.num_splits)
+        eager = tiles_per_cta <= _cuda.EAGER_MAX_TILES
+    p.eager = bool(int(eager)) and not paged
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
     p.target = _cuda.cuda_target(q.device)
     p.main = p.comb = p.dummy_bt = p.opart = p.lse = p.cnt = None

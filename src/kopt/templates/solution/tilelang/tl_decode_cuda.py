@@ -10,7 +10,14 @@ block_table) and any page size; rows past ``cache_seqlens[b]`` are clamped to th
 (always valid memory, no NaN garbage) and masked to -inf.
 
 With num_splits > 1 each split writes its normalised partial O (fp32) and its log2-sum-exp to
-workspaces and kernel 2 (``combine``) merges them; with one split kernel 1 writes O directly.
+workspaces; by default the last CTA of each (batch, kv head) to finish merges them inside the same
+kernel (``last_cta``: an acq_rel arrival counter per (batch, kv head), reset by the merging CTA);
+otherwise kernel 2 (``combine``) merges them. With one split kernel 1 writes O directly.
+
+``eager`` (default for contiguous caches when a CTA streams few tiles): Q and the first K tile are
+issued as one cp.async group addressed from the allocated cache length, before the sequence length
+L[b] arrives; the split ranges then come from the allocated length too, and a tile wholly past the
+sequence is masked (scaled by 0, never by NaN).
 
 Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic)
 dims, so one compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
@@ -385,8 +392,15 @@ def build_combine(dtype: str, hq: int, d: int):
 # configs, heuristics
 # ----------------------------------------------------------------------------------------------
 def default_config(G: int, d: int, page_size: int | None) -> dict:
-    """Static part of the default config; block_N / num_splits 0 mean "chosen per call" (choose_tiling)."""
-    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1, "eager": 0, "last_cta": 0}
+    """Static part of the default config; block_N / num_splits 0 mean "chosen per call" (choose_tiling),
+    eager None "when a CTA has at most EAGER_MAX_TILES tiles" (run_kernel); last_cta 1: split plans merge
+    in the split kernel's last CTA (at most _MAX_SPLITS splits), not in a second kernel."""
+    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1, "eager": None, "last_cta": 1}
+
+
+#: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
+#: saves part of one DRAM latency per CTA, and costs a 4 KB L2 read of Q per further tile.
+EAGER_MAX_TILES = 8
 
 
 def sm_count(device) -> int:
