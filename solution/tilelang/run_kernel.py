@@ -107,7 +107,6 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.num_stages = int(cfg.get("num_stages", base["num_stages"]))
     p.threads = int(cfg.get("threads") or base["threads"])
     p.fused = bool(int(cfg.get("fused", base["fused"])))
-    p.last_cta = bool(int(cfg.get("last_cta", base["last_cta"])))
     bn = int(cfg.get("block_N") or 0)
     if bn not in (0, 32, 64, 128) or p.threads not in (128, 256) or p.num_stages not in (0, 1):
         raise ValueError(f"unsupported CUDA config block_N={bn} threads={p.threads} num_stages={p.num_stages} "
@@ -116,8 +115,11 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     max_seqlen = int(block_table.shape[1]) * page if paged else int(k_cache.shape[1])
     p.block_N, p.num_splits = _cuda.choose_tiling(B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn,
                                                   int(cfg.get("num_splits") or 0))
-    if p.num_splits > _cuda._MAX_SPLITS:  # the last-CTA merge holds at most that many weights per head
-        p.last_cta = False
+    last_cta = cfg.get("last_cta", base["last_cta"])
+    if last_cta is None:  # default: in-kernel merge of small merges only (tl_decode_cuda.LAST_CTA_MAX_ROWS)
+        last_cta = (Hq // Hkv) * p.num_splits <= _cuda.LAST_CTA_MAX_ROWS
+    # the last-CTA merge holds at most _MAX_SPLITS weights per head
+    p.last_cta = bool(int(last_cta)) and p.num_splits <= _cuda._MAX_SPLITS
     eager = cfg.get("eager", base["eager"])
     if eager is None:  # default: eager when each CTA streams few tiles (see tl_decode_cuda.EAGER_MAX_TILES)
         tiles_per_cta = -(-(-(-max(1, max_seqlen) // p.block_N)) // p.num_splits)
