@@ -15,20 +15,17 @@ import io
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from kopt.ledger import load_dicts  # noqa: E402
+from kopt.results import fmt_na  # noqa: E402
+
 COLUMNS = ["device", "date", "commit", "candidate_id", "case", "variant", "runtime_ms", "ref_runtime_ms", "ref",
            "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_copy_ceiling", "noisy", "method", "samples",
            "events_median_ms", "mean_clock_mhz", "status", "correct", "run_id"]
 
 
-def _fmt(x, nd: int) -> str:
-    return "NA" if x is None else f"{x:.{nd}f}"
-
-
 def rows_for(ledger: Path, run_ids: list[str]) -> list[dict]:
     """The case rows of these runs, read with kopt's ledger loader (torn lines reported, skipped)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from kopt.ledger import load_dicts
-
     loaded = load_dicts(ledger)
     for n, why in loaded.skipped:
         print(f"export_bench_csv: {ledger}:{n}: {why}, skipped", file=sys.stderr)
@@ -45,11 +42,11 @@ def to_csv(rows: list[dict]) -> str:
         ci = r.get("speedup_ci") or [None, None]
         w.writerow([r.get("device") or "NA", (r.get("timestamp") or "NA")[:10], r.get("commit") or "NA",
                     r.get("candidate_id") or "NA", r.get("case"), r.get("variant") or "NA",
-                    _fmt(r.get("runtime_ms"), 6), _fmt(r.get("ref_runtime_ms"), 6), r.get("ref") or "NA",
-                    _fmt(r.get("speedup"), 4), _fmt(ci[0], 4), _fmt(ci[1], 4), _fmt(r.get("gbps"), 1),
-                    _fmt(r.get("pct_peak"), 1), "NA" if t.get("noisy") is None else int(bool(t["noisy"])),
-                    t.get("method") or "NA", t.get("n", "NA"), _fmt(t.get("events_median_ms"), 6),
-                    _fmt(t.get("mean_clock_mhz"), 1), r.get("status") or "NA", r.get("correct"), r.get("run_id")])
+                    fmt_na(r.get("runtime_ms"), "{:.6f}"), fmt_na(r.get("ref_runtime_ms"), "{:.6f}"), r.get("ref") or "NA",
+                    fmt_na(r.get("speedup"), "{:.4f}"), fmt_na(ci[0], "{:.4f}"), fmt_na(ci[1], "{:.4f}"), fmt_na(r.get("gbps"), "{:.1f}"),
+                    fmt_na(r.get("pct_peak"), "{:.1f}"), "NA" if t.get("noisy") is None else int(bool(t["noisy"])),
+                    t.get("method") or "NA", t.get("n", "NA"), fmt_na(t.get("events_median_ms"), "{:.6f}"),
+                    fmt_na(t.get("mean_clock_mhz"), "{:.1f}"), r.get("status") or "NA", r.get("correct"), r.get("run_id")])
     return buf.getvalue()
 
 

@@ -108,7 +108,7 @@ def _flash_attn(dev, opts, show, check) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from kopt import timing
+    from kopt import cupti, timing
 
     B, S, Hkv, Hq, D = 1, 32768, 8, 64, 128
     q = torch.randn(B, 1, Hq, D, device=dev, dtype=torch.float16)
@@ -123,8 +123,8 @@ def _flash_attn(dev, opts, show, check) -> None:
             with record_function(timing.CALL_RANGE):
                 fn()
         torch.cuda.synchronize()
-    ranges, recs = timing.kineto_records(p.profiler.kineto_results.events())
-    att = timing.attribute_calls(ranges, recs)
+    ranges, recs = cupti.kineto_records(p.profiler.kineto_results.events())
+    att = cupti.attribute_calls(ranges, recs)
     names = [r[0][:60] for r in att if r[3] == 0]
     print(f"  flash-attn decode B{B} S{S} Hkv{Hkv} Hq{Hq} D{D}: {len(names)} device records/call: {names}")
     st = timing.time_fn(fn, dev, opts)

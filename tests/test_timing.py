@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from kopt import timing
+from kopt import cupti, timing
 from kopt.stats import StopRule
-from kopt.timing import CALL_RANGE, FLUSH_RANGE, Samples, TimingOptions
+from kopt.timing import CALL_RANGE, Samples, TimingOptions
 
 
 def _busy(ms: float):
@@ -31,8 +31,8 @@ def test_call_spans_two_kernels_and_exclusions():
         ("kopt_internal", 151.0, 152.0, 1),        # excluded by name
         ("split_kv", 160.0, 181.0, 1),
     ]
-    assert timing.call_spans(recs, 3, exclude=("kopt_",)) == [30.0, 21.0, None]
-    assert timing.call_spans(recs, 2) == [30.0, 30.0]
+    assert cupti.call_spans(recs, 3, exclude=("kopt_",)) == [30.0, 21.0, None]
+    assert cupti.call_spans(recs, 2) == [30.0, 30.0]
 
 
 def test_attribute_calls_by_launch_time():
@@ -45,10 +45,10 @@ def test_attribute_calls_by_launch_time():
         ("k1", 10000, 12000, 5100),                # call 1
         ("lost", 13000, 14000, None),              # no launch record
     ]
-    out = timing.attribute_calls(ranges, dev)
+    out = cupti.attribute_calls(ranges, dev)
     assert [r[3] for r in out] == [-1, 0, 0, -1, 1, -1]
     assert out[1][1:3] == (7.0, 8.0)               # ns -> µs
-    assert timing.call_spans(out, 2) == [2.0, 2.0]
+    assert cupti.call_spans(out, 2) == [2.0, 2.0]
 
 
 class _Ev:
@@ -70,11 +70,11 @@ def test_kineto_records_layout_seen_on_torch_2_11():
     # The layout printed by torch 2.11 + CUPTI on an H200: the device record shares its
     # correlation id with cudaLaunchKernel and links to the aten op's id.
     evs = [
-        _Ev(FLUSH_RANGE, "CPU", 100, 200, 513, ann=True),
+        _Ev("kopt::flush", "CPU", 100, 200, 513, ann=True),
         _Ev("aten::fill_", "CPU", 110, 190, 515),
         _Ev("cudaLaunchKernel", "CPU", 120, 130, 27, 515),
         _Ev("fill_kernel", "CUDA", 140, 400, 27, 515),
-        _Ev(FLUSH_RANGE, "CUDA", 140, 400, 513, ann=True),
+        _Ev("kopt::flush", "CUDA", 140, 400, 513, ann=True),
         _Ev(CALL_RANGE, "CPU", 210, 300, 516, ann=True),
         _Ev("aten::add_", "CPU", 220, 250, 517),
         _Ev("cudaLaunchKernel", "CPU", 230, 240, 36, 517),
@@ -89,9 +89,9 @@ def test_kineto_records_layout_seen_on_torch_2_11():
     for e in evs:
         a = e._a
         e._a = (a[0], a[1], a[2] + base, a[3] + base, *a[4:])
-    ranges, recs = timing.kineto_records(evs)
+    ranges, recs = cupti.kineto_records(evs)
     assert ranges == [(70, 160)]                     # shifted to the first timestamp (140)
-    spans = timing.call_spans(timing.attribute_calls(ranges, recs), 1)
+    spans = cupti.call_spans(cupti.attribute_calls(ranges, recs), 1)
     assert spans == [pytest.approx(0.035, abs=1e-9)]  # no 256-ns float rounding
 
 

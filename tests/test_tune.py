@@ -9,9 +9,9 @@ from kopt import tuning
 from kopt.cli.main import app
 from kopt.ledger import load
 from kopt.results import CaseResult, Status, TimingStats
-from kopt.tune import TuneOptions, finish_case, pick_winner
-from kopt.tune_pick import pick_finalists
-from kopt.tune_worker import ConfigResult, ShardResult, select_indices, shard_indices
+from kopt.tune import TuneOptions, finish_case
+from kopt.tune_models import ConfigResult, ShardResult
+from kopt.tune_pick import pick_finalists, pick_winner, select_indices, shard_indices
 
 # Honest torch attention with a `passes` knob: the default recomputes the output 6 times (same
 # result, 6x the work), so a tuned config wins by far more than CPU timing noise.

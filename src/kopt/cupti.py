@@ -87,7 +87,6 @@ def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, f
     return sorted((a - t0, b - t0) for a, b in ranges), recs
 
 
-
 _CUPTI_OK: dict[str, bool] = {}
 #: Seconds the first CUPTI session of this process took to start, per device (reported in overhead_s).
 CUPTI_START_S: dict[str, float] = {}

@@ -22,6 +22,7 @@ from kopt.results import Status, TimingStats
 #: Text of a CUDA fault in an exception or a child's stderr (a crash, whatever raised it).
 CUDA_FAULTS = ("illegal memory access", "CUDA error", "device-side assert")
 
+
 class Job(BaseModel):
     """What the child evaluates: one candidate on one case, written as job.json."""
 

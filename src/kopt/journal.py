@@ -152,7 +152,6 @@ def changes_section(ws: Path) -> str:
     return f"```\n{stat}\n```" if stat else "_(no changes in the workspace paths since HEAD)_"
 
 
-
 def bench_section(ws: Path) -> str:
     """Per-case table of the latest verdict, plus its geomean against the previous best iteration."""
     from kopt import loop, ranking
@@ -169,11 +168,11 @@ def bench_section(ws: Path) -> str:
     for r in latest:
         case = f"{r.get('case')} {r.get('variant')}".strip() if r.get("variant") else str(r.get("case"))
         s = ranking.row_speedup(r)
-        out.append(f"| {case} | {fmt_na(r.get('runtime_ms'), '.4f')} | {fmt_na(r.get('ref_runtime_ms'), '.4f')} | "
-                   f"{fmt_na(s, '.3f') + 'x' if s else 'NA'} | {r.get('status', 'NA')} |")
+        out.append(f"| {case} | {fmt_na(r.get('runtime_ms'))} | {fmt_na(r.get('ref_runtime_ms'))} | "
+                   f"{fmt_na(s or None, '{:.3f}x')} | {r.get('status', 'NA')} |")
     gm, n = ranking.geomean_of(latest)
     where = sorted({f"{r['device']} vs {r.get('ref') or 'NA'}" for r in latest if r.get("device") not in (None, "NA")})
-    line = (f"Candidate `{got}`{' on ' + ', '.join(where) if where else ''}: geomean speedup {fmt_na(gm, '.3f')}x "
+    line = (f"Candidate `{got}`{' on ' + ', '.join(where) if where else ''}: geomean speedup {fmt_na(gm, '{:.3f}')}x "
             f"over {n} correct case(s)")
     if cid and got != cid:
         line += f" (the current solution is `{cid}`, which has no verdict yet)"

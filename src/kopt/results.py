@@ -128,14 +128,9 @@ class CaseResult(BaseModel):
     """Warnings of the static check (errors reject the candidate; warnings are shown, not fatal)."""
 
 
-def _num(v: Optional[float], fmt: str = "{:.4f}") -> str:
-    """A number for people and the machine line: NA when it was not measured."""
+def fmt_na(v: Optional[float], fmt: str = "{:.4f}") -> str:
+    """A number for people and the machine line (fmt.format(v)): NA when it was not measured."""
     return "NA" if v is None else fmt.format(v)
-
-
-def fmt_na(v, spec: str = ".4f") -> str:
-    """format(v, spec), or NA when v is None."""
-    return _num(v, "{:" + spec + "}")
 
 
 def machine_line(r: CaseResult) -> str:
@@ -144,9 +139,9 @@ def machine_line(r: CaseResult) -> str:
         f"COMPILED:{r.compiled}",
         f"CORRECT:{r.correct}",
         f"BACKEND:{r.backend or 'NA'}",
-        f"RUNTIME:{_num(r.runtime_ms)}",
-        f"REF_RUNTIME:{_num(r.ref_runtime_ms)}",
-        f"SPEEDUP:{_num(r.speedup, '{:.4f}x')}",
+        f"RUNTIME:{fmt_na(r.runtime_ms)}",
+        f"REF_RUNTIME:{fmt_na(r.ref_runtime_ms)}",
+        f"SPEEDUP:{fmt_na(r.speedup, '{:.4f}x')}",
         f"CASE:{r.case}",
         f"DEVICE:{_token(r.device)}",
         f"REF:{_token(r.ref)}",
@@ -155,9 +150,9 @@ def machine_line(r: CaseResult) -> str:
     ci = r.speedup_ci
     fields.append(f"SPEEDUP_CI:{ci[0]:.4f}-{ci[1]:.4f}" if ci else "SPEEDUP_CI:NA")
     fields.append(f"NOISY:{int(r.timing.noisy) if r.timing else 'NA'}")
-    fields.append(f"GBPS:{_num(r.gbps, '{:.1f}')}")
-    fields.append(f"PCT_PEAK:{_num(r.pct_peak, '{:.1f}')}")
-    fields.append(f"COMPILE_S:{_num(r.compile_s, '{:.2f}')}")
+    fields.append(f"GBPS:{fmt_na(r.gbps, '{:.1f}')}")
+    fields.append(f"PCT_PEAK:{fmt_na(r.pct_peak, '{:.1f}')}")
+    fields.append(f"COMPILE_S:{fmt_na(r.compile_s, '{:.2f}')}")
     fields.append(f"VARIANT:{_token(r.variant)}")
     fields.append(f"CANDIDATE:{r.candidate_id or 'NA'}")
     return " ".join(fields)

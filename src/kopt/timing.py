@@ -23,7 +23,6 @@ from kopt.results import TimingStats
 from kopt.stats import StopRule
 
 CALL_RANGE = "kopt::call"
-FLUSH_RANGE = "kopt::flush"
 #: Batches whose SM clock reads below this fraction of the default clock are dropped (throttled).
 LOW_CLOCK_FRAC = 0.75
 #: Calls per profiler session: the first batch (sized from the stopping rule's minimum time),
@@ -38,7 +37,6 @@ _FLOOR_MS = 1e-6          # TimingStats wants > 0; a host call can read 0 ns
 # Bound once at import (the worker imports this module before any candidate): a candidate that patches
 # time.perf_counter later cannot change what the harness reads.
 _clock, _clock_ns = time.perf_counter, time.perf_counter_ns
-
 
 
 
@@ -211,14 +209,6 @@ def _timer(device: str, opts: TimingOptions):
 
     return CudaTimer(device, opts)
 
-
-def __getattr__(name: str):
-    """The pure CUPTI helpers live in kopt.cupti; kept reachable here for callers and tests."""
-    if name in ("attribute_calls", "call_spans", "kineto_records"):
-        from kopt import cupti
-
-        return getattr(cupti, name)
-    raise AttributeError(name)
 
 
 def time_fn(fn: Callable[[], object], device: str, opts: TimingOptions) -> TimingStats:

@@ -32,8 +32,6 @@ from kopt.tune_models import ConfigResult, ShardResult
 from kopt.tune_pick import pick_winner
 from kopt.tune_shard import ShardItem, reaping, run_shard
 
-__all__ = ["CaseTune", "TuneOptions", "finish_case", "pick_winner", "tune"]
-
 
 @dataclass
 class TuneOptions:

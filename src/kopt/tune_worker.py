@@ -28,8 +28,6 @@ from kopt.results import Status, TimingStats
 from kopt.tune_models import ConfigResult, ShardResult, TuneJob
 from kopt.tune_pick import pick_finalists, select_indices, shard_indices
 
-__all__ = ["ConfigResult", "ShardResult", "TuneJob", "TuneRun", "select_indices", "shard_indices"]
-
 
 def _status_of(e: BaseException) -> Status:
     from kopt.worker import _classify

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from contextlib import nullcontext
 import traceback
 from pathlib import Path
 
@@ -67,9 +68,7 @@ class Evaluation:
             guards.poison_allocator(w.q, w.q.numel())
         kw = w.kwargs(self.job.config)
         try:
-            if not poison:
-                return self.mod.run(*w.args(), **kw)
-            with guards.poisoned_empty():
+            with guards.poisoned_empty() if poison else nullcontext():
                 return self.mod.run(*w.args(), **kw)
         except Exception as e:
             raise Reject(_classify(e), f"run raised {type(e).__name__}: {str(e)[:300]}") from None
@@ -157,16 +156,15 @@ class Evaluation:
             self.save("timing")
             t = guards.now()
             timed = [sets.get(s) or make_workload(job.case, s, job.device) for s in job.seeds_timing]
-            if job.device.startswith("cuda"):
+            cuda = job.device.startswith("cuda")
+            if cuda:
+                from kopt.cupti import CUPTI_START_S
                 from kopt.timing_cuda import PHASE_S
 
                 PHASE_S.update(dict.fromkeys(PHASE_S, 0.0))  # this job's timing loop only
             self.time(timed)
             self.res.overhead_s["timing"] = guards.now() - t
-            if job.device.startswith("cuda"):  # CUPTI's one-off start-up, and the timing loop's host parts
-                from kopt.cupti import CUPTI_START_S
-                from kopt.timing_cuda import PHASE_S
-
+            if cuda:  # CUPTI's one-off start-up, and the timing loop's host parts
                 if job.device in CUPTI_START_S:
                     self.res.overhead_s["cupti_start"] = CUPTI_START_S[job.device]
                 self.res.overhead_s.update({f"timing_{k}": v for k, v in PHASE_S.items()})

@@ -23,7 +23,6 @@ def _short(parents: list[str]) -> str:
     return parents[0] + (f" +{len(parents) - 1}" if len(parents) > 1 else "") if parents else "-"
 
 
-
 def command(
     top: Optional[int] = typer.Option(None, "--top", min=1, help="Show the N best candidates."),
     case: Optional[int] = typer.Option(None, "--case", help="Rank candidates on one case by runtime."),
@@ -75,5 +74,5 @@ def command(
         b.add_column(c)
     for r in ranking.records(rep.best_per_case):
         b.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"], fmt_na(r["runtime_ms"]),
-                  fmt_na(r["ref_runtime_ms"]), fmt_na(r["speedup"], ".3f"), r["mode"])
+                  fmt_na(r["ref_runtime_ms"]), fmt_na(r["speedup"], "{:.3f}"), r["mode"])
     con.print(b)

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Callable
 
-from kopt.results import CaseResult, _num, machine_line
+from kopt.results import CaseResult, fmt_na, machine_line
 
 
 def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_start: float) -> list[CaseResult]:
@@ -75,6 +75,6 @@ def table(results: list[CaseResult]) -> None:
     for r in results:
         ci = f"{r.speedup_ci[0]:.3f}-{r.speedup_ci[1]:.3f}" if r.speedup_ci else "NA"
         style = "green" if r.correct else "red"
-        t.add_row(str(r.case), r.variant, f"[{style}]{r.status.value}[/{style}]", _num(r.runtime_ms), _num(r.ref_runtime_ms),
-                  _num(r.speedup, "{:.3f}x"), ci, _num(r.gbps, "{:.0f}"), _num(r.pct_peak, "{:.1f}"), r.ref, r.device)
+        t.add_row(str(r.case), r.variant, f"[{style}]{r.status.value}[/{style}]", fmt_na(r.runtime_ms), fmt_na(r.ref_runtime_ms),
+                  fmt_na(r.speedup, "{:.3f}x"), ci, fmt_na(r.gbps, "{:.0f}"), fmt_na(r.pct_peak, "{:.1f}"), r.ref, r.device)
     out_console().print(t)
