@@ -5,7 +5,8 @@
 #   profile paged64 paged16 gputests verify
 # Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
 #   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
-#   harness's own start-up and per-sample costs), screen (configs on a few cases, quick: SCREEN_CONFIGS,
+#   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
+#   of cold-cache flush costs the timed call), screen (configs on a few cases, quick: SCREEN_CONFIGS,
 #   SCREEN_CASES), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
@@ -35,6 +36,7 @@ for s in $steps; do case $s in
   ab)        run ab_fused0 150 python3 -m kopt bench --case 8,10,13,14 --cold-cache --machine --quick \
                --config '{"fused": 0}' ;;
   overhead)  run overhead 240 python3 scripts/gpu_timing_overhead.py ;;
+  flushstudy) run flushstudy 300 python3 scripts/gpu_flush_study.py ;;
   screen)    # SCREEN_CONFIGS: ';'-separated JSON configs ('default' = no --config) on SCREEN_CASES, quick timing
              IFS=';' read -ra cfgs <<< "${SCREEN_CONFIGS:-default}"; i=0
              for c in "${cfgs[@]}"; do

@@ -1,6 +1,6 @@
 """`python -m kopt` entry point."""
 
-from kopt.cli.main import main
+from kopt.cli.main import entry
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -122,6 +122,21 @@ def _preload(device: str) -> None:
         pass
 
 
+def warm_hints(path: Path, device: str) -> tuple[str, ...]:
+    """What an evaluation child may prepare before its jobs arrive: its CUDA context unless the run is
+    on the CPU, and the tilelang import when the candidate's sources name tilelang (a cheap text test;
+    a wrong guess costs time, never correctness)."""
+    from kopt import candidate
+
+    hints = [] if device == "cpu" else ["cuda"]
+    try:
+        if any("tilelang" in f.read_text(errors="replace") for f in candidate.sources(Path(path))):
+            hints.append("tilelang")
+    except OSError:  # a missing candidate: the run reports it in one line
+        pass
+    return tuple(hints)
+
+
 def _fresh_seed() -> int:
     return int.from_bytes(os.urandom(4), "little") % 1_000_000_007
 
@@ -129,7 +144,8 @@ def _fresh_seed() -> int:
 def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
              on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
     """Evaluate one candidate on each case in isolated children; rows are appended to the ledger."""
-    child = Child()  # first: its start-up (the interpreter, `import torch`) overlaps the preparation below
+    # first: its start-up (the interpreter, `import torch`, its CUDA context) overlaps the preparation below
+    child = Child(warm=warm_hints(path, opts.device))
     try:
         return _evaluate(path, cases, opts, on_result, child)
     finally:

@@ -19,6 +19,11 @@ from kopt.cases import Case
 from kopt.results import Status, TimingStats
 
 
+#: What the child prepares while it waits for its jobs ("cuda": its context, "tilelang": the import).
+ENV_WARM = "KOPT_CHILD_WARM"
+#: The parent's wall clock when it started the child (the child reports its start-up from it).
+ENV_T0 = "KOPT_CHILD_T0"
+
 #: Text of a CUDA fault in an exception or a child's stderr (a crash, whatever raised it).
 CUDA_FAULTS = ("illegal memory access", "CUDA error", "device-side assert")
 
@@ -107,20 +112,24 @@ class Outcome:
 class Child:
     """One evaluation child (`python -m kopt.worker`, in its own session), started before its jobs exist.
 
-    It imports torch and the harness, then waits for the path of jobs.json on its stdin: started
-    first thing, its interpreter start and `import torch` (seconds on some hosts) overlap the
-    parent's own preparation. Its output goes to child.log in a folder of its own (the jobs' folders
+    It imports torch and the harness (and, as `warm` asks, creates its CUDA context and imports
+    tilelang: library code only, never the candidate's), then waits for the path of jobs.json on its
+    stdin: started first thing, its interpreter start and `import torch` (seconds on some hosts)
+    overlap the parent's own preparation. Its output goes to child.log in a folder of its own (the jobs' folders
     do not exist yet). A parent that never sends jobs ends it with `close`; one that dies closes the
     pipe, and the child, reading end of file, exits.
     """
 
-    def __init__(self):
+    def __init__(self, warm: tuple[str, ...] = ()):
         self.dir = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
         self.log = self.dir / "child.log"
         self.started = time.perf_counter()
+        env = child_env()
+        env[ENV_WARM] = ",".join(warm)
+        env[ENV_T0] = repr(time.time())
         with open(self.log, "wb") as log:
             self.popen = subprocess.Popen([sys.executable, "-m", "kopt.worker"], stdin=subprocess.PIPE,
-                                          stdout=log, stderr=subprocess.STDOUT, env=child_env(),
+                                          stdout=log, stderr=subprocess.STDOUT, env=env,
                                           start_new_session=True)
 
     def send(self, jobs_file: Path) -> None:
@@ -188,17 +197,20 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
         if on_start:
             on_start()
         while p.poll() is None:
-            time.sleep(0.05)
+            time.sleep(0.02)
             while cur < len(batch) and _done(batch[cur]):
                 cur, t_job = cur + 1, time.perf_counter()
                 if on_done:
                     on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
+            if cur == len(batch):  # every result is written: its interpreter's exit (CUDA teardown) is nobody's wait
+                kill_group(p)
+                break
             if time.perf_counter() - t_job > timeout_s:
                 timed_out = True
                 kill_group(p)
                 break
         rc = p.wait()
-        wall = time.perf_counter() - child.started  # the child's whole life, its start-up included
+        wall = time.perf_counter() - child.started  # the child's life until its last result, start-up included
         tail = child.tail()
     finally:
         child.close()

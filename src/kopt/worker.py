@@ -106,6 +106,9 @@ class Evaluation:
         job = self.job
         import torch
 
+        self.res.overhead_s.update(START_S)  # the first job of this child only
+        START_S.clear()
+
         from kopt import candidate
         from kopt.hardware import detect
         from kopt.workload import make_workload
@@ -257,15 +260,48 @@ def _versions_once() -> dict[str, str]:
     return v
 
 
+#: Start-up seconds of this child (reported in every job's overhead_s): "child_warm" from the parent's
+#: start of the process to the end of _warm, "child_wait" waiting for the jobs after that.
+START_S: dict[str, float] = {}
+
+
 def _warm() -> None:
     """Import what every evaluation needs (torch, the harness, the baseline library) and read the
-    versions while the parent still prepares the jobs. No candidate code runs here, and PRISTINE and
-    THREADS are still taken after the wait, before any candidate import."""
+    versions while the parent still prepares the jobs; as the parent asks ($KOPT_CHILD_WARM), create
+    the CUDA context and import tilelang too. Library code only: no candidate code runs here, and
+    PRISTINE and THREADS are still taken after the wait, before any candidate import."""
+    import os
+
+    import torch
     import torch.profiler  # noqa: F401
 
     from kopt import baselines, candidate, hardware, timing, workload  # noqa: F401
+    from kopt.isolate import ENV_WARM
 
     _versions_once()
+    want = set(filter(None, os.environ.get(ENV_WARM, "").split(",")))
+    if "cuda" in want and torch.cuda.is_available():
+        try:
+            torch.cuda.mem_get_info()  # creates the context (torch.cuda.init() alone does not)
+        except Exception:  # a broken device: the job's own phases report it
+            pass
+    if "tilelang" in want:
+        try:
+            import tilelang  # noqa: F401
+        except Exception:  # not installed or broken: the candidate's import reports it
+            pass
+
+
+def _since_parent_start() -> float | None:
+    import os
+    import time
+
+    from kopt.isolate import ENV_T0
+
+    try:
+        return time.time() - float(os.environ[ENV_T0])
+    except (KeyError, ValueError):
+        return None
 
 
 def main() -> int:
@@ -274,10 +310,15 @@ def main() -> int:
     import json
 
     global PRISTINE, THREADS
+    import time
+
     _warm()
+    warm_s, t = _since_parent_start(), time.perf_counter()
     line = sys.stdin.readline().strip()
     if not line:
         return 0
+    if warm_s is not None:
+        START_S.update(child_warm=warm_s, child_wait=time.perf_counter() - t)
     jobs = [Job.model_validate(j) for j in json.loads(Path(line).read_text())]
     PRISTINE = guards.snapshot()  # before any candidate is imported: later jobs compare against this
     THREADS = guards.thread_idents()

@@ -77,6 +77,32 @@ for _name, _mod in COMMANDS.items():
     _register(app, _name, _mod)
 
 
+def entry() -> None:
+    """The `kopt` command (and `python -m kopt`): main(), then a quick exit when torch is loaded.
+
+    A process that imported torch (the bench parent checks outputs on the GPU) spends 0.3 s or more in
+    the interpreter's teardown (CUDA context, profiler, allocator); by the time main() returns every
+    file kopt writes is closed (atomic renames, appended ledger lines) and every evaluation child is
+    ended, so the exit skips it: streams flushed, then os._exit. $KOPT_FULL_EXIT=1 keeps the normal exit."""
+    import os
+
+    try:
+        main()
+        rc = 0
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    if "torch" in sys.modules and os.environ.get("KOPT_FULL_EXIT") != "1":
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(rc)
+    sys.exit(rc)
+
+
 def main() -> None:
     """Console entry point: domain errors become one stderr line and their exit code."""
     import signal
