@@ -54,9 +54,18 @@ def main() -> int:
     mod = candidate.load(Path(a.candidate))
     ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(4)]
 
-    # each flush kind's own device time
+    # each flush kind's own device time, and other ways to read the buffer (the harness's read flush
+    # is torch.sum over a float32 view into a preallocated sink)
+    sink = torch.zeros((), dtype=torch.float32, device="cuda")
+    other = {
+        "read_sum_out": lambda: torch.sum(whole, out=sink),
+        "read_i64_sum": lambda: buf.view(torch.int64).sum(),
+        "read_amax": lambda: whole.amax(),
+        "read_f16_max": lambda: buf.view(torch.float16).max(),
+        "read_any": lambda: buf.any(),
+    }
     cost = {}
-    for name, f in flushes.items():
+    for name, f in {**flushes, **other}.items():
         xs = []
         for _ in range(30):
             ev[0][0].record()
@@ -64,7 +73,7 @@ def main() -> int:
             ev[0][1].record()
             torch.cuda.synchronize()
             xs.append(ev[0][0].elapsed_time(ev[0][1]) * 1e3)
-        cost[name] = statistics.median(xs)
+        cost[name] = statistics.median(xs[5:])
     print("flush_cost_us " + " ".join(f"{k}={v:.1f}" for k, v in cost.items()), flush=True)
 
     cases = {c.id: c for c in load_cases()}

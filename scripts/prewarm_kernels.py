@@ -22,13 +22,16 @@ from multiprocessing import get_context
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOL = os.path.join(ROOT, "solution", "tilelang")
 
-def _shapes():
+def _shapes(ids: list[int] | None = None):
     """The cases whose kernels are compiled: the benches' variants, the GPU test matrix and the verify
-    matrix (specs() adds the second and last tuning config of the contiguous fp16 ones)."""
+    matrix (specs() adds the second and last tuning config of the contiguous fp16 ones); with `ids`,
+    only those cases as the table defines them (a configuration screen)."""
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt.cases import load_cases
 
     cases = load_cases()
+    if ids:
+        return [c for c in cases if c.id in ids]
     out = []
     for c in cases:
         for dtype in ("fp16", "bf16"):
@@ -50,7 +53,7 @@ _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", 
            "fused", "eager", "last_cta")
 
 
-def specs(extra: list[dict] | None = None) -> list[tuple]:
+def specs(extra: list[dict] | None = None, ids: list[int] | None = None) -> list[tuple]:
     """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads."""
     import torch
 
@@ -58,7 +61,7 @@ def specs(extra: list[dict] | None = None) -> list[tuple]:
     import run_kernel as rk
 
     seen = {}
-    for case in _shapes():
+    for case in _shapes(ids):
         v = case.variant
         dt = torch.float16 if v.dtype == "fp16" else torch.bfloat16
         b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
@@ -105,10 +108,12 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
     ap.add_argument("--configs", default="", help="';'-separated JSON configs, each also compiled for the 14 cases")
+    ap.add_argument("--cases", default="", help="comma-separated case ids: only these cases (fp16, contiguous)")
     a = ap.parse_args(argv)
     import json
 
-    todo = specs([json.loads(c) for c in a.configs.split(";") if c.strip()])
+    ids = [int(x) for x in a.cases.split(",") if x.strip()]
+    todo = specs([json.loads(c) for c in a.configs.split(";") if c.strip()], ids or None)
     if a.list:
         for s in todo:
             print(*s)

@@ -132,6 +132,13 @@ def test_options_for_device():
     assert TimingOptions.for_device("cuda:0", quick=True).stop.max_time_s < 1.0
 
 
+def test_flush_kind_option():
+    assert TimingOptions.for_device("cuda").flush == "read"
+    assert TimingOptions.for_device("cuda", flush="zero").flush == "zero"
+    with pytest.raises(ValueError, match="unknown flush"):
+        TimingOptions.for_device("cuda", flush="memset")
+
+
 # ---------------------------------------------------------------- host clock
 
 def test_time_fn_cpu_busy_function():
@@ -175,7 +182,7 @@ def test_gpu_empty_kernel_cupti_vs_events():
     fn = lambda: x.add_(1)  # noqa: E731
     fn()
     st = timing.time_fn(fn, "cuda", TimingOptions.for_device("cuda", quick=True))
-    assert st.method == "cupti" and st.cold and st.flush_bytes >= 256 << 20
+    assert st.method == "cupti" and st.cold and st.flush_bytes >= 256 << 20 and st.flush_kind == "read"
     assert 0 < st.median_ms < 0.05                  # an empty-ish kernel runs in microseconds
     assert st.events_median_ms >= st.median_ms      # events add launch overhead
 
@@ -197,6 +204,23 @@ def test_gpu_two_kernel_span_covers_both():
     spans, ev, _ = timing_cuda.CudaTimer("cuda", opts)._batch(two, 17, cupti=True)
     assert len(spans) == 17 and all(x is not None for x in spans)
     assert len(ev) == -(-17 // timing_cuda.EVENT_EVERY) and min(ev) > 0
+
+
+@pytest.mark.gpu
+def test_gpu_zero_flush_charges_the_write_back_to_the_call():
+    # A plain read of 128 MiB (twice L2 on an H200): after a zeroing flush the call also writes back the
+    # dirty lines its reads evict; after the read flush it does not. Both flushes evict the input.
+    import torch
+
+    x = torch.ones(32 << 20, device="cuda")
+    fn = lambda: x.sum()  # noqa: E731
+    fn()
+    got = {}
+    for kind in ("read", "zero"):
+        st = timing.time_fn(fn, "cuda", TimingOptions.for_device("cuda", quick=True, flush=kind))
+        assert st.flush_kind == kind and st.cold
+        got[kind] = st.median_ms
+    assert got["zero"] > got["read"] * 1.03, got
 
 
 @pytest.mark.gpu

@@ -28,6 +28,7 @@ class BenchOptions:
 
     device: str = "auto"
     cold: bool = True
+    flush: str = "read"
     graph: bool = False
     timeout_s: float = 600.0
     record: bool = True
@@ -201,7 +202,7 @@ def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseRe
     work = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
     return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
                seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
-               do_timing=opts.timing, cold=opts.cold, graph=opts.graph, quick=opts.quick,
+               do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, quick=opts.quick,
                baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work))
 
 

@@ -40,6 +40,7 @@ class Job(BaseModel):
     do_timing: bool = True
     cold: bool = True
     graph: bool = False
+    flush: str = "read"
     quick: bool = False
     baseline: str = "auto"
     pair: str = "ab"

@@ -61,6 +61,8 @@ class TimingStats(BaseModel):
     noisy: bool = False
     cold: bool = True
     flush_bytes: int = Field(0, ge=0)
+    flush_kind: Optional[Literal["read", "zero"]] = None
+    """How the cold flush evicted L2: read (a zeroed buffer read, L2 left clean) or zero (written)."""
     mean_clock_mhz: Optional[float] = None
     dropped_low_clock: int = Field(0, ge=0)
     events_median_ms: Optional[float] = None

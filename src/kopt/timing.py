@@ -32,6 +32,8 @@ LOW_CLOCK_FRAC = 0.75
 MAX_BATCH = 1000
 #: CUPTI is trusted when at most this fraction of calls lacks device records; else events.
 MAX_MISSING = 0.1
+#: Kinds of cold flush (TimingOptions.flush).
+FLUSH_KINDS = ("read", "zero")
 _FLOOR_MS = 1e-6          # TimingStats wants > 0; a host call can read 0 ns
 
 # Bound once at import (the worker imports this module before any candidate): a candidate that patches
@@ -46,6 +48,9 @@ class TimingOptions:
 
     cold: bool = True
     graph: bool = False
+    flush: str = "read"
+    """Cold flush: "read" (read a zeroed buffer: inputs evicted, L2 left clean) or "zero" (zero it,
+    as nvbench and Triton do: L2 left full of dirty lines that the timed call writes back)."""
     rounds: int = 6
     warmup_s: float = 0.025
     warmup_calls: int = 10
@@ -57,14 +62,18 @@ class TimingOptions:
 
     @classmethod
     def for_device(cls, device: str, quick: bool = False, cold: Optional[bool] = None,
-                   graph: Optional[bool] = None) -> "TimingOptions":
+                   graph: Optional[bool] = None, flush: Optional[str] = None) -> "TimingOptions":
         """Defaults for a device: DESIGN.md's numbers on GPUs; a few host-clock samples on CPU.
-        cold / graph, when given, override the device's default."""
+        cold / graph / flush, when given, override the device's default."""
         opts = cls._defaults(device, quick)
         if cold is not None:
             opts.cold = cold
         if graph is not None:
             opts.graph = graph
+        if flush is not None:
+            if flush not in FLUSH_KINDS:
+                raise ValueError(f"unknown flush {flush!r}; use one of {', '.join(FLUSH_KINDS)}")
+            opts.flush = flush
         return opts
 
     @classmethod
@@ -133,7 +142,8 @@ class Samples:
                        self.elapsed_s + other.elapsed_s)
 
 
-def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, scale: float = 1.0) -> TimingStats:
+def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, scale: float = 1.0,
+              flush_kind: Optional[str] = None) -> TimingStats:
     """TimingStats from samples; `scale` turns per-replay times into per-call times (graphs)."""
     ms, forced = s.values(use_dev)
     x = np.maximum(np.asarray(ms, dtype=float) * scale, _FLOOR_MS)
@@ -143,7 +153,7 @@ def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, sc
     return TimingStats(
         method=method, median_ms=float(med), q1_ms=float(q1), q3_ms=float(q3), min_ms=float(x.min()),
         n=int(x.size), rel_iqr=ri, ci_rel=stats.ci_rel(x), noisy=stats.noisy(ri) or forced,
-        cold=cold, flush_bytes=flush, mean_clock_mhz=float(np.mean(s.clocks)) if s.clocks else None,
+        cold=cold, flush_bytes=flush, flush_kind=flush_kind if cold and flush else None, mean_clock_mhz=float(np.mean(s.clocks)) if s.clocks else None,
         dropped_low_clock=0 if forced else max(len(s.low_dev), len(s.low_ev)), events_median_ms=ev_med,
         total_s=s.elapsed_s,
     )
@@ -171,7 +181,7 @@ def _warmup(fn, opts: TimingOptions, before=None, after=None) -> None:
 class _HostTimer:
     """perf_counter_ns around each call."""
 
-    cupti, cold, flush, scale = False, False, 0, 1.0
+    cupti, cold, flush, scale, flush_kind = False, False, 0, 1.0, None
 
     def __init__(self, opts: TimingOptions):
         self.opts = opts
@@ -216,7 +226,7 @@ def time_fn(fn: Callable[[], object], device: str, opts: TimingOptions) -> Timin
     t = _timer(device, opts)
     s = t.sample(t.prepare(fn), opts.stop)
     use_dev = s.use_cupti(t.cupti)
-    return summarize(s, t.method(use_dev), use_dev, t.cold, t.flush, t.scale)
+    return summarize(s, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind)
 
 
 def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: str,
@@ -240,7 +250,7 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     ps = stats.paired_speedup([x.values(use_dev)[0] for x in ra], [x.values(use_dev)[0] for x in rb])
     pa, pb = reduce(Samples.merge, ra, Samples()), reduce(Samples.merge, rb, Samples())
     return PairTiming(
-        a=summarize(pa, t.method(use_dev), use_dev, t.cold, t.flush, t.scale),
-        b=summarize(pb, t.method(use_dev), use_dev, t.cold, t.flush, t.scale),
+        a=summarize(pa, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind),
+        b=summarize(pb, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind),
         ratios=ps.ratios, speedup=ps.speedup, ci=ps.ci,
     )

@@ -1,5 +1,12 @@
 """CUDA timing: the timer (L2 flush, sessions of flushed calls, graph replay) and the NVML clock guard.
 
+The cold flush is max(2 x L2, 256 MiB) of a zeroed buffer before each call, outside every call range.
+By default it is read ("read"): the inputs leave L2 and L2 is left holding clean lines. Zeroing it
+instead ("zero", nvbench's and Triton's way) leaves L2 full of dirty lines that the timed call must write
+back as its reads evict them: on an H200 that added 7-9 µs to every call reading more than L2's 60 MB
+(the candidate, FA2 and a plain read of K and V alike; scripts/gpu_flush_study.py), a cost of the
+harness, not of the kernel.
+
 Per-call device time comes from CUPTI spans (kopt.cupti): a call's time is its first kernel start to
 its last kernel end, so a split kernel and its combine both count and flush kernels, launched outside
 every call range, never do.
@@ -70,8 +77,17 @@ class CudaTimer:
         index = self.dev.index if self.dev.index is not None else torch.cuda.current_device()
         self.cold = opts.cold and not opts.graph
         self.flush = hardware.flush_bytes(hardware.detect(device)) if self.cold else 0
-        with torch.cuda.device(index):
-            self.buf = torch.empty(self.flush, dtype=torch.uint8, device=self.dev) if self.cold else None
+        self.flush_kind = opts.flush if self.cold else None
+        self.buf = self._flush = None
+        if self.cold:
+            with torch.cuda.device(index):
+                self.buf = torch.zeros(self.flush, dtype=torch.uint8, device=self.dev)
+            if opts.flush == "zero":
+                self._flush = self.buf.zero_
+            else:  # read the zeroed buffer as float32 into a 1-element sink (no allocation per call)
+                words = self.buf[: self.flush // 4 * 4].view(torch.float32)
+                sink = torch.zeros((), dtype=torch.float32, device=self.dev)
+                self._flush = lambda: torch.sum(words, out=sink)
         self.clock = _Clock(torch, index)
         self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
         self.cupti = _cupti_ok(device)         # probed once per process (CUPTI's start-up)
@@ -116,8 +132,8 @@ class CudaTimer:
                     seg = pairs[first:first + k]
                     first += k
                     for i in range(n):
-                        if self.buf is not None:
-                            self.buf.zero_()
+                        if self._flush is not None:
+                            self._flush()
                         bracket = i % every == 0
                         if bracket:
                             seg[i // every][0].record()
@@ -154,7 +170,7 @@ class CudaTimer:
     def prepare(self, fn: Callable[[], object]) -> Callable[[], object]:
         torch = self.torch
         # Synchronize each call so the warm-up time is device time, not queued launches.
-        _warmup(fn, self.opts, before=self.buf.zero_ if self.buf is not None else None,
+        _warmup(fn, self.opts, before=self._flush,
                 after=lambda: torch.cuda.synchronize(self.dev))
         if not self.opts.graph:
             self._estimate(fn)
@@ -176,8 +192,8 @@ class CudaTimer:
         """One event-timed call (events over-read: the estimate errs long, so batches sized from it
         never overshoot the stopping rule's minimum time)."""
         (a, b), = self._event_pairs(1)
-        if self.buf is not None:
-            self.buf.zero_()
+        if self._flush is not None:
+            self._flush()
         a.record()
         fn()
         b.record()

@@ -196,7 +196,7 @@ class Evaluation:
         from kopt.timing import TimingOptions, rotating, time_fn, time_pair
 
         job = self.job
-        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph)
+        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph, flush=job.flush)
         base = baselines.pick(job.case, job.device, job.baseline)
         self.res.ref_name, self.res.ref_note = base.name, base.note
 

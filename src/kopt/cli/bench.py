@@ -18,6 +18,7 @@ def command(
     candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py)."),
     device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
     cold_cache: bool = typer.Option(True, "--cold-cache/--warm-cache", help="Flush L2 before each timed call (default)."),
+    flush: str = typer.Option("read", "--flush", help="Cold flush: read (a zeroed 2 x L2 buffer read; L2 left clean) | zero (written, nvbench-style: the call pays the write-back)."),
     graph: bool = typer.Option(False, "--graph", help="Hot timing: CUDA-graph replay of many calls."),
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,
@@ -42,8 +43,8 @@ def command(
     t0 = time.perf_counter()
     cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
     path = resolve(candidate or default_candidate())
-    opts = BenchOptions(device=device, cold=cold_cache, graph=graph, timeout_s=timeout, record=not no_record,
-                        seeds=seeds, quick=quick, baseline=_choice(baseline, ("auto", "torch"), "--baseline"),
+    opts = BenchOptions(device=device, cold=cold_cache, flush=_choice(flush, ("read", "zero"), "--flush"), graph=graph,
+                        timeout_s=timeout, record=not no_record, seeds=seeds, quick=quick, baseline=_choice(baseline, ("auto", "torch"), "--baseline"),
                         config=_json(config), hidden=hidden)
     def go(on_result, on_progress):
         opts.progress = on_progress
