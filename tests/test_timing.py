@@ -132,6 +132,20 @@ def test_options_for_device():
     assert TimingOptions.for_device("cuda:0", quick=True).stop.max_time_s < 1.0
 
 
+def test_make_flush_reads_or_zeroes_the_buffer():
+    import torch
+
+    from kopt.timing_cuda import make_flush
+
+    buf = torch.zeros((1 << 16) + 3, dtype=torch.uint8)   # a length that is not a multiple of 4
+    read = make_flush(buf, "read")
+    assert float(read()[0]) == 0.0 and int(buf.sum()) == 0   # reads, writes nothing
+    buf[7] = 9
+    assert float(make_flush(buf, "read")()[0]) != 0.0       # it did read the bytes
+    make_flush(buf, "zero")()
+    assert int(buf.sum()) == 0
+
+
 def test_flush_kind_option():
     assert TimingOptions.for_device("cuda").flush == "read"
     assert TimingOptions.for_device("cuda", flush="zero").flush == "zero"
@@ -221,6 +235,29 @@ def test_gpu_zero_flush_charges_the_write_back_to_the_call():
         assert st.flush_kind == kind and st.cold
         got[kind] = st.median_ms
     assert got["zero"] > got["read"] * 1.03, got
+
+
+@pytest.mark.gpu
+def test_gpu_capped_pair_runs_every_round_in_one_session():
+    # A rule whose minimum time no short call can reach: the cap decides every round, so all rounds run
+    # in one profiler session (sample_all), every call still gets its own CUPTI span.
+    import torch
+
+    from kopt import timing_cuda
+
+    a = torch.randn(4 << 20, device="cuda")
+    one, two = (lambda: a.mul_(1.0001)), (lambda: (a.mul_(1.0001), a.mul_(1.0001)))  # noqa: E731
+    opts = TimingOptions.for_device("cuda")
+    opts.stop = StopRule(min_samples=10, min_time_s=100.0, target_rel_ci=0.0, max_time_s=60.0, max_samples=240)
+    timer = timing_cuda.CudaTimer("cuda", opts)
+    rule = opts.stop.split(opts.rounds)
+    h1, h2 = timer.prepare(one), timer.prepare(two)
+    got = timer.sample_all([h1, h2, h2, h1], rule)
+    assert got is not None and [len(s.dev) + len(s.low_dev) for s in got] == [rule.max_samples] * 4
+    assert all(s.use_cupti(True) for s in got)
+    pt = timing.time_pair(two, one, "cuda", opts)
+    assert pt.a.n + pt.a.dropped_low_clock == 240 and pt.a.method == "cupti"
+    assert pt.speedup == pytest.approx(0.5, rel=0.15)
 
 
 @pytest.mark.gpu

@@ -25,6 +25,18 @@ from kopt.stats import StopRule
 from kopt.timing import CALL_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, _clock, _warmup
 
 
+def make_flush(buf, kind: str) -> Callable[[], object]:
+    """The flush of a zeroed uint8 buffer: "zero" writes it again, "read" reads it (a float32 sum
+    into a preallocated 1-element tensor: no allocation per call). Any device (unit-tested on CPU)."""
+    import torch
+
+    if kind == "zero":
+        return buf.zero_
+    words = buf[: buf.numel() // 4 * 4].view(torch.float32)
+    sink = torch.zeros(1, dtype=torch.float32, device=buf.device)
+    return lambda: torch.sum(words, dim=0, keepdim=True, out=sink)
+
+
 class _Clock:
     """SM clock through NVML (optional); never changes clocks, only reads them."""
 
@@ -82,12 +94,7 @@ class CudaTimer:
         if self.cold:
             with torch.cuda.device(index):
                 self.buf = torch.zeros(self.flush, dtype=torch.uint8, device=self.dev)
-            if opts.flush == "zero":
-                self._flush = self.buf.zero_
-            else:  # read the zeroed buffer as float32 into a 1-element sink (no allocation per call)
-                words = self.buf[: self.flush // 4 * 4].view(torch.float32)
-                sink = torch.zeros((), dtype=torch.float32, device=self.dev)
-                self._flush = lambda: torch.sum(words, out=sink)
+            self._flush = make_flush(self.buf, opts.flush)
         self.clock = _Clock(torch, index)
         self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
         self.cupti = _cupti_ok(device)         # probed once per process (CUPTI's start-up)
@@ -188,17 +195,20 @@ class CudaTimer:
         torch.cuda.synchronize(self.dev)
         return g.replay
 
-    def _estimate(self, fn) -> None:
-        """One event-timed call (events over-read: the estimate errs long, so batches sized from it
-        never overshoot the stopping rule's minimum time)."""
-        (a, b), = self._event_pairs(1)
-        if self._flush is not None:
-            self._flush()
-        a.record()
-        fn()
-        b.record()
+    def _estimate(self, fn, calls: int = 5) -> None:
+        """The median of a few event-timed flushed calls (events over-read: the estimate errs long, so
+        batches sized from it never overshoot the stopping rule's minimum time; one call alone could
+        read a stray long time and size every batch of a short call as if it were long)."""
+        pairs = self._event_pairs(calls)
+        for a, b in pairs:
+            if self._flush is not None:
+                self._flush()
+            a.record()
+            fn()
+            b.record()
         self.torch.cuda.synchronize(self.dev)
-        self._call_ms[id(fn)] = max(a.elapsed_time(b), 1e-3)
+        ms = sorted(a.elapsed_time(b) for a, b in pairs)
+        self._call_ms[id(fn)] = max(ms[len(ms) // 2], 1e-3)
 
     def _first_batch(self, fn, rule: StopRule) -> int:
         """Calls in the first profiler session: what the rule's minimum time asks for, so a short
