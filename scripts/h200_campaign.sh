@@ -6,7 +6,8 @@
 # Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
 #   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
 #   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
-#   of cold-cache flush costs the timed call), screen (configs on a few cases, quick: SCREEN_CONFIGS,
+#   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
+#   flush, for a same-commit comparison with the default read flush), screen (configs on a few cases, quick: SCREEN_CONFIGS,
 #   SCREEN_CASES), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
@@ -50,6 +51,7 @@ for s in $steps; do case $s in
   wall)      run wall_compile 120 python3 -m kopt bench --case 10 --cold-cache --machine --no-record
              for i in 1 2 3; do run wall_warm_$i 60 python3 -m kopt bench --case 10 --cold-cache --machine --json; done ;;
   bench)     run bench_fp16 420 python3 -m kopt bench --all --cold-cache --machine ;;
+  benchzero) run bench_fp16_zero 420 python3 -m kopt bench --all --cold-cache --flush zero --machine ;;
   untuned)   # the same bench with an empty tuning table: every case on the kernel's own heuristic
              head -1 results/tilelang/tuning.csv > "$out/untuned.csv"
              (export KOPT_TUNING_CSV=$out/untuned.csv; run bench_untuned 420 python3 -m kopt bench --all --cold-cache --machine) ;;
