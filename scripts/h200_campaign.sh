@@ -33,7 +33,8 @@ for s in $steps; do case $s in
   prewarm)   # PREWARM_CONFIGS (default: SCREEN_CONFIGS less 'default'): also compiled for the 14 cases
              pc=${PREWARM_CONFIGS:-$(tr ';' '\n' <<< "${SCREEN_CONFIGS:-}" | grep -v '^default$' | paste -sd';')}
              run prewarm 300 python3 scripts/prewarm_kernels.py --configs "$pc" --cases "${PREWARM_CASES:-}" ;;
-  gputests)  run gputests 420 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests ;;
+  gputests)  # GPUTESTS_K: a pytest -k expression (a subset, when device time is short)
+             run gputests 420 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests ${GPUTESTS_K:+-k "$GPUTESTS_K"} ;;
   ab)        run ab_fused0 150 python3 -m kopt bench --case 8,10,13,14 --cold-cache --machine --quick \
                --config '{"fused": 0}' ;;
   overhead)  run overhead 240 python3 scripts/gpu_timing_overhead.py ;;

@@ -188,13 +188,14 @@ def test_cuda_sm90a_lowers_and_compiles(rk, shape):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("paged", [0, 64], ids=["contig", "paged64"])
 @pytest.mark.parametrize("split", [True, False], ids=["split", "direct"])
-def test_eager_variant_issues_q_and_k_before_l(rk, split):
+def test_eager_variant_issues_q_and_k_before_l(rk, split, paged):
     """The eager variant's first cp.async group (Q and the first K tile) is addressed from the allocated
     cache length alone, so it is issued before the sequence length read from L[b] is used; V still waits
     for it (rows past the sequence would feed NaN garbage to the PV product). The default variant loads
     Q synchronously first. Both nvcc-compile for sm_90a without spills."""
-    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=split)
+    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=bool(paged), page_size=paged or 256, split=split)
     eager = rk.compile_cuda_check(eager=True, **shape)["main"]
     assert all(s == 0 for s in eager["spill_bytes"]), eager["ptxas_log"][-2000:]
     body = eager["source"].split("__launch_bounds__", 1)[1]
@@ -205,6 +206,8 @@ def test_eager_variant_issues_q_and_k_before_l(rk, split):
     assert dests == {"Q_shared", "K_shared"}
     assert all("seqlen)" not in c and "seqlen -" not in c for c in copies)  # no L[b] in the addresses
     assert "if (0 <" not in group0.split("cp_async_gs")[0]  # no guard on the tile count before the first copy
+    if paged:  # page ids read from the block table are clamped into the pool (entries past the sequence)
+        assert "max(min(BT[" in group0 and "num_blocks" in group0
     plain = rk.build_cuda_source(**shape).split("__launch_bounds__", 1)[1]
     assert plain.index("__syncthreads") < plain.index("cp_async_gs")  # the default: Q first, then a barrier
 

@@ -84,6 +84,39 @@ def test_eager_first_tile(kernel, cid, seqlens, splits, eager):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("eager", [0, 1])
+@pytest.mark.parametrize("cid,page,splits", [(10, 64, 0), (10, 256, 0), (8, 16, 8), (3, 16, 0), (5, 64, 0),
+                                             (13, 256, 0), (6, 64, 4)])
+def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
+    """Paged caches whose block-table entries past each sequence hold garbage (negative ids, ids past the
+    pool): the eager variant reads its first K tile from such entries before L[b] arrives (page ids are
+    clamped into the pool, the keys masked), and neither variant may let them reach the output."""
+    import torch
+
+    from kopt import baselines, verify
+    from kopt.reference import reference
+    from kopt.workload import make_workload
+
+    cfg = {"eager": eager} | ({"num_splits": splits} if splits else {})
+    for seed, dtype in ((31, "fp16"), (32, "bf16")):
+        c = _case(cid, seqlens="ragged", dtype=dtype, page_size=page)
+        c = c.model_copy(update={"batch": max(c.batch, 3)})  # one sequence stays full: others must be shorter
+        w = make_workload(c, seed, "cuda")
+        ref, base = reference(w), baselines.torch_attention(w)  # from the intact table
+        bt, nblocks = w.block_table, w.k_cache.shape[0]
+        used = (w.cache_seqlens.long() + page - 1) // page
+        cols = torch.arange(bt.shape[1], device=bt.device)
+        past = cols[None, :] >= used[:, None]
+        garbage = torch.where(cols % 2 == 0, -7, nblocks + 1000).to(bt.dtype).expand_as(bt)
+        bt.copy_(torch.where(past, garbage, bt))
+        assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
+        out = kernel.run(*w.args(), **w.kwargs(cfg))
+        torch.cuda.synchronize()
+        chk = verify.check_output(out, ref, base, w.q)
+        assert chk.status.value == "ok", f"case {cid} page {page} eager {eager} {dtype}: {chk.detail}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kv_heads,gqa", [(32, 1), (1, 32), (2, 16)], ids=["MHA32", "MQA32", "G16"])
 def test_eager_head_layouts(kernel, kv_heads, gqa):
     c = _case(10, seqlens="ragged").model_copy(update={"kv_heads": kv_heads, "gqa": gqa, "batch": 3, "seqlen_k": 3001})
