@@ -124,7 +124,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     if eager is None:  # default: eager when each CTA streams few tiles (see tl_decode_cuda.EAGER_MAX_TILES)
         tiles_per_cta = -(-(-(-max(1, max_seqlen) // p.block_N)) // p.num_splits)
         eager = tiles_per_cta <= _cuda.EAGER_MAX_TILES
-    p.eager = bool(int(eager)) and not paged
+    p.eager = bool(int(eager))
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
     p.target = _cuda.cuda_target(q.device)
     p.main = p.comb = p.dummy_bt = p.opart = p.lse = p.cnt = None

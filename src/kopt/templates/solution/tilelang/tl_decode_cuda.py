@@ -14,10 +14,11 @@ workspaces; the last CTA of each (batch, kv head) to finish merges them inside t
 (``last_cta``, the default for small merges: an acq_rel arrival counter per (batch, kv head), reset by
 the merging CTA), or kernel 2 (``combine``) does. With one split kernel 1 writes O directly.
 
-``eager`` (default for contiguous caches when a CTA streams few tiles): Q and the first K tile are
-issued as one cp.async group addressed from the allocated cache length, before the sequence length
-L[b] arrives; the split ranges then come from the allocated length too, and a tile wholly past the
-sequence is masked (scaled by 0, never by NaN).
+``eager`` (default when a CTA streams few tiles): Q and the first K tile are issued as one cp.async
+group addressed from the allocated cache length (contiguous: the cache's length; paged: the block
+table's width x page size, page ids clamped into the pool), before the sequence length L[b] arrives;
+the split ranges then come from the allocated length too, and a tile wholly past the sequence is
+masked (scaled by 0, never by NaN). V rows are always clamped to the sequence.
 
 Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic)
 dims, so one compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
@@ -75,17 +76,20 @@ def build_decode(
     max_pages = T.dynamic("max_pages")
     num_splits = T.dynamic("num_splits")
     if paged:
-        kv_shape = [T.dynamic("num_blocks"), page_size, hkv, d]
+        num_blocks = T.dynamic("num_blocks")
+        kv_shape = [num_blocks, page_size, hkv, d]
+        alloc_len = max_pages * page_size  # the longest sequence the block table can describe
     else:
         seqlen_k = T.dynamic("seqlen_k")
         kv_shape = [batch, seqlen_k, hkv, d]
+        alloc_len = seqlen_k
 
     def kv_row(BT, b, pos):
-        if paged:
-            return BT[b, pos // page_size], pos % page_size
+        if paged:  # page ids are clamped into the pool: a table entry past the sequence may be anything
+            return T.max(T.min(BT[b, pos // page_size], num_blocks - 1), 0), pos % page_size
         return b, pos
 
-    eager = bool(eager and not paged)  # paged: rows past the sequence have no valid page to read
+    eager = bool(eager)
     policy = T.GemmWarpPolicy.FullCol
     combine_body = _combine_macro(T, accum, dtype)
 
@@ -111,7 +115,7 @@ def build_decode(
         seqlen = L[b]
         n_tiles = T.ceildiv(seqlen, block_N)
         if eager:  # the split ranges from the cache's allocated length: the first loads need no L[b]
-            per_split = T.ceildiv(T.ceildiv(seqlen_k, block_N), nsplit)
+            per_split = T.ceildiv(T.ceildiv(alloc_len, block_N), nsplit)
         else:
             per_split = T.ceildiv(n_tiles, nsplit)
         t_begin = sid * per_split
@@ -133,9 +137,10 @@ def build_decode(
                 for i, j in T.Parallel(block_H, d):
                     Q_shared[i, j] = Q[b, h * G + T.min(i, G - 1), j]
             for i, j in T.Parallel(block_N, d):
-                # eager: K rows are clamped to the allocated cache (valid memory; keys past the
-                # sequence are masked below), so the first K tile does not wait for L[b]
-                r0, r1 = kv_row(BT, b, T.min(base + i, (seqlen_k if eager else seqlen) - 1))
+                # eager: K rows are clamped to the allocated cache (valid memory, paged or not: page ids
+                # are clamped into the pool; keys past the sequence are masked below), so the first K
+                # tile does not wait for L[b]
+                r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1))
                 K_shared[i, j] = K[r0, r1, h, j]
             T.clear(acc_s)
             T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
@@ -157,7 +162,7 @@ def build_decode(
             for i, j in T.Parallel(block_H, d):
                 acc_o[i, j] *= r_scale[i]
             for i, j in T.Parallel(block_N, d):
-                r0, r1 = kv_row(BT, b, T.min(base + i, seqlen - 1))
+                r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0))
                 V_shared[i, j] = V[r0, r1, h, j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
 
@@ -488,7 +493,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
                fused=True, eager=False, last_cta=False):
     last_cta = bool(last_cta and split)
     fused = bool(fused and split and not last_cta)
-    eager = bool(eager and not paged)
+    eager = bool(eager)
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta)
     k = _KERNELS.get(key)
@@ -535,7 +540,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
-                fused=bool(fused and split and not last_cta), eager=bool(eager and not paged),
+                fused=bool(fused and split and not last_cta), eager=bool(eager),
                 last_cta=bool(last_cta and split)), arch
 
 
