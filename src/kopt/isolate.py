@@ -11,7 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, Field
 
@@ -40,7 +40,7 @@ class Job(BaseModel):
     do_timing: bool = True
     cold: bool = True
     graph: bool = False
-    flush: str = "read"
+    flush: Literal["read", "zero"] = "read"
     quick: bool = False
     baseline: str = "auto"
     pair: str = "ab"
@@ -116,9 +116,9 @@ class Child:
     It imports torch and the harness (and, as `warm` asks, creates its CUDA context and imports
     tilelang: library code only, never the candidate's), then waits for the path of jobs.json on its
     stdin: started first thing, its interpreter start and `import torch` (seconds on some hosts)
-    overlap the parent's own preparation. Its output goes to child.log in a folder of its own (the jobs' folders
-    do not exist yet). A parent that never sends jobs ends it with `close`; one that dies closes the
-    pipe, and the child, reading end of file, exits.
+    overlap the parent's own preparation. Its output goes to child.log in a folder of its own (the
+    jobs' folders do not exist yet). A parent that never sends jobs ends it with `close`; one that dies
+    closes the pipe, and the child, reading end of file, exits.
     """
 
     def __init__(self, warm: tuple[str, ...] = ()):

@@ -260,7 +260,7 @@ def _versions_once() -> dict[str, str]:
     return v
 
 
-#: Start-up seconds of this child (reported in every job's overhead_s): "child_warm" from the parent's
+#: Start-up seconds of this child (reported in its first job's overhead_s): "child_warm" from the parent's
 #: start of the process to the end of _warm, "child_wait" waiting for the jobs after that.
 START_S: dict[str, float] = {}
 
