@@ -29,6 +29,7 @@ class BenchOptions:
     device: str = "auto"
     cold: bool = True
     flush: str = "read"
+    """kopt.results.FLUSH_KINDS: how the cold flush evicts L2 (kopt.timing.TimingOptions.flush)."""
     graph: bool = False
     timeout_s: float = 600.0
     record: bool = True

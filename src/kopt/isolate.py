@@ -11,12 +11,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Callable, Optional
 
 from pydantic import BaseModel, Field
 
 from kopt.cases import Case
-from kopt.results import Status, TimingStats
+from kopt.results import FlushKind, Status, TimingStats
 
 
 #: What the child prepares while it waits for its jobs ("cuda": its context, "tilelang": the import).
@@ -40,7 +40,7 @@ class Job(BaseModel):
     do_timing: bool = True
     cold: bool = True
     graph: bool = False
-    flush: Literal["read", "zero"] = "read"
+    flush: FlushKind = "read"
     quick: bool = False
     baseline: str = "auto"
     pair: str = "ab"

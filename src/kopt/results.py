@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Literal, Optional
+from typing import Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +43,11 @@ class Status(str, Enum):
         return self not in (Status.compile_error, Status.static_violation)
 
 
+#: How the cold flush evicts L2 before a timed call: read a zeroed buffer (L2 left clean), or zero it.
+FlushKind = Literal["read", "zero"]
+FLUSH_KINDS: tuple[str, ...] = get_args(FlushKind)
+
+
 class TimingStats(BaseModel):
     """Summary of one timed function: every figure kept, not only the median."""
 
@@ -61,7 +66,7 @@ class TimingStats(BaseModel):
     noisy: bool = False
     cold: bool = True
     flush_bytes: int = Field(0, ge=0)
-    flush_kind: Optional[Literal["read", "zero"]] = None
+    flush_kind: Optional[FlushKind] = None
     """How the cold flush evicted L2: read (a zeroed buffer read, L2 left clean) or zero (written)."""
     mean_clock_mhz: Optional[float] = None
     dropped_low_clock: int = Field(0, ge=0)

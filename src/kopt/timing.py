@@ -19,7 +19,7 @@ import numpy as np
 
 from kopt import stats
 from kopt.hardware import _is_cpu
-from kopt.results import TimingStats
+from kopt.results import FLUSH_KINDS, TimingStats
 from kopt.stats import StopRule
 
 CALL_RANGE = "kopt::call"
@@ -32,8 +32,6 @@ LOW_CLOCK_FRAC = 0.75
 MAX_BATCH = 1000
 #: CUPTI is trusted when at most this fraction of calls lacks device records; else events.
 MAX_MISSING = 0.1
-#: Kinds of cold flush (TimingOptions.flush).
-FLUSH_KINDS = ("read", "zero")
 _FLOOR_MS = 1e-6          # TimingStats wants > 0; a host call can read 0 ns
 
 # Bound once at import (the worker imports this module before any candidate): a candidate that patches
@@ -153,7 +151,7 @@ def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, sc
     return TimingStats(
         method=method, median_ms=float(med), q1_ms=float(q1), q3_ms=float(q3), min_ms=float(x.min()),
         n=int(x.size), rel_iqr=ri, ci_rel=stats.ci_rel(x), noisy=stats.noisy(ri) or forced,
-        cold=cold, flush_bytes=flush, flush_kind=flush_kind if cold and flush else None, mean_clock_mhz=float(np.mean(s.clocks)) if s.clocks else None,
+        cold=cold, flush_bytes=flush, flush_kind=flush_kind, mean_clock_mhz=float(np.mean(s.clocks)) if s.clocks else None,
         dropped_low_clock=0 if forced else max(len(s.low_dev), len(s.low_ev)), events_median_ms=ev_med,
         total_s=s.elapsed_s,
     )
@@ -221,12 +219,17 @@ def _timer(device: str, opts: TimingOptions):
 
 
 
+def _summary(t, s: Samples, use_dev: bool) -> TimingStats:
+    """summarize() with what the timer that took the samples knows (method, cold, flush, graph scale)."""
+    return summarize(s, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind)
+
+
 def time_fn(fn: Callable[[], object], device: str, opts: TimingOptions) -> TimingStats:
     """Time one callable (already called once by the caller, for compilation) on a device."""
     t = _timer(device, opts)
     s = t.sample(t.prepare(fn), opts.stop)
     use_dev = s.use_cupti(t.cupti)
-    return summarize(s, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind)
+    return _summary(t, s, use_dev)
 
 
 def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: str,
@@ -250,7 +253,6 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     ps = stats.paired_speedup([x.values(use_dev)[0] for x in ra], [x.values(use_dev)[0] for x in rb])
     pa, pb = reduce(Samples.merge, ra, Samples()), reduce(Samples.merge, rb, Samples())
     return PairTiming(
-        a=summarize(pa, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind),
-        b=summarize(pb, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind),
+        a=_summary(t, pa, use_dev), b=_summary(t, pb, use_dev),
         ratios=ps.ratios, speedup=ps.speedup, ci=ps.ci,
     )

@@ -232,30 +232,27 @@ class CudaTimer:
         segs = self._batches([(fn, rule.max_samples) for fn in fns], True)
         share = (_clock() - t0) / max(len(fns), 1)
         out = []
-        for dev, ev, mhz in segs:
-            s = Samples(elapsed_s=share)
-            if mhz is not None:
-                s.clocks.append(mhz)
-            if self.clock.low(mhz):
-                s.low_dev, s.low_ev = dev, ev
-            else:
-                s.dev, s.ev = dev, ev
-            out.append(s)
+        for seg in segs:
+            out.append(Samples(elapsed_s=share))
+            self._add(out[-1], *seg)
         return out
+
+    def _add(self, s: Samples, dev: list, ev: list, mhz: Optional[float]) -> None:
+        """One batch's samples into s: kept, or set aside when its SM clock read low (throttled)."""
+        if mhz is not None:
+            s.clocks.append(mhz)
+        if self.clock.low(mhz):
+            s.low_dev += dev
+            s.low_ev += ev
+        else:
+            s.dev += dev
+            s.ev += ev
 
     def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
         s, t0, size = Samples(), _clock(), self._first_batch(fn, rule)
         while True:
             n = max(1, min(size, rule.max_samples - len(s.dev)))
-            dev, ev, mhz = self._batch(fn, n, self.cupti)
-            if mhz is not None:
-                s.clocks.append(mhz)
-            if self.clock.low(mhz):
-                s.low_dev += dev
-                s.low_ev += ev
-            else:
-                s.dev += dev
-                s.ev += ev
+            self._add(s, *self._batch(fn, n, self.cupti))
             size = min(MAX_BATCH, size * 2)
             el = _clock() - t0
             if rule.should_stop(s.primary(s.use_cupti(self.cupti)), el) or \

@@ -39,12 +39,14 @@ def command(
     from kopt.candidate import resolve
     from kopt.cli.render import emit_results
     from kopt.paths import default_candidate
+    from kopt.results import FLUSH_KINDS
 
     t0 = time.perf_counter()
     cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
     path = resolve(candidate or default_candidate())
-    opts = BenchOptions(device=device, cold=cold_cache, flush=_choice(flush, ("read", "zero"), "--flush"), graph=graph,
-                        timeout_s=timeout, record=not no_record, seeds=seeds, quick=quick, baseline=_choice(baseline, ("auto", "torch"), "--baseline"),
+    opts = BenchOptions(device=device, cold=cold_cache, flush=_choice(flush, FLUSH_KINDS, "--flush"), graph=graph,
+                        timeout_s=timeout, record=not no_record, seeds=seeds, quick=quick,
+                        baseline=_choice(baseline, ("auto", "torch"), "--baseline"),
                         config=_json(config), hidden=hidden)
     def go(on_result, on_progress):
         opts.progress = on_progress
