@@ -9,6 +9,7 @@
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
 #   flush, for a same-commit comparison with the default read flush), screen (configs on a few cases, quick: SCREEN_CONFIGS,
 #   SCREEN_CASES), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all).
+# The paged steps time quickly unless PAGED_QUICK= (empty: full timing); PAGED256_CASES (default 1-14).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
 out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
@@ -58,9 +59,10 @@ for s in $steps; do case $s in
              (export KOPT_TUNING_CSV=$out/untuned.csv; run bench_untuned 420 python3 -m kopt bench --all --cold-cache --machine) ;;
   tuneall)   run tune_all 560 python3 -m kopt tune --all ;;
   bf16)      run bench_bf16 300 python3 -m kopt bench --all --cold-cache --machine --dtype bf16 --quick ;;
-  paged256)  run bench_paged256 300 python3 -m kopt bench --all --cold-cache --machine --page-size 256 --quick ;;
-  paged64)   run bench_paged64 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 64 --quick ;;
-  paged16)   run bench_paged16 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 16 --quick ;;
+  paged256)  run bench_paged256 300 python3 -m kopt bench --case "${PAGED256_CASES:-1-14}" --cold-cache --machine \
+               --page-size 256 ${PAGED_QUICK---quick} ;;
+  paged64)   run bench_paged64 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 64 ${PAGED_QUICK---quick} ;;
+  paged16)   run bench_paged16 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 16 ${PAGED_QUICK---quick} ;;
   calibrate) run calibrate 300 python3 -m kopt calibrate --case 10,12 --json ;;
   repeat12)  for i in 1 2 3 4 5; do run repeat12_$i 120 python3 -m kopt bench --case 12 --cold-cache --machine; done ;;
   ncu12)     run ncu12_fa2 300 python3 -m kopt profile --case 12 --tool ncu --candidate bench/fa2_candidate.py --json ;;
