@@ -8,7 +8,7 @@
 #   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
 #   flush, for a same-commit comparison with the default read flush), screen (configs on a few cases, quick: SCREEN_CONFIGS,
-#   SCREEN_CASES), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all).
+#   SCREEN_CASES, SCREEN_ARGS e.g. "--page-size 64"), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all).
 # The paged steps time quickly unless PAGED_QUICK= (empty: full timing); PAGED256_CASES (default 1-14).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
@@ -45,7 +45,7 @@ for s in $steps; do case $s in
              for c in "${cfgs[@]}"; do
                if [[ $c == default ]]; then set -- ; else set -- --config "$c"; fi
                run "screen_$i" 300 python3 -m kopt bench --case "${SCREEN_CASES:-8,10,13,14}" --cold-cache --machine \
-                 ${SCREEN_QUICK---quick} --no-record "$@"
+                 ${SCREEN_QUICK---quick} --no-record ${SCREEN_ARGS:-} "$@"
                echo "screen_$i config=$c" >> "$log/steps.txt"; i=$((i + 1))
              done ;;
   stash)     mkdir -p "$stash"; cp -r results candidates.jsonl "$stash/" ;;
@@ -66,8 +66,10 @@ for s in $steps; do case $s in
   calibrate) run calibrate 300 python3 -m kopt calibrate --case 10,12 --json ;;
   repeat12)  for i in 1 2 3 4 5; do run repeat12_$i 120 python3 -m kopt bench --case 12 --cold-cache --machine; done ;;
   ncu12)     run ncu12_fa2 300 python3 -m kopt profile --case 12 --tool ncu --candidate bench/fa2_candidate.py --json ;;
-  profile)   run profile10 300 python3 -m kopt profile --case 10 --tool ncu --json
-             run profile12 300 python3 -m kopt profile --case 12 --tool ncu --json ;;
+  profile)   # PROFILE_CASES (default "10 12"); PROFILE_PAGES: page sizes profiled too (0 = contiguous only)
+             for c in ${PROFILE_CASES:-10 12}; do for p in ${PROFILE_PAGES:-0}; do
+               run "profile${c}_p$p" 300 python3 -m kopt profile --case "$c" --tool ncu --page-size "$p" --json
+             done; done ;;
   verify)    run verify 600 python3 -m kopt verify --machine --technique "${VERIFY_TECHNIQUE:-shipped}" \
                --hypothesis "${VERIFY_HYPOTHESIS:-the shipped kernel passes the verdict on the H200}" ;;
   *) echo "unknown step $s" >&2 ;;
