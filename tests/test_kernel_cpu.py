@@ -253,3 +253,22 @@ def test_combine_merge_arithmetic(rk, num_splits):
     ref = (w[..., None] * opart).sum(2)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert out[0, 1].abs().max() == 0
+
+
+@pytest.mark.parametrize("case,want", [
+    ((64, 8, 2048), (64, 1)),    # case 7: 512 CTAs, several per SM -> the 64-key tile's occupancy
+    ((32, 8, 4096), (64, 1)),    # case 9: 256 CTAs
+    ((16, 8, 362), (128, 1)),    # case 6: 128 CTAs, at most one per SM, a range past 256 keys
+    ((64, 8, 64), (64, 1)),      # case 4: a short range
+    ((1, 4, 8192), (64, 32)),    # case 10: split
+    ((1, 4, 61519), (64, 65)),   # case 14: split, about 2 CTAs per SM (the tuning table pins 128 x 32)
+])
+def test_default_tiling(rk, case, want):
+    """The default tile: 128 keys only when one CTA per (batch, kv head) streams more than 256 keys and
+    those CTAs fit one per unit (132 SMs); otherwise 64 keys. Explicit values win."""
+    import sys
+
+    cu = sys.modules["tl_decode_cuda"]
+    B, hkv, s = case
+    assert cu.choose_tiling(B, hkv, s, 132) == want
+    assert cu.choose_tiling(B, hkv, s, 132, block_N=128, num_splits=1) == (128, 1)

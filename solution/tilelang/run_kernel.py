@@ -254,7 +254,7 @@ def configs(case: dict) -> list:
     """Tunable CUDA configs for one shape; the first entry is the heuristic default.
 
     block_N / num_splits 0 mean "chosen at run time" (SM-count split heuristic; 128-key tiles
-    without split, 64-key tiles with split). The other entries pin block_N x num_splits.
+    without split when the CTAs fit one per unit, else 64-key tiles: tl_decode_cuda.choose_tiling). The other entries pin block_N x num_splits.
     """
     seqlen = int(case.get("seqlen_k", 1) or 1)
     out = [{"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128}]

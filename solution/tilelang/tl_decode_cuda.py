@@ -452,12 +452,15 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0):
-    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles when the KV range is split
-    or short (<= 256 keys), 128-key tiles when one CTA per (batch, kv_head) streams a longer range
-    (measured on H200)."""
+    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except 128-key tiles when
+    one CTA per (batch, kv_head) streams a longer range (> 256 keys) and those CTAs are no more than
+    the units: one CTA on a unit keeps more bytes in flight with bigger tiles, while several CTAs per
+    unit want the smaller tile's occupancy (H200, fp16, D 128: 168 registers and 73 KB of shared
+    memory, 3 CTAs per SM, at 128 keys; 126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512
+    CTAs take 1.29 waves with 128-key tiles and one with 64)."""
     bn = block_N or 64
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
-    if not block_N and ns == 1 and max_seqlen > 256:
+    if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms:
         bn = 128
     ns = max(1, min(ns, -(-max_seqlen // bn)))
     return bn, ns

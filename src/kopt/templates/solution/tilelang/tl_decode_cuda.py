@@ -18,7 +18,9 @@ the merging CTA), or kernel 2 (``combine``) does. With one split kernel 1 writes
 group addressed from the allocated cache length (contiguous: the cache's length; paged: the block
 table's width x page size, page ids clamped into the pool), before the sequence length L[b] arrives;
 the split ranges then come from the allocated length too, and a tile wholly past the sequence is
-masked (scaled by 0, never by NaN). V rows are always clamped to the sequence.
+masked (scaled by 0, never by NaN). V rows are clamped to the sequence. Without eager every row is
+clamped to the sequence, so its block-table entry is a page of the sequence and needs no clamp (H200,
+iteration 7: the clamp on every row of the non-eager path cost paged case 7 about 4 us).
 
 Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic)
 dims, so one compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
@@ -84,9 +86,11 @@ def build_decode(
         kv_shape = [batch, seqlen_k, hkv, d]
         alloc_len = seqlen_k
 
-    def kv_row(BT, b, pos):
-        if paged:  # page ids are clamped into the pool: a table entry past the sequence may be anything
+    def kv_row(BT, b, pos, clamp_page=False):
+        if paged and clamp_page:  # a table entry past the sequence may be anything: clamp it into the pool
             return T.max(T.min(BT[b, pos // page_size], num_blocks - 1), 0), pos % page_size
+        if paged:  # pos < L[b]: the entry is a page of this sequence
+            return BT[b, pos // page_size], pos % page_size
         return b, pos
 
     eager = bool(eager)
@@ -140,7 +144,8 @@ def build_decode(
                 # eager: K rows are clamped to the allocated cache (valid memory, paged or not: page ids
                 # are clamped into the pool; keys past the sequence are masked below), so the first K
                 # tile does not wait for L[b]
-                r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1))
+                # (only eager K rows can pass the sequence: only they pay the page-id clamp)
+                r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1), clamp_page=eager)
                 K_shared[i, j] = K[r0, r1, h, j]
             T.clear(acc_s)
             T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
@@ -162,7 +167,8 @@ def build_decode(
             for i, j in T.Parallel(block_H, d):
                 acc_o[i, j] *= r_scale[i]
             for i, j in T.Parallel(block_N, d):
-                r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0))
+                # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
+                r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
                 V_shared[i, j] = V[r0, r1, h, j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
 
@@ -446,12 +452,15 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0):
-    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles when the KV range is split
-    or short (<= 256 keys), 128-key tiles when one CTA per (batch, kv_head) streams a longer range
-    (measured on H200)."""
+    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except 128-key tiles when
+    one CTA per (batch, kv_head) streams a longer range (> 256 keys) and those CTAs are no more than
+    the units: one CTA on a unit keeps more bytes in flight with bigger tiles, while several CTAs per
+    unit want the smaller tile's occupancy (H200, fp16, D 128: 168 registers and 73 KB of shared
+    memory, 3 CTAs per SM, at 128 keys; 126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512
+    CTAs take 1.29 waves with 128-key tiles and one with 64)."""
     bn = block_N or 64
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
-    if not block_N and ns == 1 and max_seqlen > 256:
+    if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms:
         bn = 128
     ns = max(1, min(ns, -(-max_seqlen // bn)))
     return bn, ns
