@@ -188,3 +188,31 @@ def test_changes_count_from_the_last_iteration_commit(tmp_path, monkeypatch):
     repo.index.commit("kernel edit, committed before the GPU run")
     assert "solution/tilelang/run_kernel.py" in vcs.diff_stat(ws)
     assert "solution/tilelang/run_kernel.py" not in repo.git.diff("--stat", "HEAD")  # what HEAD alone would show
+
+
+def test_bench_section_names_noisy_timings(tmp_path, monkeypatch):
+    """A verdict row whose baseline (or candidate) timing was flagged noisy says so in the Bench table and
+    in a line under it: a speedup resting on a noisy timing is not one to bet on."""
+    from kopt.results import TimingStats
+
+    ws = tmp_path / "noisy"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    edit_solution(ws, 1)
+    h, cid = candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")
+
+    def stats(noisy):
+        return TimingStats(method="cupti", median_ms=0.01, q1_ms=0.009, q3_ms=0.012 if noisy else 0.0101,
+                           min_ms=0.009, n=100, rel_iqr=0.3 if noisy else 0.01, noisy=noisy)
+
+    rows = [CaseResult(row_id=uuid.uuid4().hex, mode="verdict", candidate_hash=h, candidate_id=cid, case=c,
+                       compiled=True, correct=True, status="ok", runtime_ms=0.005, ref_runtime_ms=0.01, speedup=2.0,
+                       device="H200", backend="tilelang", timing=stats(False), ref_timing=stats(c == 2))
+            for c in CASES]
+    ledger.append(ws / "candidates.jsonl", rows)
+    bench = journal.bench_section(ws)
+    lines = {ln.split("|")[1].strip(): ln for ln in bench.splitlines() if ln.startswith("| ") and "---" not in ln}
+    assert "| ref |" in lines["2"] and "| ref |" not in lines["1"], bench
+    assert "Noisy timing" in bench and "case 2 (ref)" in bench
+    assert journal.noisy_sides({"timing": {"noisy": True}, "ref_timing": {"noisy": True}}) == "both"
+    assert journal.noisy_sides({"timing": None}) == ""

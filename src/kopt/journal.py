@@ -164,12 +164,16 @@ def bench_section(ws: Path) -> str:
     if not latest:
         return f"_(no verdict rows in candidates.jsonl for candidate `{cid or 'NA'}`: run `kopt verify` first)_"
     got = ranking.row_cid(latest[0])
-    out = ["| case | runtime ms | ref ms | speedup | status |", "|---:|---:|---:|---:|---|"]
+    out = ["| case | runtime ms | ref ms | speedup | noisy | status |", "|---:|---:|---:|---:|---|---|"]
+    noisy_cases = []
     for r in latest:
         case = f"{r.get('case')} {r.get('variant')}".strip() if r.get("variant") else str(r.get("case"))
         s = ranking.row_speedup(r)
+        noisy = noisy_sides(r)
+        if noisy:
+            noisy_cases.append(f"{r.get('case')} ({noisy})")
         out.append(f"| {case} | {fmt_na(r.get('runtime_ms'))} | {fmt_na(r.get('ref_runtime_ms'))} | "
-                   f"{fmt_na(s or None, '{:.3f}x')} | {r.get('status', 'NA')} |")
+                   f"{fmt_na(s or None, '{:.3f}x')} | {noisy} | {r.get('status', 'NA')} |")
     gm, n = ranking.geomean_of(latest)
     where = sorted({f"{r['device']} vs {r.get('ref') or 'NA'}" for r in latest if r.get("device") not in (None, "NA")})
     line = (f"Candidate `{got}`{' on ' + ', '.join(where) if where else ''}: geomean speedup {fmt_na(gm, '{:.3f}')}x "
@@ -188,7 +192,17 @@ def bench_section(ws: Path) -> str:
                  f"{(gm / best.geomean - 1) * 100:+.1f}% -> {verdict} (threshold +{thr * 100:.1f}%).")
     else:
         line += f"; previous best {best.geomean:.3f}x (iter {best.iteration}) -> failed (no correct case)."
+    if noisy_cases:
+        line += (f"\n\nNoisy timing (interquartile range over the noise limit) on case {', '.join(noisy_cases)}: "
+                 "those speedups can move between runs by more than the A/A spread.")
     return "\n".join(out) + "\n\n" + line
+
+
+def noisy_sides(row: dict) -> str:
+    """Which timings of a row were flagged noisy: 'candidate', 'ref', 'both' or ''."""
+    cand = bool((row.get("timing") or {}).get("noisy"))
+    ref = bool((row.get("ref_timing") or {}).get("noisy"))
+    return {(True, True): "both", (True, False): "candidate", (False, True): "ref"}.get((cand, ref), "")
 
 
 def _title(title: Optional[str], hypothesis: Optional[str], number: int) -> str:
