@@ -28,6 +28,8 @@ trajectory/.tmp-*
 *.nsys-rep
 *.qdrep
 *.sqlite
+# raw profiler logs record the host's paths: summary.md / summary.json are what results/ keeps
+results/**/profiling/**/*.log
 """
 KEEP = ("results/.gitkeep", "trajectory/.gitkeep", "scripts/.gitkeep")
 INIT_MESSAGE = "kopt init"
