@@ -5,10 +5,11 @@ For each case, three functions (the shipped candidate, FA2 `flash_attn_with_kvca
 probe that only reads K and V: `k.sum()` + `v.sum()`) are timed with CUDA events after each flush,
 the flush kinds interleaved call by call:
 
-  zero        the harness's flush: max(2 x L2, 256 MiB) zeroed (nvbench's and Triton's way)
+  zero        max(2 x L2, 256 MiB) zeroed (nvbench's and Triton's way; kopt's `--flush zero`)
   zero+evict  the same, then the buffer's first 1.5 x L2 bytes read: the dirty lines the zeroing left
               in L2 are written back before the call, not during it
-  evict       the whole buffer read, never written (L2 left clean)
+  evict       the whole buffer read, never written (L2 left clean; kopt's default `--flush read`
+              reads it the same way, measured separately as read_harness)
   none        no flush (hot L2 for small cases)
 
 The events are recorded behind the queued flush, so they time the call (plus ~1-2 µs of event

@@ -131,7 +131,8 @@ def test_eager_head_layouts(kernel, kv_heads, gqa):
                                                      (12, "full", 128, 64)])
 def test_last_cta_merge(kernel, cid, seqlens, splits, page, eager):
     """The in-kernel merge by the last CTA of each (batch, kv head): split shapes, empty splits past short
-    sequences, paged caches; three calls in a row with fresh inputs (the arrival counters reset)."""
+    sequences, paged caches; three calls in a row with fresh inputs: the two fp16 calls share one plan's
+    arrival counters (the first call's merging CTAs must have reset them), the bf16 call has its own."""
     cfg = {"last_cta": 1, "eager": eager} | ({"num_splits": splits} if splits else {})
     for seed, dtype in ((21, "fp16"), (22, "bf16"), (23, "fp16")):
         _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)

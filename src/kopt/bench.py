@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from kopt.cases import Case
 from kopt.isolate import Child, Job, Outcome, run_jobs
-from kopt.results import CaseResult, Status
+from kopt.results import CaseResult, FlushKind, Status
 
 #: A kernel reaching more than this share of the measured copy ceiling is not believed.
 IMPLAUSIBLE_FRACTION = 1.15
@@ -28,8 +28,8 @@ class BenchOptions:
 
     device: str = "auto"
     cold: bool = True
-    flush: str = "read"
-    """kopt.results.FLUSH_KINDS: how the cold flush evicts L2 (kopt.timing.TimingOptions.flush)."""
+    flush: FlushKind = "read"
+    """How the cold flush evicts L2 (kopt.timing.TimingOptions.flush)."""
     graph: bool = False
     timeout_s: float = 600.0
     record: bool = True
@@ -133,7 +133,7 @@ def warm_hints(path: Path, device: str) -> tuple[str, ...]:
     hints = [] if device == "cpu" else ["cuda"]
     try:  # the candidate file alone first: parsing its imports (~25 ms) would delay the child's start
         names = lambda f: "tilelang" in Path(f).read_text(errors="replace")  # noqa: E731
-        if names(path) or any(names(f) for f in candidate.sources(Path(path))[1:]):
+        if names(path) or any(names(f) for f in candidate.sources(path)[1:]):
             hints.append("tilelang")
     except OSError:  # a missing candidate: the run reports it in one line
         pass

@@ -55,6 +55,15 @@ def call_spans(
     return [h - l if h >= l else None for l, h in zip(lo, hi)]
 
 
+def spans_of(events, n: int) -> Optional[list[Optional[float]]]:
+    """Device span (ns) of each of the n ranged calls of a profiler session (None for a call with no
+    device record), or None when the session did not keep n ranges (attribution would be guesswork)."""
+    ranges, recs = kineto_records(events)
+    if len(ranges) != n:
+        return None
+    return call_spans(attribute_calls(ranges, recs), n)
+
+
 def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, float, float, Optional[float]]]]:
     """Split kineto events into the host ranges of the timed calls and device records with launch times."""
     ranges, runtime, ops, dev = [], {}, {}, []
@@ -173,8 +182,8 @@ def _probe(device: str) -> None:
                     with torch.profiler.record_function(CALL_RANGE):
                         x.add_(1)
                 torch.cuda.synchronize(dev)
-        ranges, recs = kineto_records(prof.events())
-        ok = len(ranges) == 2 and all(s is not None for s in call_spans(attribute_calls(ranges, recs), 2))
+        spans = spans_of(prof.events(), 2)
+        ok = spans is not None and all(s is not None for s in spans)
     except Exception:                          # no kineto / CUPTI in this build
         ok = False
     CUPTI_START_S[device] = time.perf_counter() - t0

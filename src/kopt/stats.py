@@ -135,6 +135,11 @@ def bootstrap_ci(
         except TypeError:                          # a stat without an axis argument
             out.append(np.array([stat(row) for row in res], dtype=float))
     boots = np.concatenate(out)
+    return _percentile_ci(boots, conf)
+
+
+def _percentile_ci(boots: np.ndarray, conf: float) -> tuple[float, float]:
+    """The central `conf` interval of bootstrap replicates."""
     alpha = 1.0 - conf
     lo, hi = np.percentile(boots, [100 * alpha / 2, 100 * (1 - alpha / 2)])
     return float(lo), float(hi)
@@ -181,9 +186,7 @@ def paired_bootstrap_ci(
                              for a, b in zip(a_rounds, b_rounds)])          # (n_boot, rounds)
     pick = rng.integers(0, ratio.shape[1], size=ratio.shape)
     boots = np.median(np.take_along_axis(ratio, pick, axis=1), axis=1)
-    alpha = 1.0 - conf
-    lo, hi = np.percentile(boots, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return float(lo), float(hi)
+    return _percentile_ci(boots, conf)
 
 
 def _boot_medians(values: Sequence[float], n_boot: int, rng) -> np.ndarray:

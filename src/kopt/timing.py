@@ -19,7 +19,7 @@ import numpy as np
 
 from kopt import stats
 from kopt.hardware import _is_cpu
-from kopt.results import FLUSH_KINDS, TimingStats
+from kopt.results import FLUSH_KINDS, FlushKind, TimingStats
 from kopt.stats import StopRule
 
 CALL_RANGE = "kopt::call"
@@ -39,14 +39,13 @@ _FLOOR_MS = 1e-6          # TimingStats wants > 0; a host call can read 0 ns
 _clock, _clock_ns = time.perf_counter, time.perf_counter_ns
 
 
-
 @dataclass
 class TimingOptions:
     """How to time: cold (flushed L2) or hot (graph replay), warm-up, rounds, stopping rule."""
 
     cold: bool = True
     graph: bool = False
-    flush: str = "read"
+    flush: FlushKind = "read"
     """Cold flush: "read" (read a zeroed buffer: inputs evicted, L2 left clean) or "zero" (zero it,
     as nvbench and Triton do: L2 left full of dirty lines that the timed call writes back)."""
     rounds: int = 6
@@ -206,8 +205,6 @@ class _HostTimer:
         return s
 
 
-# ---------------------------------------------------------------- CUDA
-
 # ---------------------------------------------------------------- public API
 
 def _timer(device: str, opts: TimingOptions):
@@ -216,7 +213,6 @@ def _timer(device: str, opts: TimingOptions):
     from kopt.timing_cuda import CudaTimer
 
     return CudaTimer(device, opts)
-
 
 
 def _summary(t, s: Samples, use_dev: bool) -> TimingStats:

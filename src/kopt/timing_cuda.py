@@ -20,7 +20,7 @@ import warnings
 from contextlib import nullcontext
 from typing import Callable, Optional
 
-from kopt.cupti import _cupti_ok, _profiler, attribute_calls, call_spans, kineto_records
+from kopt.cupti import _cupti_ok, _profiler, spans_of
 from kopt.stats import StopRule
 from kopt.timing import CALL_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, _clock, _warmup
 
@@ -90,11 +90,11 @@ class CudaTimer:
         self.cold = opts.cold and not opts.graph
         self.flush = hardware.flush_bytes(hardware.detect(device)) if self.cold else 0
         self.flush_kind = opts.flush if self.cold else None
-        self.buf = self._flush = None
-        if self.cold:
+        self._flush = None
+        if self.cold:  # the flush closure keeps its buffer alive
             with torch.cuda.device(index):
-                self.buf = torch.zeros(self.flush, dtype=torch.uint8, device=self.dev)
-            self._flush = make_flush(self.buf, opts.flush)
+                buf = torch.zeros(self.flush, dtype=torch.uint8, device=self.dev)
+            self._flush = make_flush(buf, opts.flush)
         self.clock = _Clock(torch, index)
         self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
         self.cupti = _cupti_ok(device)         # probed once per process (CUPTI's start-up)
@@ -164,10 +164,10 @@ class CudaTimer:
         total = sum(n for _, n in segments)
         spans: list = [None] * total
         if cupti:
-            ranges, recs = kineto_records(prof.events())
+            got = spans_of(prof.events(), total)
             PHASE_S["records"] += time.perf_counter() - t4
-            if len(ranges) == total:           # else ranges were lost: attribution would be guesswork
-                spans = [None if x is None else x / 1e3 for x in call_spans(attribute_calls(ranges, recs), total)]
+            if got is not None:
+                spans = [None if x is None else x / 1e3 for x in got]
         out, first = [], 0
         for (_, n), ev, mhz in zip(segments, evs, clocks):
             out.append((spans[first:first + n], ev, mhz))
@@ -199,15 +199,7 @@ class CudaTimer:
         """The median of a few event-timed flushed calls (events over-read: the estimate errs long, so
         batches sized from it never overshoot the stopping rule's minimum time; one call alone could
         read a stray long time and size every batch of a short call as if it were long)."""
-        pairs = self._event_pairs(calls)
-        for a, b in pairs:
-            if self._flush is not None:
-                self._flush()
-            a.record()
-            fn()
-            b.record()
-        self.torch.cuda.synchronize(self.dev)
-        ms = sorted(a.elapsed_time(b) for a, b in pairs)
+        ms = sorted(self._batch(fn, calls, cupti=False)[1])  # event times of flushed calls
         self._call_ms[id(fn)] = max(ms[len(ms) // 2], 1e-3)
 
     def _first_batch(self, fn, rule: StopRule) -> int:

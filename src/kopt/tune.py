@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from kopt.cases import Case
-from kopt.results import Status
+from kopt.results import Status, fmt_na
 from kopt.tune_models import ConfigResult, ShardResult
 from kopt.tune_pick import pick_winner
 from kopt.tune_shard import ShardItem, reaping, run_shard
@@ -92,12 +92,13 @@ class CaseTune:
         w = self.winner
         if w is None or w is self.default or not w.paired_ci or self.gain != w.paired_speedup:
             return None
-        return tuple(w.paired_ci)
+        return w.paired_ci
 
     def times_ms(self) -> tuple[Optional[float], Optional[float]]:
-        """(default, winner) cold medians: from the winner's paired rounds when it has them, else screened."""
+        """(default, winner) cold medians: from the winner's paired rounds when its gain is the paired
+        figure (gain_ci), else screened."""
         w, d = self.winner, self.default
-        if w is not None and w is not d and w.paired_a and w.paired_b:
+        if self.gain_ci is not None and w.paired_a and w.paired_b:
             return w.paired_b.median_ms, w.paired_a.median_ms
         ms = lambda c: None if c is None or c.cold is None else c.cold.median_ms  # noqa: E731
         return ms(d), ms(w)
@@ -105,15 +106,14 @@ class CaseTune:
     def line(self) -> str:
         """One stdout line per case: KEY:VALUE fields like the machine line."""
         m, w = self.meta, self.winner
-        fmt = lambda v: "NA" if v is None else f"{v:.4f}"  # noqa: E731
         d_ms, w_ms = self.times_ms()
         cfg = "NA" if w is None else _json(w.config or {})
         n_ok = sum(bool(c.correct) for c in self.configs)
         ci = "NA" if self.gain_ci is None else f"{self.gain_ci[0]:.4f}-{self.gain_ci[1]:.4f}"
         msg = "" if w else f" MESSAGE:{(m.message or _first_failure(self.configs)).replace(' ', '_')[:160]}"
         return (f"TUNE CASE:{self.case.id} DEVICE:{m.device_name} CONFIGS:{len(self.configs)}/{m.n_configs} "
-                f"CORRECT:{n_ok} DEFAULT:{fmt(d_ms)} BEST:{fmt(w_ms)} "
-                f"GAIN:{'NA' if self.gain is None else f'{self.gain:.4f}x'} GAIN_CI:{ci} CONFIG:{cfg} "
+                f"CORRECT:{n_ok} DEFAULT:{fmt_na(d_ms)} BEST:{fmt_na(w_ms)} "
+                f"GAIN:{fmt_na(self.gain, '{:.4f}x')} GAIN_CI:{ci} CONFIG:{cfg} "
                 f"TIME:{self.wall_s:.1f}s STATUS:{'ok' if w else 'failed'}{msg}")
 
 

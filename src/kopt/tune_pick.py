@@ -76,7 +76,7 @@ def _paired_winner(paired: list["ConfigResult"], defaults: dict, aa_spread: Opti
     from kopt.stats import is_improvement
 
     rank = lambda r: (r.paired_speedup, -r.index)  # noqa: E731
-    passing = [r for r in paired if is_improvement(r.paired_speedup, tuple(r.paired_ci), aa_spread)]
+    passing = [r for r in paired if is_improvement(r.paired_speedup, r.paired_ci, aa_spread)]
     if passing:
         w = max(passing, key=rank)
         return w, defaults[w.shard], w.paired_speedup, ""

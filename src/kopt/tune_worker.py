@@ -87,8 +87,8 @@ class TuneRun:
             self.res.current, self.res.status = None, Status.ok
             self.save("done")
             return
-        if self.res.indices:     # a child that only pairs finalists reports no baseline time
-            self.time_baseline([sets[s] for s in job.seeds_timing])
+        if job.indices is None:  # the first child only: the parent takes the baseline from it, not from a
+            self.time_baseline([sets[s] for s in job.seeds_timing])  # rerun or the finalists' child
         if self.screen(mod, cfgs, sets, before):
             self.pair_finalists(mod, cfgs, sets, before)
         self.res.current, self.res.current_config, self.res.status = None, None, Status.ok
