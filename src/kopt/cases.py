@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from kopt.errors import CaseError
 
@@ -44,8 +44,31 @@ class Variant(BaseModel):
         return f"{self.dtype.value}-d{self.head_dim}-{layout}-{self.seqlens.value}"
 
 
+class SeededLengths(BaseModel):
+    """Ragged lengths drawn from a seeded generator: uniform integers in [lo, hi], one per sequence."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uniform: tuple[PositiveInt, PositiveInt]
+    """Inclusive bounds [lo, hi] of each sequence's length."""
+    seed: int = Field(0, ge=0)
+
+    def draw(self, n: int) -> list[int]:
+        """n lengths, the same for every run and machine (Python's Mersenne Twister, no torch)."""
+        import random
+
+        rng = random.Random(self.seed)
+        lo, hi = self.uniform
+        return [rng.randint(lo, hi) for _ in range(n)]
+
+
+#: A ragged case's lengths: an explicit list (one per sequence) or a seeded generator.
+Lengths = Union[list[PositiveInt], SeededLengths]
+
+
 class Case(BaseModel):
-    """One benchmark shape of the workload."""
+    """One benchmark shape of the workload. seqlen_k is the allocated cache length; a `ragged` case
+    fills each sequence to its own length (`lengths`), the others every sequence to seqlen_k."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,10 +77,51 @@ class Case(BaseModel):
     seqlen_k: int = Field(ge=1)
     kv_heads: int = Field(ge=1)
     gqa: int = Field(ge=1)
-    kind: Literal["edge", "perf"]
+    kind: Literal["edge", "perf", "ragged"]
     c500_ref_ms: Optional[float] = Field(default=None, gt=0)
     """The seed's C500 baseline time: reference data, never used as a measurement."""
+    lengths: Optional[Lengths] = None
+    """cache_seqlens of a ragged case (required there, refused elsewhere)."""
     variant: Variant = Variant()
+
+    @field_validator("lengths", mode="before")
+    @classmethod
+    def _one_form(cls, v):
+        # A mapping is a generator, anything else a list: report that form's error, not the union's.
+        if isinstance(v, dict):
+            try:
+                return SeededLengths.model_validate(v)
+            except ValidationError as e:
+                err = e.errors()[0]
+                raise ValueError(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> "Case":
+        if (self.kind == "ragged") != (self.lengths is not None):
+            raise ValueError("a ragged case needs lengths, and only a ragged case may have them")
+        if isinstance(self.lengths, list):
+            if len(self.lengths) != self.batch:
+                raise ValueError(f"lengths has {len(self.lengths)} entries, batch is {self.batch}")
+            if max(self.lengths) > self.seqlen_k:
+                raise ValueError(f"a length ({max(self.lengths)}) exceeds seqlen_k ({self.seqlen_k})")
+        elif self.lengths is not None:
+            lo, hi = self.lengths.uniform
+            if lo > hi or hi > self.seqlen_k:
+                raise ValueError(f"lengths.uniform [{lo}, {hi}] must satisfy lo <= hi <= seqlen_k ({self.seqlen_k})")
+        return self
+
+    def seq_lengths(self) -> Optional[list[int]]:
+        """The case's own per-sequence lengths (ragged cases), None when every sequence is full."""
+        if self.lengths is None:
+            return None
+        return list(self.lengths) if isinstance(self.lengths, list) else self.lengths.draw(self.batch)
+
+    @property
+    def valid_keys(self) -> int:
+        """Keys a call must read over the batch: the sum of the lengths (batch x seqlen_k when full)."""
+        lens = self.seq_lengths()
+        return self.batch * self.seqlen_k if lens is None else sum(lens)
 
     @property
     def q_heads(self) -> int:

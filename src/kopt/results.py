@@ -121,6 +121,15 @@ class CaseResult(BaseModel):
     improvement: Optional[bool] = None
     gbps: Optional[float] = None
     pct_peak: Optional[float] = None
+    """GBPS as % of the measured read ceiling (schema 1 rows: of the copy ceiling)."""
+    limit_ms: Optional[float] = Field(default=None, gt=0)
+    """The case's roofline limit: max(bytes moved / read ceiling, launch floor), ms."""
+    pct_limit: Optional[float] = Field(default=None, ge=0)
+    """limit_ms / runtime_ms as %: 100 is at the roofline."""
+    eager_ms: Optional[float] = Field(default=None, gt=0)
+    """The candidate's host-inclusive span (eager launches, the GPU may wait for the host), ms."""
+    ref_eager_ms: Optional[float] = Field(default=None, gt=0)
+    """The baseline's host-inclusive span, ms."""
     compile_s: Optional[float] = None
     device: str = "NA"
     ref: str = "NA"
@@ -159,6 +168,9 @@ def machine_line(r: CaseResult) -> str:
     fields.append(f"NOISY:{int(r.timing.noisy) if r.timing else 'NA'}")
     fields.append(f"GBPS:{fmt_na(r.gbps, '{:.1f}')}")
     fields.append(f"PCT_PEAK:{fmt_na(r.pct_peak, '{:.1f}')}")
+    fields.append(f"PCT_LIMIT:{fmt_na(r.pct_limit, '{:.1f}')}")
+    fields.append(f"RUNTIME_EAGER:{fmt_na(r.eager_ms)}")
+    fields.append(f"REF_RUNTIME_EAGER:{fmt_na(r.ref_eager_ms)}")
     fields.append(f"COMPILE_S:{fmt_na(r.compile_s, '{:.2f}')}")
     fields.append(f"VARIANT:{_token(r.variant)}")
     fields.append(f"CANDIDATE:{r.candidate_id or 'NA'}")

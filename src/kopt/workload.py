@@ -56,6 +56,8 @@ def seqlens_for(case: Case, seed: int, device: str = "cpu"):
     import torch
 
     b, s = case.batch, case.seqlen_k
+    if (own := case.seq_lengths()) is not None:  # a ragged case: its lengths are its definition
+        return torch.tensor(own, dtype=torch.int32, device=device)
     if case.variant.seqlens == Seqlens.full or s == 1:
         return torch.full((b,), s, dtype=torch.int32, device=device)
     g = torch.Generator().manual_seed(seed * 7919 + 17)
@@ -103,10 +105,10 @@ def _page(k, v, page: int, seed: int, device: str):
 
 
 def bytes_moved(case: Case, total_keys: int | None = None) -> int:
-    """Bytes a decode call must move: K and V of the valid keys (all of them unless given), q in, out back."""
+    """Bytes a decode call must move: K and V of the valid keys (the case's, unless given), q in, out back."""
     v = case.variant
     elt = 2
-    keys = case.batch * case.seqlen_k if total_keys is None else total_keys
+    keys = case.valid_keys if total_keys is None else total_keys
     kv = 2 * keys * case.kv_heads * v.head_dim * elt
     qo = 2 * case.batch * case.q_heads * v.head_dim * elt
     return kv + qo
