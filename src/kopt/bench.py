@@ -259,9 +259,9 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
         r.speedup_ci = res.speedup_ci
         r.overhead_s.update({k: round(v, 3) for k, v in res.overhead_s.items()})
         if res.timing:
-            r.runtime_ms = res.timing.median_ms
+            r.runtime_ms, r.eager_ms = res.timing.median_ms, res.timing.eager_median_ms
         if res.ref_timing:
-            r.ref_runtime_ms = res.ref_timing.median_ms
+            r.ref_runtime_ms, r.ref_eager_ms = res.ref_timing.median_ms, res.ref_timing.eager_median_ms
         r.speedup = res.speedup
         r.message = res.message
     fail = oc.failure()
@@ -299,23 +299,26 @@ def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, outputs,
 
 
 def implausible(gbps: float, ceiling: Optional[float]) -> bool:
-    """Faster than a decode call can be: more than IMPLAUSIBLE_FRACTION x the measured copy ceiling."""
+    """Faster than a decode call can be: more than IMPLAUSIBLE_FRACTION x the measured read ceiling."""
     return bool(ceiling) and gbps > IMPLAUSIBLE_FRACTION * ceiling
 
 
 def _derive(r: CaseResult, case: Case, device: str) -> None:
-    """Correct flag, bandwidth, %peak, the implausibility guard and the improvement flag."""
-    from kopt import calibrate, hardware, stats
-    from kopt.workload import gbps
+    """Correct flag, bandwidth, % of the read ceiling and of the limit, the implausibility guard, improvement."""
+    from kopt import calibrate, roofline, stats
+    from kopt.workload import bytes_moved, gbps
 
     r.correct = r.status in (Status.ok, Status.baseline_error) and r.compiled
     if r.runtime_ms:
         r.gbps = gbps(case, r.runtime_ms)
-        ceiling = hardware.copy_ceiling_gbps(device) if device == "cuda" else None
-        if ceiling:
-            r.pct_peak = 100.0 * r.gbps / ceiling
-            if r.correct and r.timing and r.timing.cold and implausible(r.gbps, ceiling):
+        roof = roofline.for_device(device) if device == "cuda" else None
+        if roof:
+            r.pct_peak = 100.0 * r.gbps / roof.read_gbps
+            r.limit_ms = roofline.limit_ms(bytes_moved(case), roof)
+            r.pct_limit = roofline.pct_limit(r.limit_ms, r.runtime_ms)
+            if r.correct and r.timing and r.timing.cold and implausible(r.gbps, roof.read_gbps):
                 r.status, r.correct = Status.implausible, False
-                r.message = f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured copy ceiling {ceiling:.0f} GB/s"
+                r.message = (f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured read ceiling "
+                             f"{roof.read_gbps:.0f} GB/s")
     if r.correct and r.speedup is not None and r.speedup_ci is not None:
         r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, calibrate.aa_spread(r.device))

@@ -73,6 +73,14 @@ class TimingStats(BaseModel):
     events_median_ms: Optional[float] = None
     """CUDA-event time of the same calls: a cross-check, biased upwards by launch overhead."""
     total_s: Optional[float] = Field(default=None, ge=0)
+    device_only: bool = False
+    """Spans of calls enqueued ahead of the device behind a hold: no kernel waited for the host."""
+    host_bound: int = Field(0, ge=0)
+    """Device-only calls dropped because a kernel of theirs still waited for its launch."""
+    side_stream: int = Field(0, ge=0)
+    """Timed calls that left work on another stream without joining it to the caller's stream."""
+    eager_median_ms: Optional[float] = Field(default=None, gt=0)
+    """Median host-inclusive span: each call started on an idle device (the launches inside it)."""
 
 
 class Validation(BaseModel):

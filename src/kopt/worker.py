@@ -167,6 +167,10 @@ class Evaluation:
                 PHASE_S.update(dict.fromkeys(PHASE_S, 0.0))  # this job's timing loop only
             self.time(timed)
             self.res.overhead_s["timing"] = guards.now() - t
+            side = self.res.timing.side_stream if self.res.timing and job.pair != "aa_base" else 0
+            if side:  # seen in the device records: kernels on another stream, never joined to the caller's
+                raise Reject(Status.side_stream, f"{side} timed calls left kernels on a stream other than the "
+                             "caller's without making the caller's stream wait for them before run returned")
             if cuda:  # CUPTI's one-off start-up, and the timing loop's host parts
                 if job.device in CUPTI_START_S:
                     self.res.overhead_s["cupti_start"] = CUPTI_START_S[job.device]
