@@ -176,7 +176,7 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=paths.relative(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
-                       case=case.id, variant=_label(case, opts.tag),
+                       case=case.id, case_kind=case.kind, variant=_label(case, opts.tag),
                        commit=commit, device=device, static_warnings=warns) for case in cases]
     if errors:
         for r in rows:
@@ -232,8 +232,17 @@ def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, r
 
 def hidden_variant(case: Case) -> Case:
     """A shape the candidate has never been shown: 3 more sequences, 13 more cache slots, ragged lengths."""
-    c = case.model_copy(update={"batch": case.batch + 3, "seqlen_k": case.seqlen_k + 13})
-    return c.with_variant(seqlens="ragged")
+    return reshaped(case, case.batch + 3, case.seqlen_k + 13).with_variant(seqlens="ragged")
+
+
+def reshaped(case: Case, batch: int, seqlen_k: int) -> Case:
+    """The case at another batch and cache length. A ragged case's own lengths fit only its own shape,
+    so its reshaped copy drops them and becomes a perf case (callers ask for seeded ragged lengths);
+    the copy is validated, never a silently inconsistent model_copy."""
+    data = case.model_dump() | {"batch": batch, "seqlen_k": seqlen_k}
+    if case.kind == "ragged":
+        data |= {"kind": "perf", "lengths": None}
+    return Case.model_validate(data)
 
 
 def _check_hidden(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:

@@ -116,6 +116,9 @@ class CaseResult(BaseModel):
     plan: Optional[dict] = None
     """What the candidate says it ran (its optional `plan_info` hook): tuned or heuristic config."""
     case: int = 0
+    case_kind: Optional[Literal["edge", "perf", "ragged"]] = None
+    """The case's kind when it was measured: ragged rows are judged apart from the uniform ones
+    (GEOMEAN_SPEEDUP_RAGGED); None in rows written before ragged cases existed (all uniform)."""
     variant: str = ""
     backend: str = "NA"
     compiled: bool = False
