@@ -117,11 +117,11 @@ def judge(geomean: Optional[float], ragged: Optional[float], failed: bool, best:
     du = geomean / best - 1
     up = f"+{thr * 100:.1f}%"
     if ragged is None or best_ragged is None:
-        which = ("neither verdict has" if ragged is None and best_ragged is None else
-                 "this verdict has" if ragged is None else "the previous best has (older rows)")
+        which = ("neither verdict has a ragged geomean" if ragged is None and best_ragged is None else
+                 "this verdict has no ragged geomean" if ragged is None else
+                 "the previous best has no ragged geomean (older rows)")
         got = "improved" if du >= thr else "not improved"
-        return Judgement(got, f"uniform {du * 100:+.1f}%; {which} no ragged geomean: judged by the uniform "
-                              "geomean alone")
+        return Judgement(got, f"uniform {du * 100:+.1f}%; {which}: judged by the uniform geomean alone")
     dr = ragged / best_ragged - 1
     both = f"uniform {du * 100:+.1f}%, ragged {dr * 100:+.1f}%"
     if (du >= thr and dr >= -thr) or (dr >= thr and du >= -thr):
