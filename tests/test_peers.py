@@ -345,6 +345,10 @@ def test_peers_cli_cpu_end_to_end(workspace):
     assert row.peers[-1].correct and all(p.na == "needs CUDA" for p in row.peers[:-1])
     csvs = list((workspace / "results" / "tilelang").glob("peers-cpu-*.csv"))
     assert len(csvs) == 1 and csvs[0].with_suffix(".md").is_file()
+    from kopt import peers_panel
+
+    html = peers_panel.report_section(workspace, "cpu")
+    assert "<h2>Peers</h2>" in html and "needs CUDA" in html
 
 
 def test_peers_cli_usage_and_json(workspace):

@@ -109,6 +109,7 @@ def _adopt(row, p: PeerResult) -> None:
     row.timing, row.ref_timing, row.speedup, row.speedup_ci = p.timing, p.ref_timing, p.speedup, p.speedup_ci
     if isinstance(row, CaseResult):
         row.ref, row.runtime_ms, row.ref_runtime_ms = p.ref, p.timing.median_ms, p.ref_timing.median_ms
+        row.eager_ms, row.ref_eager_ms = p.timing.eager_median_ms, p.ref_timing.eager_median_ms
     else:
         row.ref_name = p.ref
 
@@ -139,7 +140,7 @@ def settle(r: CaseResult, case: Case, device: str, work: Path) -> None:
     if good:
         _adopt(r, min(good, key=lambda p: p.ref_timing.median_ms))
         return
-    r.ref, r.ref_runtime_ms, r.ref_timing, r.speedup, r.speedup_ci = "NA", None, None, None, None
+    r.ref, r.ref_runtime_ms, r.ref_eager_ms, r.ref_timing, r.speedup, r.speedup_ci = "NA", None, None, None, None, None
     if r.status == Status.ok:
         r.status = Status.baseline_error  # the candidate ran; there is no peer to compare it with
         r.message = "no peer ran correctly: " + "; ".join(

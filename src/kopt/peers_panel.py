@@ -31,6 +31,9 @@ class Cell:
     na: Optional[str] = None
     """Why there is no figure: the peer's NA reason, or `wrong: ...` when its output failed the check."""
     noisy: Optional[bool] = None
+    eager_ms: Optional[float] = None
+    """The peer's host-inclusive span (its launches included: FA3 launches two or three kernels)."""
+    cand_eager_ms: Optional[float] = None
     row: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -97,7 +100,7 @@ def _cell(p: dict) -> Cell:
         na = f"wrong: {p.get('message') or 'output outside tolerance'}"
     ci = p.get("speedup_ci")
     return Cell(p.get("peer", "?"), p.get("ref") or "NA", rt.get("median_ms"), t.get("median_ms"), p.get("speedup"),
-                tuple(ci) if ci else None, na, rt.get("noisy"), p)
+                tuple(ci) if ci else None, na, rt.get("noisy"), rt.get("eager_median_ms"), t.get("eager_median_ms"), p)
 
 
 def build(rows: list[dict], kinds: Optional[dict[int, str]] = None) -> Panel:
@@ -203,9 +206,22 @@ def html_section(rows: list[dict], kinds: Optional[dict[int, str]] = None, devic
             f"<ul class='note'>{items}</ul>")
 
 
+def report_section(ws: Path, device: Optional[str] = None) -> str:
+    """html_section of the workspace's ledger (the report's hook); empty text when there is no peers run."""
+    from kopt.cases import load_cases
+    from kopt.ledger import load_dicts
+    from kopt.paths import cases_file, ledger_file
+
+    try:
+        kinds = {c.id: c.kind for c in load_cases(cases_file(ws))}
+    except Exception:  # a broken case file is the cases section's to report
+        kinds = {}
+    return html_section(load_dicts(ledger_file(ws)).rows, kinds, device)
+
+
 CSV_COLUMNS = ["device", "date", "commit", "candidate_id", "run_id", "case", "kind", "variant", "peer", "ref", "state",
                "reason", "runtime_ms", "peer_ms", "speedup", "speedup_ci_lo", "speedup_ci_hi", "best", "peer_noisy",
-               "method", "flush", "status"]
+               "runtime_eager_ms", "peer_eager_ms", "method", "flush", "status"]
 
 
 def csv_text(p: Panel, header: bool = True) -> str:
@@ -224,7 +240,8 @@ def csv_text(p: Panel, header: bool = True) -> str:
             w.writerow([p.device, p.date, p.commit, p.candidate_id, p.run_id, r.case, r.kind,
                         r.variant, n, c.ref, state, c.na or "", fmt_na(c.cand_ms, "{:.6f}"), fmt_na(c.ms, "{:.6f}"),
                         fmt_na(c.speedup), fmt_na(ci[0]), fmt_na(ci[1]), int(best is c),
-                        "NA" if c.noisy is None else int(bool(c.noisy)), t.get("method") or "NA",
+                        "NA" if c.noisy is None else int(bool(c.noisy)), fmt_na(c.cand_eager_ms, "{:.6f}"),
+                        fmt_na(c.eager_ms, "{:.6f}"), t.get("method") or "NA",
                         t.get("flush_kind") or "NA", r.status])
     return buf.getvalue()
 
