@@ -369,5 +369,7 @@ def test_bench_baseline_peer_na_is_baseline_error(workspace):
              "--candidate", CANDIDATES / "torch_honest.py")
     f = parse_line(r.stdout.strip())
     assert r.exit_code == 0 and f["STATUS"] == "baseline_error" and f["CORRECT"] == "True" and f["SPEEDUP"] == "NA"
-    r = kopt("bench", "--case", "2", "--baseline", "fa9")
-    assert r.exit_code == 2
+    honest = str(CANDIDATES / "torch_honest.py")
+    for args in (["bench", "--candidate", honest], ["verify", honest]):
+        r = kopt(*args, "--case", "2", "--baseline", "fa9")
+        assert r.exit_code == 2 and "--baseline must be one of" in str(r.exception) + r.output, args
