@@ -48,6 +48,8 @@ class BenchOptions:
     run_id: Optional[str] = None
     progress: Optional[Callable[[int], None]] = None
     """Called with the number of cases the child has finished (for progress bars)."""
+    peers: tuple[str, ...] = ()
+    """kopt peers: time the candidate against each of these peers (kopt.peers) instead of `baseline`."""
     hidden: bool = False
     """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
     Verdicts add hidden rows of their own (kopt.verdict), so they leave this off."""
@@ -205,7 +207,8 @@ def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseRe
     return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
                seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
                do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, quick=opts.quick,
-               baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work))
+               baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work),
+               peers=list(opts.peers))
 
 
 def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, rows: list[CaseResult],
@@ -223,6 +226,10 @@ def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, r
             _fill_from_child(r, oc, device)
             if oc.result and oc.failure() is None:
                 _verify_outputs(r, case, device, Path(job.out_dir), oc.result.outputs, opts.baseline)
+                if job.peers:  # each peer's output checked too; the best correct one sets REF and SPEEDUP
+                    from kopt.peers import settle
+
+                    settle(r, case, device, Path(job.out_dir))
             _derive(r, case, device)
             r.overhead_s["verify"] = round(time.perf_counter() - t0, 3)
     finally:
@@ -265,7 +272,7 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
     if res:
         r.backend, r.compile_s, r.versions, r.plan = res.backend, res.compile_s, res.versions, res.plan
         r.timing, r.ref_timing, r.ref = res.timing, res.ref_timing, res.ref_name
-        r.speedup_ci = res.speedup_ci
+        r.speedup_ci, r.peers = res.speedup_ci, res.peers
         r.overhead_s.update({k: round(v, 3) for k, v in res.overhead_s.items()})
         if res.timing:
             r.runtime_ms, r.eager_ms = res.timing.median_ms, res.timing.eager_median_ms
@@ -290,7 +297,7 @@ def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, outputs,
 
     from kopt import baselines, verify
 
-    base = baselines.pick(case, device, prefer)
+    base = baselines.tolerance_baseline(case, device, prefer)
     if r.ref == "NA":  # untimed runs: the baseline still ran, to set the tolerance
         r.ref = base.name
     checks, base_failed = verify.check_saved(case, device, base, outputs,

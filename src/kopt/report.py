@@ -121,6 +121,7 @@ def _img(path: Path, alt: str) -> str:
 
 def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None) -> Path:
     """Write the HTML report (default results/<backend>/report.html); returns its path."""
+    from kopt import peers_panel
     from kopt.plot import load_campaign, make_plots
 
     c = load_campaign(ws, device)
@@ -132,7 +133,8 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None) ->
     body = (f"<h1>kopt campaign report</h1><p class='note'>workspace {_e(ws.name)}, device {_e(device or 'all')}, "
             f"generated {_e(now)}; ledger "
             f"lines skipped as unreadable: {c.skipped}</p>" + _cases_section(c, ws) + imgs["speedup"] +
-            imgs["bandwidth"] + _best_section(c) + _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws))
+            imgs["bandwidth"] + peers_panel.report_section(ws, device) + _best_section(c) +
+            _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>kopt report</title>"
            f"<style>{_CSS}</style></head><body>{body}</body></html>\n")
     out = Path(out) if out else ws / "results" / c.backend / "report.html"

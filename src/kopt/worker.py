@@ -201,13 +201,17 @@ class Evaluation:
 
         job = self.job
         opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph, flush=job.flush)
-        base = baselines.pick(job.case, job.device, job.baseline)
-        self.res.ref_name, self.res.ref_note = base.name, base.note
 
         def call(w):
             return self.call(w, poison=False)
 
         cand = rotating(call, timed)
+        if job.peers:  # kopt peers: the candidate against each peer in turn
+            from kopt.peers import time_peers
+
+            return time_peers(self.res, cand, timed, job, opts)
+        base = baselines.pick(job.case, job.device, job.baseline)
+        self.res.ref_name, self.res.ref_note = base.name, base.note
         try:
             base.fn(timed[0])
             guards.sync(job.device)
@@ -217,8 +221,8 @@ class Evaluation:
             self.res.timing = time_fn(cand, job.device, opts)
             return
         # ab: candidate vs baseline; A/A pairs time one function against itself (calibration).
-        fn_a = rotating(base.fn, timed) if job.pair == "aa_base" else cand
-        fn_b = rotating(call if job.pair == "aa_cand" else base.fn, timed)
+        fn_a = base.timed(timed) if job.pair == "aa_base" else cand  # prepared outside the timed calls
+        fn_b = rotating(call, timed) if job.pair == "aa_cand" else base.timed(timed)
         pair = time_pair(fn_a, fn_b, job.device, opts)
         self.res.timing, self.res.ref_timing = pair.a, pair.b
         self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci
