@@ -49,36 +49,38 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
         torch.cuda.synchronize()
     kernels = sorted((e.start_ns(), e.end_ns(), e.name()) for e in prof.profiler.kineto_results.events()
                      if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation())
-    flush_name = _flush_kernel_name(flush)
-    spans, cur = [], None
+    flush_names = _flush_kernel_names(flush)
+    spans, cur, seen_flush = [], None, False
     for s0, e0, name in kernels:
-        if name == flush_name:
-            if cur:
+        if name in flush_names:
+            if cur and seen_flush:  # a call is what lies between two flushes
                 spans.append((cur[1] - cur[0]) / 1e3)
-            cur = None
+            cur, seen_flush = None, True
         else:
             cur = [s0, e0] if cur is None else [cur[0], max(cur[1], e0)]
-    if cur:
+    if cur and seen_flush:
         spans.append((cur[1] - cur[0]) / 1e3)
     return spans
 
 
-_FLUSH_NAME: dict = {}
+_FLUSH_NAMES: dict = {}
 
 
-def _flush_kernel_name(flush) -> str:
-    """The flush's own kernel name, seen once in a profile of the flush alone."""
+def _flush_kernel_names(flush) -> set:
+    """The flush's own kernel names, seen in a profile of the flush alone."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    if id(flush) not in _FLUSH_NAME:
+    if id(flush) not in _FLUSH_NAMES:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            flush()
+            for _ in range(3):
+                flush()
             torch.cuda.synchronize()
-        names = [e.name() for e in prof.profiler.kineto_results.events()
-                 if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation()]
-        _FLUSH_NAME[id(flush)] = names[0]
-    return _FLUSH_NAME[id(flush)]
+        names = {e.name() for e in prof.profiler.kineto_results.events()
+                 if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation()}
+        print(f"flush kernels: {sorted(names)}", file=sys.stderr)
+        _FLUSH_NAMES[id(flush)] = names
+    return _FLUSH_NAMES[id(flush)]
 
 
 def latest_rows(ledger: Path, candidate_id: str) -> dict[int, dict]:

@@ -117,7 +117,7 @@ def test_roofline_measured_once_beside_the_copy_ceiling(tmp_path, monkeypatch, w
 
     def floor(device):
         calls.append("floor")
-        return 0.0021
+        return 0.0021, "fake-floor"
 
     roof = roofline.for_device("cuda:0", measure_read=read, measure_floor=floor)
     assert roof == roofline.Roofline(read_gbps=4700.0, copy_gbps=4160.0, floor_ms=0.0021)
