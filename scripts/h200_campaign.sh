@@ -2,7 +2,9 @@
 # Everything the recorded H200 results rest on, in one bounded run; logs and ledger rows end up in
 # OUTDIR/campaign.tgz.   usage: bash scripts/h200_campaign.sh OUTDIR [STEP ...]
 # Steps (default: all, in this order): doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12
-#   profile paged64 paged16 gputests verify
+#   profile paged64 paged16 gputests verify report
+#   report: kopt plot + kopt report (+ --screenshot where Chromium is installed) from the ledger just written,
+#   so results/ never holds figures of older rows.
 # Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
 #   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
 #   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
@@ -14,7 +16,7 @@
 set -u
 out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
 mkdir -p "$out/logs"
-steps=${*:-doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12 profile paged64 paged16 gputests verify}
+steps=${*:-doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12 profile paged64 paged16 gputests verify report}
 stash=${STASH:-/tmp/kopt-stash}
 export PYTHONUNBUFFERED=1 KOPT_WORKSPACE=$PWD
 log=$out/logs
@@ -72,6 +74,9 @@ for s in $steps; do case $s in
              done; done ;;
   verify)    run verify 600 python3 -m kopt verify --machine --technique "${VERIFY_TECHNIQUE:-shipped}" \
                --hypothesis "${VERIFY_HYPOTHESIS:-the shipped kernel passes the verdict on the H200}" ;;
+  report)    run plot 180 python3 -m kopt plot
+             shot=; command -v chromium >/dev/null && shot=--screenshot
+             run report 180 python3 -m kopt report $shot ;;
   *) echo "unknown step $s" >&2 ;;
 esac; done
 cp candidates.jsonl "$out/logs/" 2>/dev/null

@@ -58,6 +58,8 @@ class StatusReport:
     worst_case: Optional[int] = None
     protocol: list[str] = field(default_factory=list)
     recorded: bool = False
+    shown: Optional[dict] = None
+    """The shown candidate and the rule's best beside it (kopt.shown.Shown.brief())."""
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -204,6 +206,9 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     stagnating = len(hist) >= STAGNATION_AFTER and since >= STAGNATION_AFTER
     rep = StatusReport(len(hist), threshold(ws, rows=rows), best_iteration(hist), top,
                        ranking.records(ranking.best_per_case(df)), hist[-last:] if last > 0 else [], since, stagnating)
+    from kopt.shown import shown_candidate
+
+    rep.shown = shown_candidate(ws, rows, device).brief()
     if stagnating:
         rep.worst_case = _worst_case(ranking.latest_verdict(rows, hist[-1].candidate_id))
         if rep.worst_case is None and rep.best is not None:  # the last iteration has no verdict

@@ -12,7 +12,7 @@ TEXT_TOP = 20
 #: (field, header, format; None = text) of the terminal tables.
 COLUMNS = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("geomean", "geomean", ".3f"),
            ("n_cases", "cases", "d"), ("n_incorrect", "bad", "d"), ("basis", "basis", None),
-           ("technique", "technique", None), ("ancestors", "parent", None)]
+           ("technique", "technique", None), ("ancestors", "parent", None), ("shown_as", "shown as", None)]
 COLUMNS_CASE = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("variant", "variant", None),
                 ("runtime_ms", "runtime ms", ".4f"), ("ref_runtime_ms", "ref ms", ".4f"),
                 ("speedup", "speedup", ".3f"), ("mode", "mode", None)]
@@ -34,8 +34,9 @@ def command(
     from kopt import ranking
     from kopt.cli.common import err_console, out_console
     from kopt.errors import UsageError
-    from kopt.paths import ledger_file
+    from kopt.paths import ledger_file, workspace
     from kopt.results import fmt_na
+    from kopt.shown import shown_candidate
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")
@@ -48,23 +49,30 @@ def command(
     if as_csv:
         print(table.to_csv(index=False), end="")
         return
+    shown = shown_candidate(workspace(), device=device)
     if as_json:
-        print(json.dumps({"case": case, "candidates": ranking.records(table),
+        print(json.dumps({"case": case, "shown": shown.brief(), "candidates": ranking.records(table),
                           "best_per_case": ranking.records(rep.best_per_case),
                           "skipped_lines": len(rep.skipped)}, indent=2))
         return
     from rich.table import Table
 
+    from kopt.cli.status import shown_lines
+
     con = out_console()
     if not len(table):
         con.print("no candidate rows in candidates.jsonl yet")
         return
+    shown_lines(con, shown.brief())
+    mark = {shown.candidate_id: shown.source,
+            **({shown.best_by_rule.candidate_id: "best by rule"} if shown.best_by_rule else {})}
     t = Table(title=f"candidates on case {case}" if case is not None else "candidates (geomean speedup)")
     spec = COLUMNS_CASE if case is not None else COLUMNS
     for _, head, fmt in spec:
         t.add_column(head, justify="left" if fmt is None else "right", min_width=12 if head == "candidate" else None)
     for r in ranking.records(table):
         r["ancestors"] = _short(rep.lineage[r["candidate_id"]][1:])
+        r["shown_as"] = mark.get(r["candidate_id"], "")
         t.add_row(*[("NA" if r[k] is None else str(r[k]) if fmt is None else format(r[k], fmt)) for k, _, fmt in spec])
     con.print(t)
     if top is None and len(table) == TEXT_TOP:

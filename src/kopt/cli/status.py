@@ -13,6 +13,17 @@ def _x(v) -> str:
     return "NA" if v is None else f"{v:.3f}x"
 
 
+def shown_lines(con, shown: dict) -> None:
+    """The shown candidate and, when it is another one, the best by the improvement rule (kopt.shown)."""
+    from kopt.shown import Shown
+
+    s = Shown.model_validate(shown)
+    con.print(f"shown: {s.summary()}", highlight=False, soft_wrap=True)
+    if b := s.best_by_rule:
+        con.print(f"best by the improvement rule: {b.candidate_id} (iteration {b.iteration}, geomean "
+                  f"{_x(b.geomean)}): {b.reason}", highlight=False, soft_wrap=True)
+
+
 def command(
     last: int = typer.Option(5, "--last", min=0, help="How many recent iterations to list."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -37,10 +48,7 @@ def command(
     if best:
         con.print(f"best iteration: {best.iteration} ({best.label}) candidate {best.candidate_id} "
                   f"geomean {_x(best.geomean)} over {best.n_cases} cases")
-    if rep.best_candidate:
-        c = rep.best_candidate
-        con.print(f"best candidate in the ledger: {c['candidate_id']} geomean {_x(c['geomean'])} "
-                  f"over {c['n_cases']} cases ({c['basis']})")
+    shown_lines(con, rep.shown)
     if rep.best_per_case:
         t = Table(title="best per case")
         for col in ("case", "variant", "candidate", "runtime ms", "speedup"):
