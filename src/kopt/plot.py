@@ -145,7 +145,8 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(10, 4.8))
     pts = c.trajectory
     if not pts:
-        _empty(ax, "no verdict iterations yet (for this device)" if c.trajectory_source == "none" else "no iterations yet")
+        _empty(ax, "no verdict iterations yet (for this device)" if c.trajectory_source == "none"
+               else "no iterations yet")
         return _save(fig, path, c)
     # The rule compares iterations on one device only: one best-so-far line per device.
     devices = list(dict.fromkeys(p.device for p in pts))

@@ -22,8 +22,9 @@ from typing import Optional
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;
 text-align:right}th{background:#f3f3f3}td.l,th.l{text-align:left}.ok{color:#080}.watch{color:#b60}
-.limiting{color:#c00;font-weight:bold}td.NA,.NA{color:#999}.note{color:#666;font-size:12px}td.m{white-space:nowrap}td.notes{max-width:420px;
-font-size:11px;color:#555;text-align:left}img{max-width:100%}.box{background:#f7f7f2;border:1px solid #ddd;padding:.6em 1em}"""
+.limiting{color:#c00;font-weight:bold}td.NA,.NA{color:#999}.note{color:#666;font-size:12px}
+td.m{white-space:nowrap}td.notes{max-width:420px;font-size:11px;color:#555;text-align:left}img{max-width:100%}
+.box{background:#f7f7f2;border:1px solid #ddd;padding:.6em 1em}"""
 _SCRIPT = ("window.addEventListener('load',function(){var im=document.images,ok=0;for(var i=0;i<im.length;i++)"
            "{var g=im[i].complete&&im[i].naturalWidth>0;im[i].setAttribute('data-state',g?'loaded':'failed');"
            "ok+=g?1:0;}document.body.setAttribute('data-images',ok+'/'+im.length);"

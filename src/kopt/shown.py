@@ -233,7 +233,8 @@ def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optiona
             ahead.append((r["case"], so, sm, _noise(r, m)))
     head = (f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)} against the shown "
             f"{_x(s.verdict_geomean)}" if s.verdict_geomean else
-            f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)}; the shown candidate has no verdict geomean")
+            f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)}; the shown candidate has no "
+            "verdict geomean")
     if ahead:
         cases = "; ".join(f"case {c} {so:.3f}x vs {sm:.3f}x ({n or 'timings not flagged noisy'})"
                           for c, so, sm, n in ahead)

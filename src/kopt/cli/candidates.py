@@ -10,9 +10,12 @@ import typer
 
 TEXT_TOP = 20
 #: (field, header, format; None = text) of the terminal tables.
-COLUMNS = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("geomean", "geomean", ".3f"),
-           ("n_cases", "cases", "d"), ("n_incorrect", "bad", "d"), ("basis", "basis", None),
-           ("technique", "technique", None), ("ancestors", "parent", None), ("shown_as", "shown as", None)]
+COLUMNS = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("shown_as", "mark", None),
+           ("geomean", "geomean", ".3f"), ("n_cases", "cases", "d"), ("n_incorrect", "bad", "d"),
+           ("basis", "basis", None),
+           ("technique", "technique", None), ("ancestors", "parent", None)]
+#: Marks of the shown candidate (by its source) and of the rule's best, in the `mark` column.
+MARKS = {"shipped": "ship", "ledger best": "top", "rule": "rule"}
 COLUMNS_CASE = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("variant", "variant", None),
                 ("runtime_ms", "runtime ms", ".4f"), ("ref_runtime_ms", "ref ms", ".4f"),
                 ("speedup", "speedup", ".3f"), ("mode", "mode", None)]
@@ -64,8 +67,8 @@ def command(
         con.print("no candidate rows in candidates.jsonl yet")
         return
     shown_lines(con, shown.brief())
-    mark = {shown.candidate_id: shown.source,
-            **({shown.best_by_rule.candidate_id: "best by rule"} if shown.best_by_rule else {})}
+    mark = {shown.candidate_id: MARKS.get(shown.source, ""),
+            **({shown.best_by_rule.candidate_id: MARKS["rule"]} if shown.best_by_rule else {})}
     t = Table(title=f"candidates on case {case}" if case is not None else "candidates (geomean speedup)")
     spec = COLUMNS_CASE if case is not None else COLUMNS
     for _, head, fmt in spec:
@@ -75,6 +78,9 @@ def command(
         r["shown_as"] = mark.get(r["candidate_id"], "")
         t.add_row(*[("NA" if r[k] is None else str(r[k]) if fmt is None else format(r[k], fmt)) for k, _, fmt in spec])
     con.print(t)
+    if case is None:
+        con.print("mark: ship = the shipped candidate (shown), top = the top-ranked one (shown: no solution/), "
+                  "rule = the best by the improvement rule", style="dim", highlight=False)
     if top is None and len(table) == TEXT_TOP:
         con.print(f"(first {TEXT_TOP}; --top N, --json or --csv for more)")
     b = Table(title="best per case (lowest runtime among correct rows)")
