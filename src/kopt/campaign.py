@@ -118,11 +118,12 @@ class Campaign:
                 "kopt-verdict-run": (s.verdict_run if s else None) or "none"}
 
 
-def _ragged_geomean(rows: list[dict], cid: str, ragged: dict) -> Optional[float]:
-    from kopt.ranking import latest_verdict, row_speedup
+def _ragged_geomean(verdict: list[dict], ragged: dict) -> Optional[float]:
+    """Geomean speedup of a verdict's correct rows on the ragged cases, in each case's own variant."""
+    from kopt.ranking import row_speedup
     from kopt.stats import geomean
 
-    return geomean([s for r in latest_verdict(rows, cid) if r.get("case") in ragged and r.get("correct") is True
+    return geomean([s for r in verdict if r.get("case") in ragged and r.get("correct") is True
                     and (r.get("variant") or "") in (ragged[r["case"]], "") and (s := row_speedup(r))])
 
 
@@ -131,8 +132,17 @@ def iterations(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[I
     order, judged by the same rule (kopt.loop.outcome)."""
     from kopt.cases import load_cases
     from kopt.paths import cases_file
+    from kopt.ranking import failed, geomean_of, latest_verdict, row_cid, verdict_device
 
     ragged = {c.id: c.variant.label() for c in load_cases(cases_file(ws)) if c.kind == "ragged"}
+    by_cid: dict[str, list[dict]] = {}  # one pass over the ledger, not one per candidate
+    for r in rows:
+        if r.get("mode") == "verdict" and r.get("kind", "case") == "case" and (cid := row_cid(r)):
+            by_cid.setdefault(cid, []).append(r)
+
+    def verdict(cid: Optional[str]) -> list[dict]:
+        return latest_verdict(by_cid.get(cid, []), cid) if cid else []
+
     try:
         from kopt.loop import history
 
@@ -141,22 +151,17 @@ def iterations(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[I
         hist = []
     if hist:
         return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
-                          _ragged_geomean(rows, h.candidate_id, ragged) if h.candidate_id else None)
-                for h in hist], "git [iter N] commits"
+                          _ragged_geomean(verdict(h.candidate_id), ragged)) for h in hist], "git [iter N] commits"
     from kopt.loop import outcome, threshold
-    from kopt.ranking import failed, geomean_of, latest_verdict, row_cid, verdict_device
 
-    order: dict[str, str] = {}
-    for r in rows:
-        if r.get("mode") == "verdict" and r.get("kind", "case") == "case" and row_cid(r):
-            order.setdefault(row_cid(r), str(r.get("timestamp") or ""))
+    order = {cid: str(rs[0].get("timestamp") or "") for cid, rs in by_cid.items()}
     thr, best, out = threshold(ws, rows=rows), None, []
     for i, cid in enumerate(sorted(order, key=lambda k: order[k]), 1):
-        v = latest_verdict(rows, cid)
+        v = verdict(cid)
         gm, _ = geomean_of(v)
         got = outcome(gm, failed(v), best, thr)
         best = gm if got == "improved" else best
-        out.append(IterPoint(i, cid, gm, got, verdict_device(v), _ragged_geomean(rows, cid, ragged)))
+        out.append(IterPoint(i, cid, gm, got, verdict_device(v), _ragged_geomean(v, ragged)))
     return out, "ledger verdict rows by candidate" if out else "none"
 
 

@@ -171,8 +171,11 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     from kopt.loop import current_candidate
     from kopt.paths import ledger_file
 
+    from kopt.ledger import Loaded
+
     ws = Path(ws)
     rows = rows if rows is not None else load_dicts(ledger_file(ws)).rows
+    everything = rows
     if device:
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
     s = Shown()
@@ -180,7 +183,7 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     if cid:
         s.candidate_id, s.source = cid, "shipped"
     else:
-        df, _ = ranking.load_frame(ledger_file(ws), device, load_dicts(ledger_file(ws)))
+        df, _ = ranking.load_frame(ledger_file(ws), device, Loaded(rows=everything))  # filtered there
         top = ranking.best(df)
         if not top:  # still one row per case: the tables say what is missing, they do not shrink
             from kopt.cases import load_cases

@@ -52,7 +52,7 @@ def command(
     if as_csv:
         print(table.to_csv(index=False), end="")
         return
-    shown = shown_candidate(workspace(), device=device)
+    shown = shown_candidate(workspace(), rep.rows, device=device)
     if as_json:
         print(json.dumps({"case": case, "shown": shown.brief(), "candidates": ranking.records(table),
                           "best_per_case": ranking.records(rep.best_per_case),
