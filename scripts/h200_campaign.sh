@@ -5,7 +5,9 @@
 #   profile paged64 paged16 gputests verify report
 #   report: kopt plot + kopt report (+ --screenshot where Chromium is installed) from the ledger just written,
 #   so results/ never holds figures of older rows.
-# Extra steps: ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
+# Extra steps: timingtests (GPU timing + adversarial tests), bench5 (five bench --all), graphcheck
+#   (scripts/gpu_graph_check.py against the ledger's rows), aa (A/A on AA_CASES), wall3 (case 10 wall time x3),
+#   verifyat (kopt verify of each candidate file in VERIFY_AT), ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
 #   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
 #   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
@@ -74,6 +76,15 @@ for s in $steps; do case $s in
              done; done ;;
   verify)    run verify 600 python3 -m kopt verify --machine --technique "${VERIFY_TECHNIQUE:-shipped}" \
                --hypothesis "${VERIFY_HYPOTHESIS:-the shipped kernel passes the verdict on the H200}" ;;
+  timingtests) run timing_tests 300 python3 -m pytest -m gpu -q -x tests/test_timing.py tests/test_adversarial.py ;;
+  bench5)    for i in 1 2 3 4 5; do run "bench_all_$i" 300 python3 -m kopt bench --all --cold-cache --machine; done ;;
+  graphcheck) run graph_check 300 python3 scripts/gpu_graph_check.py --cases "${GRAPH_CASES:-1-18}" \
+               --ledger candidates.jsonl --out "$log/graph-check.md" ;;
+  aa)        run aa 300 python3 -m kopt calibrate --case "${AA_CASES:-5,10,15}" --json ;;
+  wall3)     for i in 1 2 3; do run "wall_$i" 60 python3 -m kopt bench --case 10 --cold-cache --machine --no-record; done ;;
+  verifyat)  # VERIFY_AT: candidate files to verify in turn (older iterations unpacked beside the tree)
+             for f in ${VERIFY_AT:-}; do run "verify_$(basename "$(dirname "$(dirname "$(dirname "$f")")")")" 600 \
+               python3 -m kopt verify "$f" --machine --technique "re-verify" --hypothesis "same-session verdict"; done ;;
   report)    run plot 180 python3 -m kopt plot
              shot=; command -v chromium >/dev/null && shot=--screenshot
              run report 180 python3 -m kopt report $shot ;;

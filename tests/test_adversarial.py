@@ -58,7 +58,7 @@ def _eval(name: str, case: Case = TINY, timing: bool = False, timeout_s: float =
 
 def test_suite_is_complete():
     files = {p.stem for p in ADV.glob("*.py") if not p.stem.startswith("_")}
-    others = {"honest", "infinite_loop", "shape_table", "side_stream_gpu"}
+    others = {"honest", "infinite_loop", "shape_table", "side_stream_gpu", "side_stream_shipped", "side_stream_joined"}
     assert files == set(EXPECTED) | others
     assert len(files) - 1 >= 15
 
@@ -122,6 +122,26 @@ def test_side_stream_gpu():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("name, status", [("side_stream_shipped", S.side_stream), ("side_stream_joined", S.ok)])
+def test_side_stream_seen_in_device_records(name, status):
+    """The shipped kernel on a side stream: rejected unless the caller's stream is made to wait for it."""
+    case = load_cases()[9]  # case 10: a split plan, two kernels per call
+    opts = BenchOptions(device="cuda", quick=True, record=False, timeout_s=300)
+    r = evaluate(ADV / f"{name}.py", [case], opts)[0]
+    assert r.status == status, r.message
+    if status == S.ok:
+        assert r.timing.side_stream == 0 and r.timing.device_only
+
+
+@pytest.mark.gpu
+def test_shipped_kernel_is_not_side_stream():
+    opts = BenchOptions(device="cuda", quick=True, record=False, timeout_s=300)
+    r = evaluate(SHIPPED, [load_cases()[9]], opts)[0]
+    assert r.status == S.ok and r.timing.side_stream == 0 and r.timing.device_only, r.message
+    assert r.eager_ms is not None and r.pct_limit is not None
+
+
+@pytest.mark.gpu
 def test_oom_gpu():
     opts = BenchOptions(device="cuda", quick=True, record=False, timeout_s=120, timing=False)
     assert evaluate(ADV / "oom.py", [TINY], opts)[0].status == S.oom
@@ -138,13 +158,14 @@ def _timed_row(runtime_ms: float, cold: bool = True) -> CaseResult:
 
 @pytest.fixture
 def fake_ceiling(monkeypatch):
-    from kopt import calibrate, hardware
+    from kopt import calibrate, roofline
 
-    monkeypatch.setattr(hardware, "copy_ceiling_gbps", lambda *a, **k: 1000.0)
+    roof = roofline.Roofline(read_gbps=1000.0, copy_gbps=900.0, floor_ms=0.002)
+    monkeypatch.setattr(roofline, "for_device", lambda *a, **k: roof)
     monkeypatch.setattr(calibrate, "aa_spread", lambda *a, **k: None)
 
 
-def test_implausible_when_faster_than_the_copy_ceiling(fake_ceiling):
+def test_implausible_when_faster_than_the_read_ceiling(fake_ceiling):
     from kopt import bench
     from kopt.workload import bytes_moved
 
@@ -152,11 +173,12 @@ def test_implausible_when_faster_than_the_copy_ceiling(fake_ceiling):
     at_ceiling_ms = bytes_moved(case) / 1000e9 * 1e3
     r = _timed_row(at_ceiling_ms / 2)  # 2000 GB/s against a 1000 GB/s ceiling
     bench._derive(r, case, "cuda")
-    assert r.status == S.implausible and not r.correct and "copy ceiling" in r.message
+    assert r.status == S.implausible and not r.correct and "read ceiling" in r.message
 
     ok = _timed_row(at_ceiling_ms * 1.1)
     bench._derive(ok, case, "cuda")
     assert ok.status == S.ok and ok.correct and 80 < ok.pct_peak < 100
+    assert ok.limit_ms == pytest.approx(at_ceiling_ms) and ok.pct_limit == pytest.approx(100 / 1.1)
 
     warm = _timed_row(at_ceiling_ms / 2, cold=False)  # hot-L2 numbers may exceed DRAM bandwidth
     bench._derive(warm, case, "cuda")

@@ -90,3 +90,40 @@ def test_copy_ceiling_measures_once_then_reads_cache(tmp_path, monkeypatch, work
     assert (workspace / "results" / "hardware-H200.json").is_file()     # default: workspace results/
     assert hardware.copy_ceiling_gbps("cuda:0", tmp_path, measure=lambda d: 4100.0) == 4100.0
     assert hardware.copy_ceiling_gbps("cuda:0", refresh=True, measure=lambda d: 4200.0) == 4200.0
+
+
+def test_limit_arithmetic():
+    from kopt import roofline
+
+    roof = roofline.Roofline(read_gbps=4000.0, copy_gbps=4100.0, floor_ms=0.002)
+    assert roofline.limit_ms(8_000_000, roof) == pytest.approx(0.002)           # 2 µs of bytes: the floor
+    assert roofline.limit_ms(400_000_000, roof) == pytest.approx(0.1)           # 100 µs of bytes
+    assert roofline.limit_ms(1_000, roof) == 0.002                              # tiny call: the floor
+    assert roofline.pct_limit(0.1, 0.125) == pytest.approx(80.0)
+
+
+def test_roofline_measured_once_beside_the_copy_ceiling(tmp_path, monkeypatch, workspace):
+    from kopt import roofline
+
+    fake = DeviceInfo(name="H200", device="cuda:0", raw_name="NVIDIA H200", unit_name="SM", units=132,
+                      warp_size=32, l2_bytes=60 * MiB, spec_bw_gbps=4800, profile=None)
+    monkeypatch.setattr(hardware, "detect", lambda device: fake)
+    monkeypatch.setattr(hardware, "measure_copy_gbps", lambda device: 4160.0)
+    calls = []
+
+    def read(device):
+        calls.append("read")
+        return 4700.0, "fake-read"
+
+    def floor(device):
+        calls.append("floor")
+        return 0.0021
+
+    roof = roofline.for_device("cuda:0", measure_read=read, measure_floor=floor)
+    assert roof == roofline.Roofline(read_gbps=4700.0, copy_gbps=4160.0, floor_ms=0.0021)
+    assert roofline.for_device("cuda:0", measure_read=read, measure_floor=floor) == roof
+    assert calls == ["read", "floor"]                                       # cached after the first
+    saved = json.loads((workspace / "results" / "hardware-H200.json").read_text())
+    assert saved["read_gbps"] == 4700.0 and saved["copy_gbps"] == 4160.0 and saved["floor_ms"] == 0.0021
+    assert saved["read_bytes"] >= 4 << 30 and saved["roofline_at"]
+    assert roofline.for_device("cpu") is None

@@ -48,14 +48,14 @@ def test_init_scaffolds_and_commits(tmp_path):
     assert "*.lock" in (ws / ".gitignore").read_text()
 
 
-def test_packaged_cases_are_the_fourteen(monkeypatch, tmp_path):
+def test_packaged_cases_are_the_projects(monkeypatch, tmp_path):
     from kopt.cases import load_cases
     from kopt.paths import cases_file
 
     assert (TEMPLATES / "bench" / "cases.yaml").read_text() == (REPO / "bench" / "cases.yaml").read_text()
     monkeypatch.setenv("KOPT_WORKSPACE", str(tmp_path / "nothing"))
     assert cases_file() == TEMPLATES / "bench" / "cases.yaml"
-    assert [c.id for c in load_cases()] == list(range(1, 15))
+    assert [c.id for c in load_cases()] == list(range(1, 19))  # the 14 seed cases and the ragged 15-18
 
 
 def test_init_refuses_non_empty(tmp_path):

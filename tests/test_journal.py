@@ -127,8 +127,8 @@ def test_log_entry_shape(ws):
     (e,) = journal.parse((ws / "ITERATIONS.md").read_text())
     assert (e.number, e.title, list(e.sections)) == (1, "Tile 64 keys", list(journal.SECTIONS))
     assert "solution/tilelang/run_kernel.py | 1 +" in e.sections["Changes"]
-    assert "| 1 | 0.0500 | 0.1000 | 2.000x |  | ok |" in e.sections["Bench"]
-    assert "| 10 | 0.2000 | 0.1000 | 0.500x |  | ok |" in e.sections["Bench"]
+    assert "| 1 | 0.0500 | 0.1000 | 2.000x | NA |  | ok |" in e.sections["Bench"]
+    assert "| 10 | 0.2000 | 0.1000 | 0.500x | NA |  | ok |" in e.sections["Bench"]
     assert f"`{cid}`: geomean speedup 1.000x over 2 correct case(s); no previous best" in e.sections["Bench"]
 
 

@@ -81,18 +81,30 @@ def test_plot_writes_pngs_naming_the_candidate(workspace):
 
 
 def test_peer_rows_get_a_panel(workspace):
-    write_ledger(workspace)
-    peers = [dict(row_id=uuid.uuid4().hex, mode="peers", kind="case", candidate_id="bbbbbbbbbbbb", case=c,
-                  variant="fp16-d128-contig-full", peer=p, runtime_ms=0.02, ref_runtime_ms=0.03, speedup=1.5,
-                  speedup_ci=[1.4, 1.6], device="H200", status="ok") for c in (9, 10) for p in ("flashinfer", "fa3")]
-    with open(ledger_file(workspace), "a") as f:              # raw rows: the peers command writes its own schema
-        f.writelines(json.dumps(r) + "\n" for r in peers)
-    from kopt.plot import load_campaign
+    """The newest `kopt peers` run of each device: its panel redrawn as peers-<device>.png, stamped."""
+    from kopt.plot import load_campaign, png_text
 
+    write_ledger(workspace)
+
+    def peer(name, sp):
+        t = {"method": "cupti", "median_ms": 0.02, "noisy": False}
+        return {"peer": name, "ref": f"{name}-1.0", "correct": True, "timing": t,
+                "ref_timing": {**t, "median_ms": 0.02 * sp}, "speedup": sp, "speedup_ci": [sp * 0.99, sp * 1.01]}
+
+    runs = [dict(row_id=uuid.uuid4().hex, run_id=run, mode="peers", kind="case", candidate_id="bbbbbbbbbbbb",
+                 case=c, variant="fp16-d128-contig-full", runtime_ms=0.02, device="H200", status="ok",
+                 timestamp="2026-01-05T00:00:00+00:00", peers=[peer("fa2", sp), peer("fa3", sp / 2)])
+            for run, sp in (("old", 9.0), ("new", 1.5)) for c in (9, 10)]
+    with open(ledger_file(workspace), "a") as f:              # raw rows, as kopt peers writes them
+        f.writelines(json.dumps(r) + "\n" for r in runs)
     c = load_campaign(workspace)
-    assert [(p.case, p.peer) for p in c.peers] == [(9, "fa3"), (9, "flashinfer"), (10, "fa3"), (10, "flashinfer")]
+    assert list(c.peers) == ["h200"] and c.peers["h200"].run_id == "new" and len(c.peers["h200"].rows) == 2
     r = runner.invoke(app, ["plot", "--json"])
-    assert json.loads(r.stdout)["files"][-1].endswith("peers.png")
+    png = json.loads(r.stdout)["files"][-1]
+    assert png.endswith("plots/peers-h200.png") and png_text(png)["kopt-candidate"] == "bbbbbbbbbbbb"
+    assert runner.invoke(app, ["report"]).exit_code == 0
+    text = (workspace / "results" / "tilelang" / "report.html").read_text()
+    assert "<h2>Peers</h2>" in text and "data-img='peers-h200'" in text and "No peer rows yet" not in text
 
 
 def test_plot_empty_ledger_and_out_dir(workspace, tmp_path):

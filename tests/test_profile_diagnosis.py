@@ -72,6 +72,76 @@ def test_tail_from_occupancy_limits_and_unknown_capacity():
     assert score(dg.tail(ev(), k(grid_size=400))) == "NA"
 
 
+# ---------------------------------------------------------------- 2b tail effect from the plan and the lengths
+
+def test_split_work_follows_the_allocated_or_the_own_length():
+    from kopt.profile.geometry import split_work
+
+    # 2 splits of 64-key tiles; the cache holds 256 keys (4 tiles): eager chunks are 2 tiles of the allocation
+    assert split_work([10, 0, 130], 1, 64, 2, 256, eager=True) == [10, 0, 0, 0, 128, 2]
+    # own length: 130 keys are 3 tiles, chunks of 2 tiles; a 100-key row is 2 tiles, chunks of 1
+    assert split_work([130, 100], 1, 64, 2, 256) == [128, 2, 64, 36]
+    assert split_work([100], 2, 64, 2, 256, eager=True) == [100, 0, 100, 0]  # the row repeats per kv head
+    assert sum(split_work([61519, 17, 17, 17], 4, 64, 16, 61519)) == 4 * (61519 + 3 * 17)
+
+
+def test_balance_deals_ctas_in_waves():
+    from kopt.profile.geometry import balance, plan_balance
+
+    even = balance([5] * 8, 4)
+    assert (even.busiest_keys, even.imbalance, even.idle_pct) == (10, 1.0, 0.0)
+    one = balance([100, 1, 1, 1], 4)  # one long row: its unit works, the others wait
+    assert one.busiest_keys == 100 and one.imbalance == pytest.approx(100 / (103 / 4))
+    assert balance([], 4) is None and balance([0, 0], 4) is None
+    b, why = plan_balance({"path": "c-target"}, [5], 1, 5, 132)
+    assert b is None and "block_N" in why
+    assert plan_balance({"block_N": 64, "num_splits": 2}, [5], 1, 5, None)[1] == "the unit count is unknown"
+
+
+def test_ragged_case_15_plan_leaves_most_units_idle():
+    """Case 15 (one 32768-key sequence, fifteen of 512) under 2 splits of 64-key tiles: the long row's
+    16 CTAs carry most of the keys, so the busiest SM reads ~6.8x the mean: limiting, pattern C."""
+    from kopt.cases import load_cases
+    from kopt.profile.geometry import plan_balance
+
+    c15 = next(c for c in load_cases() if c.id == 15)
+    b, _ = plan_balance({"block_N": 64, "num_splits": 2, "eager": False}, c15.seq_lengths(), c15.kv_heads,
+                        c15.seqlen_k, 132)
+    assert b.ctas == 2 * 8 * 16 and b.imbalance == pytest.approx(6.79, abs=0.01)
+    d = dg.tail(ev(balance=b), k(grid_size=256, waves_per_sm=0.97))
+    assert score(d) == "limiting" and "C" in d.patterns and d.evidence["plan_imbalance"] == pytest.approx(6.788, abs=1e-3)
+    assert "busiest SM reads 6.79x the mean keys" in d.reason and d.evidence["plan"].startswith("block_N 64 x 2")
+    # the same grid on uniform lengths is even: the wave score alone (0.97 waves, ok) stays as it was
+    u, _ = plan_balance({"block_N": 64, "num_splits": 2}, [32768] * 16, 8, 32768, 132)
+    assert score(dg.tail(ev(balance=u), k(grid_size=256, waves_per_sm=0.97))) == "ok"
+
+
+def test_tail_from_the_plan_alone_and_its_na_reason():
+    from kopt.profile.geometry import balance
+
+    d = dg.tail(ev(balance=balance([100, 1, 1, 1], 132)), None)  # no kernel recorded: the plan still scores
+    assert score(d) == "limiting" and d.patterns == ["A"]       # 4 CTAs on 132 units
+    d = dg.tail(ev(balance_na="no plan recorded"), k(grid_size=400))
+    assert score(d) == "NA" and "plan-based balance NA: no plan recorded" in d.reason
+
+
+def test_profile_reads_the_plan_from_the_ledger(workspace):
+    from kopt import ledger
+    from kopt.cases import load_cases
+    from kopt.profile.runner import _balance
+    from kopt.results import CaseResult
+
+    c18 = next(c for c in load_cases() if c.id == 18)
+    b, why = _balance(workspace, "abc", c18, 0, 132, "H200")
+    assert b is None and "kopt bench --case 18" in why
+    ledger.append(workspace / "candidates.jsonl", [CaseResult(
+        row_id="r1", candidate_id="abc", case=18, variant=c18.variant.label(), device="H200",
+        plan={"path": "cuda", "block_N": 64, "num_splits": 16, "eager": False})])
+    b, why = _balance(workspace, "abc", c18, 0, 132, "H200")
+    assert why == "" and b.ctas == 16 * 4 * 4 and b.imbalance > 2  # one long row of four
+    assert _balance(workspace, "abc", c18, 0, 132, "B200")[0] is None  # a plan of another device is not used
+
+
 # ---------------------------------------------------------------- 3 stall breakdown
 
 def test_stalls_long_scoreboard_low_dram_full_grid_is_b():

@@ -95,6 +95,56 @@ def test_kineto_records_layout_seen_on_torch_2_11():
     assert spans == [pytest.approx(0.035, abs=1e-9)]  # no 256-ns float rounding
 
 
+def _rec(name, start, end, launch, stream=7):
+    return cupti.DeviceRecord(name, start * 1e3, end * 1e3, launch * 1e3, stream)
+
+
+def test_call_facts_device_only_and_host_bound():
+    # Two calls of a split + combine design; the harness's hold and flush (stream 7) outside both ranges.
+    tr = cupti.Trace(
+        ranges=[(0.0, 10e3), (200e3, 260e3)],
+        records=[_rec("spin", 0, 40, -1), _rec("flush", 41, 100, -0.5),
+                 _rec("split", 101, 110, 1), _rec("combine", 110.5, 113, 2),    # launched long before
+                 _rec("flush", 114, 170, 15),
+                 _rec("split", 201, 214, 200.5), _rec("combine", 251, 253, 250)],  # launched after split ended
+        joins=[])
+    facts = cupti.call_facts(tr, 2, cupti.main_stream_of(tr))
+    assert [f.span_us for f in facts] == [pytest.approx(12.0), pytest.approx(52.0)]
+    assert [f.host_bound for f in facts] == [False, True]
+    assert not any(f.side_stream for f in facts)
+
+
+def test_call_facts_side_stream_needs_a_join_after_the_last_side_launch():
+    def trace(joins):
+        return cupti.Trace(ranges=[(0.0, 10e3)], records=[_rec("flush", 0, 50, -1, stream=7),
+                                                          _rec("k", 60, 70, 2, stream=13)], joins=joins)
+
+    assert cupti.main_stream_of(trace([])) == 7
+    assert cupti.call_facts(trace([]), 1, 7)[0].side_stream                 # never joined
+    assert cupti.call_facts(trace([1e3]), 1, 7)[0].side_stream              # a wait before the launch only
+    assert not cupti.call_facts(trace([1e3, 5e3]), 1, 7)[0].side_stream     # joined after it
+    assert cupti.call_facts(trace([20e3]), 1, 7)[0].side_stream             # after run returned: too late
+    assert not cupti.call_facts(trace([]), 1, None)[0].side_stream          # no harness stream known
+
+
+def test_device_only_batch_drops_host_bound_calls_and_counts_side_streams():
+    from kopt.timing_cuda import CudaTimer
+
+    t = CudaTimer.__new__(CudaTimer)
+    t.clock = type("C", (), {"low": staticmethod(lambda mhz: False)})()
+    s = Samples()
+    facts = [cupti.CallFacts(0.012), cupti.CallFacts(0.026, host_bound=True), cupti.CallFacts(None),
+             cupti.CallFacts(0.013, side_stream=True)]
+    CudaTimer._add(t, s, facts, [0.02], 1980.0)
+    assert s.dev == [pytest.approx(12e-6), None, pytest.approx(13e-6)] and s.host_bound == 1 and s.side_stream == 1
+    e = Samples()
+    CudaTimer._add(t, e, facts, [], 1980.0, eager=True)                    # eager spans keep the host's gaps
+    assert len(e.dev) == 4 and e.host_bound == 0
+    st = timing.summarize(s, "cupti", True, True, 256 << 20, eager=e)
+    assert st.device_only and st.host_bound == 1 and st.side_stream == 2
+    assert st.eager_median_ms == pytest.approx(13e-6)
+
+
 # ---------------------------------------------------------------- summaries
 
 def test_summarize_low_clock_and_fallbacks():

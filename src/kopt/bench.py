@@ -48,6 +48,8 @@ class BenchOptions:
     run_id: Optional[str] = None
     progress: Optional[Callable[[int], None]] = None
     """Called with the number of cases the child has finished (for progress bars)."""
+    peers: tuple[str, ...] = ()
+    """kopt peers: time the candidate against each of these peers (kopt.peers) instead of `baseline`."""
     hidden: bool = False
     """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
     Verdicts add hidden rows of their own (kopt.verdict), so they leave this off."""
@@ -176,7 +178,7 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=paths.relative(path),
                        candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
-                       case=case.id, variant=_label(case, opts.tag),
+                       case=case.id, case_kind=case.kind, variant=_label(case, opts.tag),
                        commit=commit, device=device, static_warnings=warns) for case in cases]
     if errors:
         for r in rows:
@@ -205,7 +207,8 @@ def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseRe
     return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
                seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
                do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, quick=opts.quick,
-               baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work))
+               baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work),
+               peers=list(opts.peers))
 
 
 def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, rows: list[CaseResult],
@@ -223,6 +226,10 @@ def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, r
             _fill_from_child(r, oc, device)
             if oc.result and oc.failure() is None:
                 _verify_outputs(r, case, device, Path(job.out_dir), oc.result.outputs, opts.baseline)
+                if job.peers:  # each peer's output checked too; the best correct one sets REF and SPEEDUP
+                    from kopt.peers import settle
+
+                    settle(r, case, device, Path(job.out_dir))
             _derive(r, case, device)
             r.overhead_s["verify"] = round(time.perf_counter() - t0, 3)
     finally:
@@ -232,8 +239,17 @@ def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, r
 
 def hidden_variant(case: Case) -> Case:
     """A shape the candidate has never been shown: 3 more sequences, 13 more cache slots, ragged lengths."""
-    c = case.model_copy(update={"batch": case.batch + 3, "seqlen_k": case.seqlen_k + 13})
-    return c.with_variant(seqlens="ragged")
+    return reshaped(case, case.batch + 3, case.seqlen_k + 13).with_variant(seqlens="ragged")
+
+
+def reshaped(case: Case, batch: int, seqlen_k: int) -> Case:
+    """The case at another batch and cache length. A ragged case's own lengths fit only its own shape,
+    so its reshaped copy drops them and becomes a perf case (callers ask for seeded ragged lengths);
+    the copy is validated, never a silently inconsistent model_copy."""
+    data = case.model_dump() | {"batch": batch, "seqlen_k": seqlen_k}
+    if case.kind == "ragged":
+        data |= {"kind": "perf", "lengths": None}
+    return Case.model_validate(data)
 
 
 def _check_hidden(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
@@ -256,12 +272,12 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
     if res:
         r.backend, r.compile_s, r.versions, r.plan = res.backend, res.compile_s, res.versions, res.plan
         r.timing, r.ref_timing, r.ref = res.timing, res.ref_timing, res.ref_name
-        r.speedup_ci = res.speedup_ci
+        r.speedup_ci, r.peers = res.speedup_ci, res.peers
         r.overhead_s.update({k: round(v, 3) for k, v in res.overhead_s.items()})
         if res.timing:
-            r.runtime_ms = res.timing.median_ms
+            r.runtime_ms, r.eager_ms = res.timing.median_ms, res.timing.eager_median_ms
         if res.ref_timing:
-            r.ref_runtime_ms = res.ref_timing.median_ms
+            r.ref_runtime_ms, r.ref_eager_ms = res.ref_timing.median_ms, res.ref_timing.eager_median_ms
         r.speedup = res.speedup
         r.message = res.message
     fail = oc.failure()
@@ -281,7 +297,7 @@ def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, outputs,
 
     from kopt import baselines, verify
 
-    base = baselines.pick(case, device, prefer)
+    base = baselines.tolerance_baseline(case, device, prefer)
     if r.ref == "NA":  # untimed runs: the baseline still ran, to set the tolerance
         r.ref = base.name
     checks, base_failed = verify.check_saved(case, device, base, outputs,
@@ -299,23 +315,26 @@ def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, outputs,
 
 
 def implausible(gbps: float, ceiling: Optional[float]) -> bool:
-    """Faster than a decode call can be: more than IMPLAUSIBLE_FRACTION x the measured copy ceiling."""
+    """Faster than a decode call can be: more than IMPLAUSIBLE_FRACTION x the measured read ceiling."""
     return bool(ceiling) and gbps > IMPLAUSIBLE_FRACTION * ceiling
 
 
 def _derive(r: CaseResult, case: Case, device: str) -> None:
-    """Correct flag, bandwidth, %peak, the implausibility guard and the improvement flag."""
-    from kopt import calibrate, hardware, stats
-    from kopt.workload import gbps
+    """Correct flag, bandwidth, % of the read ceiling and of the limit, the implausibility guard, improvement."""
+    from kopt import calibrate, roofline, stats
+    from kopt.workload import bytes_moved, gbps
 
     r.correct = r.status in (Status.ok, Status.baseline_error) and r.compiled
     if r.runtime_ms:
         r.gbps = gbps(case, r.runtime_ms)
-        ceiling = hardware.copy_ceiling_gbps(device) if device == "cuda" else None
-        if ceiling:
-            r.pct_peak = 100.0 * r.gbps / ceiling
-            if r.correct and r.timing and r.timing.cold and implausible(r.gbps, ceiling):
+        roof = roofline.for_device(device) if device == "cuda" else None
+        if roof:
+            r.pct_peak = 100.0 * r.gbps / roof.read_gbps
+            r.limit_ms = roofline.limit_ms(bytes_moved(case), roof)
+            r.pct_limit = roofline.pct_limit(r.limit_ms, r.runtime_ms)
+            if r.correct and r.timing and r.timing.cold and implausible(r.gbps, roof.read_gbps):
                 r.status, r.correct = Status.implausible, False
-                r.message = f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured copy ceiling {ceiling:.0f} GB/s"
+                r.message = (f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured read ceiling "
+                             f"{roof.read_gbps:.0f} GB/s")
     if r.correct and r.speedup is not None and r.speedup_ci is not None:
         r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, calibrate.aa_spread(r.device))

@@ -63,22 +63,8 @@ class IterPoint:
     device: Optional[str] = None
     ragged: Optional[float] = None
     """Geomean speedup of the verdict over the ragged cases (None: none timed)."""
-
-
-@dataclass
-class PeerRow:
-    """The latest `kopt peers` row of one case x peer."""
-
-    case: int
-    variant: str
-    peer: str
-    candidate_id: Optional[str]
-    runtime_ms: Optional[float]
-    ref_runtime_ms: Optional[float]
-    speedup: Optional[float]
-    ci: Optional[tuple]
-    device: str
-    status: str
+    reason: str = ""
+    """The improvement rule's reason for the outcome."""
 
 
 @dataclass
@@ -93,7 +79,8 @@ class Campaign:
     backend: str = "tilelang"
     ceiling_gbps: Optional[float] = None
     ceiling_kind: str = ""
-    peers: list[PeerRow] = field(default_factory=list)
+    peers: dict = field(default_factory=dict)
+    """device slug -> kopt.peers_panel.Panel of that device's newest `kopt peers` run."""
     skipped: int = 0
 
     @property
@@ -151,17 +138,20 @@ def iterations(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[I
         hist = []
     if hist:
         return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
-                          _ragged_geomean(verdict(h.candidate_id), ragged)) for h in hist], "git [iter N] commits"
-    from kopt.loop import outcome, threshold
+                          h.geomean_ragged or _ragged_geomean(verdict(h.candidate_id), ragged), h.reason)
+                for h in hist], "git [iter N] commits"
+    from kopt.loop import judge, threshold
 
     order = {cid: str(rs[0].get("timestamp") or "") for cid, rs in by_cid.items()}
-    thr, best, out = threshold(ws, rows=rows), None, []
+    thr, best, best_r, out = threshold(ws, rows=rows), None, None, []
     for i, cid in enumerate(sorted(order, key=lambda k: order[k]), 1):
         v = verdict(cid)
         gm, _ = geomean_of(v)
-        got = outcome(gm, failed(v), best, thr)
-        best = gm if got == "improved" else best
-        out.append(IterPoint(i, cid, gm, got, verdict_device(v), _ragged_geomean(v, ragged)))
+        gr = _ragged_geomean(v, ragged)
+        j = judge(gm, gr, failed(v), best, best_r, thr)  # the rule kopt.loop.history applies
+        if j.outcome == "improved":
+            best, best_r = gm, gr
+        out.append(IterPoint(i, cid, gm, j.outcome, verdict_device(v), gr, j.reason))
     return out, "ledger verdict rows by candidate" if out else "none"
 
 
@@ -208,24 +198,17 @@ def _case_row(case, view) -> CaseRow:
     return c
 
 
-def _peers(rows: list[dict], device: Optional[str]) -> list[PeerRow]:
-    """Latest row per (case, variant, peer) of mode `peers` (written by `kopt peers`), on the shown device."""
-    from kopt.ranking import row_cid, row_speedup
+def _peers(rows: list[dict], kinds: dict[int, str]) -> dict:
+    """The newest `kopt peers` run of each device that has one, as panels (kopt.peers_panel)."""
+    from kopt import peers_panel
 
-    latest: dict[tuple, dict] = {}
-    for r in rows:
-        if r.get("mode") != "peers" or r.get("kind", "case") != "case":
-            continue
-        if device and str(r.get("device", "")).lower() != device.lower():
-            continue
-        peer = str(r.get("peer") or r.get("ref") or "NA")
-        latest[(int(r.get("case") or 0), r.get("variant") or "", peer)] = r
-    out = []
-    for (case, variant, peer), r in sorted(latest.items()):
-        ci = r.get("speedup_ci")
-        out.append(PeerRow(case, variant, peer, row_cid(r), r.get("runtime_ms"), r.get("ref_runtime_ms"),
-                           row_speedup(r), tuple(ci) if isinstance(ci, (list, tuple)) and len(ci) == 2 else None,
-                           str(r.get("device", "NA")), str(r.get("status", "NA"))))
+    devices = dict.fromkeys(str(r.get("device", "NA")) for r in rows if r.get("mode") == "peers")
+    out = {}
+    for dev in devices:
+        run = peers_panel.latest_rows(rows, dev)
+        if run:
+            p = peers_panel.build(run, kinds)
+            out[p.device.lower().replace(" ", "_")] = p  # the file name kopt peers gives its plot
     return out
 
 
@@ -260,5 +243,5 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
         if got:
             c.ceiling_gbps, c.ceiling_kind = got, kind
             break
-    c.peers = _peers(rows, c.shown.device)
+    c.peers = _peers(rows, {k: x.kind for k, x in cases.items()})
     return c

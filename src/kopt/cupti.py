@@ -12,6 +12,8 @@ import bisect
 import math
 import time
 import warnings
+from collections import Counter
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from kopt.timing import CALL_RANGE
@@ -55,18 +57,114 @@ def call_spans(
     return [h - l if h >= l else None for l, h in zip(lo, hi)]
 
 
+#: Host runtime calls after which the caller's stream (or the host) waits for other work: a side stream
+#: joined by one of these before `run` returns is ordered with the caller's stream.
+JOIN_CALLS = ("cudaStreamWaitEvent", "cuStreamWaitEvent", "cudaStreamSynchronize", "cuStreamSynchronize",
+              "cudaDeviceSynchronize", "cuCtxSynchronize", "cudaEventSynchronize", "cuEventSynchronize")
+
+
+@dataclass
+class DeviceRecord:
+    """One device activity of a profiler session (ns, shifted to the session's first timestamp)."""
+
+    name: str
+    start: float
+    end: float
+    launch: Optional[float]
+    """Host time of the runtime call that launched it (None when kineto kept none)."""
+    stream: Optional[int] = None
+
+
+@dataclass
+class Trace:
+    """What the timer reads from one profiler session."""
+
+    ranges: list[tuple[float, float]]
+    """Host ranges of the timed calls, in order."""
+    records: list[DeviceRecord]
+    joins: list[float]
+    """Host times of stream waits and synchronizations (JOIN_CALLS)."""
+
+
+@dataclass
+class CallFacts:
+    """One timed call as the device saw it."""
+
+    span_us: Optional[float]
+    """First start to last end of its device activities (None: no record)."""
+    host_bound: bool = False
+    """A kernel of the call was launched only after the call's previous kernel had ended: the GPU waited
+    for the host inside the span, so the span is not device time alone."""
+    side_stream: bool = False
+    """It ran work on a stream other than the caller's and did not join it before returning."""
+
+
+def call_facts(tr: Trace, n: int, main_stream: Optional[int]) -> list[CallFacts]:
+    """Per call: its span, whether the host was inside it, whether it left work on another stream.
+
+    A call's records are those launched inside its range (attribute_calls). main_stream is the stream
+    the harness launched its own work on (flush, hold); None skips the side-stream test."""
+    att = attribute_calls(tr.ranges, [(r.name, r.start, r.end, r.launch) for r in tr.records])
+    per: list[list[DeviceRecord]] = [[] for _ in range(n)]
+    for r, (_, _, _, i) in zip(tr.records, att):
+        if 0 <= i < n:
+            per[i].append(r)
+    joins = sorted(tr.joins)
+    out = []
+    for i, recs in enumerate(per):
+        if not recs:
+            out.append(CallFacts(None))
+            continue
+        recs.sort(key=lambda r: r.start)
+        span = (max(r.end for r in recs) - recs[0].start) / 1e3
+        # The GPU waited for the host when a launch came after everything before it on the device ended.
+        bound, done = False, recs[0].end
+        for r in recs[1:]:
+            bound = bound or (r.launch is not None and r.launch > done)
+            done = max(done, r.end)
+        side = False
+        if main_stream is not None:
+            off = [r.launch for r in recs if r.stream is not None and r.stream != main_stream]
+            if off:
+                last = max((t for t in off if t is not None), default=tr.ranges[i][0])
+                j = bisect.bisect_right(joins, last)
+                side = not (j < len(joins) and joins[j] <= tr.ranges[i][1])
+        out.append(CallFacts(span, bound, side))
+    return out
+
+
+def main_stream_of(tr: Trace) -> Optional[int]:
+    """The stream of the harness's own launches (records launched outside every call range)."""
+    att = attribute_calls(tr.ranges, [(r.name, r.start, r.end, r.launch) for r in tr.records])
+    mine = Counter(r.stream for r, a in zip(tr.records, att) if a[3] == -1 and r.stream is not None)
+    return mine.most_common(1)[0][0] if mine else None
+
+
+def facts_of(events, n: int) -> Optional[list[CallFacts]]:
+    """CallFacts of the n ranged calls of a profiler session, or None when the session did not keep n
+    ranges (attribution would be guesswork)."""
+    tr = kineto_trace(events)
+    if len(tr.ranges) != n:
+        return None
+    return call_facts(tr, n, main_stream_of(tr))
+
+
 def spans_of(events, n: int) -> Optional[list[Optional[float]]]:
     """Device span (ns) of each of the n ranged calls of a profiler session (None for a call with no
     device record), or None when the session did not keep n ranges (attribution would be guesswork)."""
-    ranges, recs = kineto_records(events)
-    if len(ranges) != n:
-        return None
-    return call_spans(attribute_calls(ranges, recs), n)
+    got = facts_of(events, n)
+    return None if got is None else [None if f.span_us is None else f.span_us * 1e3 for f in got]
 
 
 def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, float, float, Optional[float]]]]:
     """Split kineto events into the host ranges of the timed calls and device records with launch times."""
-    ranges, runtime, ops, dev = [], {}, {}, []
+    tr = kineto_trace(events)
+    return tr.ranges, [(r.name, r.start, r.end, r.launch) for r in tr.records]
+
+
+def kineto_trace(events) -> Trace:
+    """Host ranges of the timed calls, device records (launch time, stream) and the host's joins."""
+    ranges, runtime, ops, dev, joins = [], {}, {}, [], []
     host_type: dict = {}                   # device_type() value -> on the host? (str() once per value)
     for e in events:
         dt = e.device_type()
@@ -82,18 +180,23 @@ def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, f
             # Runtime/driver calls (cudaLaunchKernel, cuLaunchKernel, cudaMemsetAsync,
             # cudaGraphLaunch) share the device record's correlation id; ops ("ns::op") are what
             # the device record's linked id names, a fallback when the runtime call is missing.
-            d = runtime if name.startswith("cu") and "::" not in name else ops
+            runtime_call = name.startswith("cu") and "::" not in name
+            d = runtime if runtime_call else ops
             c, t = e.correlation_id(), e.start_ns()
             if t < d.get(c, math.inf):
                 d[c] = t
+            if runtime_call and name in JOIN_CALLS:
+                joins.append(t)
         else:
-            dev.append((name, e.start_ns(), e.end_ns(), e.correlation_id(), e.linked_correlation_id()))
+            stream = getattr(e, "device_resource_id", None)
+            dev.append((name, e.start_ns(), e.end_ns(), e.correlation_id(), e.linked_correlation_id(),
+                        stream() if callable(stream) else None))
     # Shift to the first timestamp while still integers: ns since the epoch (~1.8e18) as floats
     # are only exact to 256 ns, which would quantize every span to 0.25 µs.
     t0 = min([r[0] for r in ranges] + [d[1] for d in dev], default=0)
-    recs = [(n, s - t0, t - t0, None if (L := runtime.get(c, ops.get(lk))) is None else L - t0)
-            for n, s, t, c, lk in dev]
-    return sorted((a - t0, b - t0) for a, b in ranges), recs
+    recs = [DeviceRecord(n, s - t0, t - t0, None if (L := runtime.get(c, ops.get(lk))) is None else L - t0, st)
+            for n, s, t, c, lk, st in dev]
+    return Trace(sorted((a - t0, b - t0) for a, b in ranges), recs, [j - t0 for j in joins])
 
 
 _CUPTI_OK: dict[str, bool] = {}

@@ -214,7 +214,8 @@ def run_verdict(path, cf, opts, perf_ids, on_result, gpus: Sequence[str]):
         if r.error is None:
             return r.value
         case, o = items[r.index]
-        return CaseResult(row_id=f"pool{r.index}", mode="verdict", case=case.id, variant=case.variant.label(),
+        return CaseResult(row_id=f"pool{r.index}", mode="verdict", case=case.id, case_kind=case.kind,
+                          variant=case.variant.label(),
                           status=Status.crash, message=r.error.splitlines()[0][:300], device="NA")
 
     rows = [row(r) for r in run(partial(_evaluate_one, str(path)), items, gpus,

@@ -76,6 +76,17 @@ class CopyCeiling(BaseModel):
     method: str = "d2d-copy-events-best"
     measured_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     torch: str = ""
+    read_gbps: Optional[float] = Field(default=None, gt=0)
+    """Streaming-read ceiling: bytes read per second / 1e9, best of several reads (kopt.roofline)."""
+    read_bytes: int = Field(0, ge=0)
+    read_method: str = ""
+    floor_ms: Optional[float] = Field(default=None, gt=0)
+    """Launch floor: cold device-only span of a minimal kernel (loads one tile, stores one row), ms."""
+    floor_method: str = ""
+    roofline_at: Optional[str] = None
+    """When the read ceiling and the floor were measured."""
+    commit: Optional[str] = None
+    """The workspace commit the read ceiling and floor were measured at."""
 
 
 @dataclass
@@ -123,13 +134,14 @@ def device_name(raw_name: str) -> str:
     return s or "unknown"
 
 
-def _is_cpu(device: str) -> bool:
+def is_cpu(device: str) -> bool:
+    """Whether a device string names the host CPU."""
     return device == "cpu" or device.startswith("cpu:")
 
 
 def detect(device: str) -> DeviceInfo:
     """Describe a device ('cpu', 'cuda', 'cuda:1'): name from the driver, units and L2 read when possible."""
-    if _is_cpu(device):
+    if is_cpu(device):
         p = profile("cpu")
         return DeviceInfo(
             name="cpu", device="cpu", raw_name="cpu", unit_name="core", units=os.cpu_count(),
@@ -218,7 +230,7 @@ def copy_ceiling_gbps(
     measure: Optional[Callable[[str], float]] = None,
 ) -> Optional[float]:
     """Measured copy ceiling (GB/s) of a device, measured once and cached per device name; None on CPU."""
-    if _is_cpu(device):
+    if is_cpu(device):
         return None
     info = detect(device)
     if not refresh:

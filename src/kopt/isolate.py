@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from pydantic import BaseModel, Field
 
 from kopt.cases import Case
-from kopt.results import FlushKind, Status, TimingStats
+from kopt.results import FlushKind, PeerResult, Status, TimingStats
 
 
 #: What the child prepares while it waits for its jobs ("cuda": its context, "tilelang": the import).
@@ -47,6 +47,8 @@ class Job(BaseModel):
     """ab: candidate vs baseline; aa_base / aa_cand: A/A runs of the baseline / candidate against itself."""
     config: Optional[dict] = None
     out_dir: str
+    peers: list[str] = Field(default_factory=list)
+    """kopt peers: time the candidate against each of these (kopt.baselines.PEERS) instead of the baseline."""
 
 
 class SavedOutput(BaseModel):
@@ -78,6 +80,7 @@ class WorkerResult(BaseModel):
     device_name: str = "NA"
     versions: dict[str, str] = Field(default_factory=dict)
     overhead_s: dict[str, float] = Field(default_factory=dict)
+    peers: list[PeerResult] = Field(default_factory=list)
 
 
 @dataclass

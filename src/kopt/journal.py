@@ -153,7 +153,8 @@ def changes_section(ws: Path) -> str:
 
 
 def bench_section(ws: Path) -> str:
-    """Per-case table of the latest verdict, plus its geomean against the previous best iteration."""
+    """Per-case table of the latest verdict (% of the roofline limit beside the speedup), plus its uniform
+    and ragged geomeans judged against the previous best iteration (kopt.loop.judge)."""
     from kopt import loop, ranking
     from kopt.ledger import load_dicts
     from kopt.paths import ledger_file
@@ -164,20 +165,26 @@ def bench_section(ws: Path) -> str:
     if not latest:
         return f"_(no verdict rows in candidates.jsonl for candidate `{cid or 'NA'}`: run `kopt verify` first)_"
     got = ranking.row_cid(latest[0])
-    out = ["| case | runtime ms | ref ms | speedup | noisy | status |", "|---:|---:|---:|---:|---|---|"]
+    out = ["| case | runtime ms | ref ms | speedup | % limit | noisy | status |", "|---:|---:|---:|---:|---:|---|---|"]
     noisy_cases = []
     for r in latest:
-        case = f"{r.get('case')} {r.get('variant')}".strip() if r.get("variant") else str(r.get("case"))
+        case = " ".join(str(x) for x in (r.get("case"), "ragged" if ranking.is_ragged(r) else "", r.get("variant")) if x)
         s = ranking.row_speedup(r)
         noisy = noisy_sides(r)
         if noisy:
             noisy_cases.append(f"{r.get('case')} ({noisy})")
         out.append(f"| {case} | {fmt_na(r.get('runtime_ms'))} | {fmt_na(r.get('ref_runtime_ms'))} | "
-                   f"{fmt_na(s or None, '{:.3f}x')} | {noisy} | {r.get('status', 'NA')} |")
-    gm, n = ranking.geomean_of(latest)
+                   f"{fmt_na(s or None, '{:.3f}x')} | {fmt_na(r.get('pct_limit'), '{:.1f}')} | {noisy} | "
+                   f"{r.get('status', 'NA')} |")
+    g = ranking.geomeans(latest)
+    gm = g.uniform
     where = sorted({f"{r['device']} vs {r.get('ref') or 'NA'}" for r in latest if r.get("device") not in (None, "NA")})
     line = (f"Candidate `{got}`{' on ' + ', '.join(where) if where else ''}: geomean speedup {fmt_na(gm, '{:.3f}')}x "
-            f"over {n} correct case(s)")
+            f"over {g.n_uniform} correct case(s)")
+    if g.n_ragged:
+        line += f", ragged {fmt_na(g.ragged, '{:.3f}')}x over {g.n_ragged}"
+    if g.pct_limit is not None or g.pct_limit_ragged is not None:
+        line += f"; % of limit {fmt_na(g.pct_limit, '{:.1f}')} (ragged {fmt_na(g.pct_limit_ragged, '{:.1f}')})"
     if cid and got != cid:
         line += f" (the current solution is `{cid}`, which has no verdict yet)"
     dev = ranking.verdict_device(latest)
@@ -187,9 +194,10 @@ def bench_section(ws: Path) -> str:
         line += f"; no previous best iteration on {dev or 'this device'}."
     elif gm is not None:
         thr = loop.threshold(ws, dev, rows)
-        verdict = loop.outcome(gm, False, best.geomean, thr)
-        line += (f"; previous best {best.geomean:.3f}x (iter {best.iteration}, `{best.candidate_id}`): "
-                 f"{(gm / best.geomean - 1) * 100:+.1f}% -> {verdict} (threshold +{thr * 100:.1f}%).")
+        j = loop.judge(gm, g.ragged, False, best.geomean, best.geomean_ragged, thr)
+        prev = f"{best.geomean:.3f}x" + (f" (ragged {best.geomean_ragged:.3f}x)" if best.geomean_ragged else "")
+        line += (f"; previous best {prev} (iter {best.iteration}, `{best.candidate_id}`): "
+                 f"{j.reason} -> {j.outcome} (threshold +{thr * 100:.1f}%).")
     else:
         line += f"; previous best {best.geomean:.3f}x (iter {best.iteration}) -> failed (no correct case)."
     if noisy_cases:

@@ -1,13 +1,19 @@
 """Where the loop stands: iterations and their outcomes, the best candidate, stagnation.
 
 An iteration is one `kopt commit`; its trajectory snapshot records the candidate id and the
-geomean speedup of that candidate's latest verdict (see kopt.vcs.SnapshotMeta).
+geomeans of that candidate's latest verdict (see kopt.vcs.SnapshotMeta). The candidate's latest
+verdict in the ledger on the snapshot's device wins over the snapshot's copy, so re-verifying a
+candidate (a newer harness, the ragged cases) re-judges its iteration.
 
-Improvement rule (simple on purpose): iteration i improves when it did not fail and
-    geomean_i >= best_geomean * (1 + threshold),   threshold = max(0.01, 3 * aa_spread)
-where best_geomean is the geomean of the last improving iteration before i (the first iteration
-with a correct verdict improves by definition) and aa_spread is the `spread` of
-results/calibration-<device>.json (`kopt calibrate`; device of the latest verdict row), else
+Improvement rule (simple on purpose), with threshold = max(0.01, 3 * aa_spread): a verdict has two
+geomeans, over the uniform cases (G) and over the ragged ones (R); iteration i improves when it did
+not fail and, against the best (the last improving iteration before i),
+    G >= G_best * (1 + threshold) and R >= R_best * (1 - threshold)     (uniform up, ragged not lost)
+ or R >= R_best * (1 + threshold) and G >= G_best * (1 - threshold)     (ragged up, uniform not lost).
+When either verdict has no ragged geomean (rows older than the ragged cases, or a verdict without
+them) the uniform rule alone decides, G >= G_best * (1 + threshold), and the reason says so. The
+first iteration with a correct verdict on a device improves by definition. aa_spread is the `spread`
+of results/calibration-<device>.json (`kopt calibrate`; device of the latest verdict row), else
 kopt.calibrate.DEFAULT_SPREAD (0.01, so +3% without a calibration). An iteration fails when its
 candidate has no verdict or any verdict row is incorrect or not ok.
 
@@ -41,6 +47,23 @@ class Iteration:
     snapshot: str = ""
     device: Optional[str] = None
     """Device of the iteration's verdict; outcomes compare only iterations on one device."""
+    geomean_ragged: Optional[float] = None
+    """Geomean speedup over the ragged cases (None: none in the verdict)."""
+    n_ragged: int = 0
+    pct_limit: Optional[float] = None
+    """Geomean PCT_LIMIT over the uniform cases, and over the ragged ones below."""
+    pct_limit_ragged: Optional[float] = None
+    best_ragged_before: Optional[float] = None
+    reason: str = ""
+    """Why the rule gave this outcome: both geomeans against the best, or why one was left out."""
+
+
+@dataclass
+class Judgement:
+    """The improvement rule's answer and its reason."""
+
+    outcome: str
+    reason: str
 
 
 @dataclass
@@ -58,6 +81,8 @@ class StatusReport:
     worst_case: Optional[int] = None
     protocol: list[str] = field(default_factory=list)
     recorded: bool = False
+    why_best: str = ""
+    """Which candidate is best and why, in words: the rule's reason for the best iteration, both geomeans."""
     shown: Optional[dict] = None
     """The shown candidate and the rule's best beside it (kopt.shown.Shown.brief())."""
 
@@ -79,11 +104,36 @@ def threshold(ws: Path, device: Optional[str] = None, rows: Optional[list[dict]]
 
 
 def outcome(geomean: Optional[float], failed: bool, best: Optional[float], thr: float) -> str:
-    """The improvement rule: failed (no correct verdict), improved (first, or >= best x (1 + thr)),
-    else not improved."""
+    """The uniform rule alone: failed (no correct verdict), improved (first, or >= best x (1 + thr)),
+    else not improved (`judge` is the whole rule)."""
+    return judge(geomean, None, failed, best, None, thr).outcome
+
+
+def judge(geomean: Optional[float], ragged: Optional[float], failed: bool, best: Optional[float],
+          best_ragged: Optional[float], thr: float) -> Judgement:
+    """The improvement rule on both geomeans (module docstring), with the reason in words."""
     if failed or geomean is None:
-        return "failed"
-    return "improved" if best is None or geomean >= best * (1 + thr) else "not improved"
+        return Judgement("failed", "no correct verdict" if failed else "no uniform case timed")
+    if best is None:
+        return Judgement("improved", "the first correct verdict on this device")
+    du = geomean / best - 1
+    up = f"+{thr * 100:.1f}%"
+    if ragged is None or best_ragged is None:
+        which = ("neither verdict has a ragged geomean" if ragged is None and best_ragged is None else
+                 "this verdict has no ragged geomean" if ragged is None else
+                 "the previous best has no ragged geomean (older rows)")
+        got = "improved" if du >= thr else "not improved"
+        return Judgement(got, f"uniform {du * 100:+.1f}%; {which}: judged by the uniform geomean alone")
+    dr = ragged / best_ragged - 1
+    both = f"uniform {du * 100:+.1f}%, ragged {dr * 100:+.1f}%"
+    if (du >= thr and dr >= -thr) or (dr >= thr and du >= -thr):
+        gained = "both gain" if min(du, dr) >= thr else ("uniform gains" if du >= thr else "ragged gains")
+        return Judgement("improved", f"{both}: {gained} {up} or more, neither loses beyond the noise")
+    if du >= thr or dr >= thr:
+        lost = "ragged" if du >= thr else "uniform"
+        return Judgement("not improved", f"{both}: the {lost} geomean loses more than the -{thr * 100:.1f}% "
+                                         "noise band")
+    return Judgement("not improved", f"{both}: neither gains {up}")
 
 
 def current_candidate(ws: Path) -> Optional[str]:
@@ -113,21 +163,26 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     best: dict = {}
     thr: dict = {}
     out = []
+    verdicts = None
     for path, m in snapshots(ws):
-        gm, n, failed, dev = m.geomean, m.n_cases, m.failed, m.device
-        if (m.verdict_rows == 0 or dev is None) and m.candidate_id:  # verdict after the commit, or an old meta
-            rows = _rows(ws) if rows is None else rows
-            late = ranking.latest_verdict(rows, m.candidate_id)
-            if m.verdict_rows == 0:
-                (gm, n), failed = ranking.geomean_of(late), ranking.failed(late)
-            dev = ranking.verdict_device(late)
+        g = ranking.Geomeans(m.geomean, m.n_cases, m.geomean_ragged, m.n_ragged, m.pct_limit, m.pct_limit_ragged)
+        failed, dev = m.failed, m.device
+        if m.candidate_id:  # the candidate's latest verdict in the ledger (on the snapshot's device) wins
+            if verdicts is None:
+                verdicts = [r for r in (_rows(ws) if rows is None else rows) if r.get("mode") == "verdict"]
+            late = ranking.latest_verdict(verdicts, m.candidate_id, dev if m.verdict_rows else None)
+            if late:
+                g, failed, dev = ranking.geomeans(late), ranking.failed(late), ranking.verdict_device(late)
+            elif m.verdict_rows == 0:
+                failed = True
         if dev not in thr:
             thr[dev] = threshold(ws, dev, rows)
-        prev = best.get(dev)
-        got = outcome(gm, failed, prev, thr[dev])
-        out.append(Iteration(m.iteration, m.label, m.candidate_id, gm, n, got, prev, path.name, dev))
-        if got == "improved":
-            best[dev] = gm
+        prev, prev_r = best.get(dev, (None, None))
+        j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
+        out.append(Iteration(m.iteration, m.label, m.candidate_id, g.uniform, g.n_uniform, j.outcome, prev,
+                             path.name, dev, g.ragged, g.n_ragged, g.pct_limit, g.pct_limit_ragged, prev_r, j.reason))
+        if j.outcome == "improved":
+            best[dev] = (g.uniform, g.ragged)
     return out
 
 
@@ -190,6 +245,29 @@ def record_stagnation(ws: Path, hist: list[Iteration], worst: Optional[int],
     return True
 
 
+def _gm(v: Optional[float]) -> str:
+    return "NA" if v is None else f"{v:.3f}x"
+
+
+def why_best(best: Optional[Iteration], top: Optional[dict], hist: list[Iteration]) -> str:
+    """The best candidate in words: the best iteration by the rule (both geomeans and the rule's reason),
+    and the ledger's top-ranked candidate when it is another one (with why the rule did not keep it)."""
+    parts = []
+    if best is not None:
+        parts.append(f"iteration {best.iteration} (`{best.candidate_id}`) is the best by the improvement rule: "
+                     f"uniform {_gm(best.geomean)}, ragged {_gm(best.geomean_ragged)} ({best.reason})")
+    if top is not None and (best is None or top.get("candidate_id") != best.candidate_id):
+        text = (f"the ledger ranks `{top['candidate_id']}` first by uniform geomean ({_gm(top.get('geomean'))}, "
+                f"ragged {_gm(top.get('geomean_ragged'))}, {top.get('basis')} rows)")
+        mine = [it for it in hist if it.candidate_id == top.get("candidate_id")]
+        if mine:
+            text += f": iteration {mine[-1].iteration} {mine[-1].outcome} ({mine[-1].reason})"
+        elif best is not None:
+            text += ": not a committed iteration"
+        parts.append(text)
+    return "; ".join(parts)
+
+
 def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] = None) -> StatusReport:
     """Iterations, best per case and overall, recent outcomes, stagnation (recorded in the ledger)."""
     from kopt import ranking
@@ -206,6 +284,7 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     stagnating = len(hist) >= STAGNATION_AFTER and since >= STAGNATION_AFTER
     rep = StatusReport(len(hist), threshold(ws, rows=rows), best_iteration(hist), top,
                        ranking.records(ranking.best_per_case(df)), hist[-last:] if last > 0 else [], since, stagnating)
+    rep.why_best = why_best(rep.best, top, hist)
     from kopt.shown import shown_candidate
 
     rep.shown = shown_candidate(ws, rows, device).brief()

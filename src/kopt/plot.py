@@ -7,7 +7,7 @@
   measured ceiling.
 - trajectory.png: verdict geomeans per iteration (uniform and ragged cases), the best so far,
   non-improving and failed iterations marked, the shipped and the rule's best named.
-- peers.png: peer rows (`kopt peers`) per case, only where some were measured.
+- peers-<device>.png: the peer panel (kopt.peers_panel) of each device's newest `kopt peers` run.
 
 Every image names the candidate and the commit it shows in its footer and carries the same
 identity as PNG text chunks (`kopt-candidate`, `kopt-cases`, ...; read back with `png_text`).
@@ -198,34 +198,21 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
     return _save(fig, path, c)
 
 
-def plot_peers(c: Campaign, path: Path) -> Path:
-    """SPEEDUP with CI of each peer row, per case."""
-    import matplotlib.pyplot as plt
+def plot_peers(c: Campaign, dev: str, path: Path) -> Path:
+    """The peer panel of one device (kopt.peers_panel.plot), stamped like the other figures."""
+    from kopt import peers_panel
 
-    fig, ax = plt.subplots(figsize=(10, 4.8))
-    peers = sorted({p.peer for p in c.peers})
-    cases = sorted({p.case for p in c.peers})
-    w = 0.8 / max(1, len(peers))
-    for k, name in enumerate(peers):
-        sel = [p for p in c.peers if p.peer == name and p.speedup]
-        xs = [cases.index(p.case) + (k - (len(peers) - 1) / 2) * w for p in sel]
-        err = [[max(0.0, p.speedup - p.ci[0]) if p.ci else 0.0 for p in sel],
-               [max(0.0, p.ci[1] - p.speedup) if p.ci else 0.0 for p in sel]]
-        ax.bar(xs, [p.speedup for p in sel], w, yerr=err, capsize=2, label=name)
-    ax.axhline(1.0, color="black", lw=0.8, ls="--")
-    ax.set_xticks(range(len(cases)), [str(x) for x in cases])
-    ax.set_xlabel("case")
-    ax.set_ylabel("SPEEDUP as recorded by kopt peers (95% CI)")
-    ax.legend(fontsize=7)
-    ax.set_title("peers", fontsize=10)
-    return _save(fig, path, c)
+    p = c.peers[dev]
+    stamp = (f"kopt: peers run {p.run_id} of candidate {p.candidate_id} on {p.device}, measured at commit "
+             f"{p.commit}; {len(p.rows)} cases (shown: {c.best_id or 'none'})")
+    return peers_panel.plot(p, path, finish=lambda fig, out: _save(fig, out, c, stamp))
 
 
-def _save(fig, path: Path, c: Campaign) -> Path:
+def _save(fig, path: Path, c: Campaign, stamp: Optional[str] = None) -> Path:
     import matplotlib.pyplot as plt
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.text(0.005, 0.005, c.stamp(), fontsize=7, color="dimgray", ha="left", va="bottom")
+    fig.text(0.005, 0.005, stamp or c.stamp(), fontsize=7, color="dimgray", ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     # Software pins the text chunk matplotlib would fill with its version: same data, same bytes.
     fig.savefig(path, format="png", dpi=110, metadata={"Software": "kopt", **c.marker()})
@@ -235,8 +222,9 @@ def _save(fig, path: Path, c: Campaign) -> Path:
 
 def make_plots(ws: Path, out: Optional[Path] = None, campaign: Optional[Campaign] = None,
                device: Optional[str] = None) -> list[Path]:
-    """Write speedup.png, roofline.png, trajectory.png (and peers.png where peers were measured);
-    default folder results/<backend>/plots/."""
+    """Write speedup.png, roofline.png, trajectory.png and, for each device with a `kopt peers` run,
+    peers-<device>.png (the file kopt peers writes, redrawn with its stamp); default folder
+    results/<backend>/plots/."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -244,9 +232,8 @@ def make_plots(ws: Path, out: Optional[Path] = None, campaign: Optional[Campaign
     out = Path(out) if out else Path(ws) / "results" / c.backend / "plots"
     files = [plot_speedup(c, out / "speedup.png"), plot_roofline(c, out / "roofline.png"),
              plot_trajectory(c, out / "trajectory.png")]
-    if c.peers:
-        files.append(plot_peers(c, out / "peers.png"))
-    for name in RETIRED + (() if c.peers else ("peers.png",)):
+    files += [plot_peers(c, dev, out / f"peers-{dev}.png") for dev in c.peers]
+    for name in RETIRED:
         (out / name).unlink(missing_ok=True)  # a figure of data no longer shown would read as current
     return files
 

@@ -3,7 +3,7 @@
 Rows are read as raw dicts (kopt.ledger.load_dicts) so rows of older schema versions still
 rank: a missing field is NA, never a guess. Two layers:
 
-- small pure-Python helpers (`row_cid`, `latest_verdict`, `geomean_of`) used by journal/vcs/loop,
+- small pure-Python helpers (`row_cid`, `latest_verdict`, `geomean_of`, `geomeans`) used by journal/vcs/loop,
   which must stay fast and pandas-free on every commit;
 - pandas tables (`load_frame`, `rank`, `best_per_case`, `case_ranking`) for `kopt candidates`.
 """
@@ -19,7 +19,8 @@ from kopt.stats import geomean
 
 #: Ledger fields the ranking reads; anything missing in an old row becomes NA.
 COLUMNS = ["row_id", "timestamp", "mode", "kind", "candidate_id", "candidate_hash", "parent_id",
-           "technique", "case", "variant", "correct", "status", "runtime_ms", "ref_runtime_ms", "speedup", "device"]
+           "technique", "case", "case_kind", "variant", "correct", "status", "runtime_ms", "ref_runtime_ms",
+           "speedup", "pct_limit", "device"]
 #: Modes that measure a candidate (calibrate rows measure the harness, not a candidate).
 CANDIDATE_MODES = ("verdict", "signal", "tune")
 
@@ -47,9 +48,11 @@ def _is_case_row(row: dict) -> bool:
     return row.get("kind", "case") == "case"
 
 
-def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None) -> list[dict]:
-    """The latest verdict row per (case, variant) of candidate `cid` (default: of the last verdict row)."""
-    verdicts = [r for r in rows if r.get("mode") == "verdict" and _is_case_row(r) and row_cid(r)]
+def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None, device: Optional[str] = None) -> list[dict]:
+    """The latest verdict row per (case, variant) of candidate `cid` (default: of the last verdict row);
+    with `device`, of its latest verdict on that device."""
+    verdicts = [r for r in rows if r.get("mode") == "verdict" and _is_case_row(r) and row_cid(r)
+                and (device is None or r.get("device") == device)]
     if not verdicts:
         return []
     cid = cid or row_cid(verdicts[-1])
@@ -68,10 +71,43 @@ def verdict_device(rows: Iterable[dict]) -> Optional[str]:
     return next((r.get("device") for r in rows if r.get("device") not in (None, "", "NA")), None)
 
 
+def is_ragged(row: dict) -> bool:
+    """Whether a raw row measured a ragged case (rows older than the ragged cases are uniform)."""
+    return row.get("case_kind") == "ragged"
+
+
 def geomean_of(rows: Iterable[dict]) -> tuple[Optional[float], int]:
-    """(geomean speedup over the correct rows, number of such rows); (None, 0) when there are none."""
-    sp = [s for r in rows if r.get("correct") is True and (s := row_speedup(r))]
+    """(geomean speedup over the correct uniform rows, number of such rows); (None, 0) when there are none.
+    Ragged rows are left out: they have their own geomean (`geomeans`)."""
+    sp = [s for r in rows if r.get("correct") is True and not is_ragged(r) and (s := row_speedup(r))]
     return geomean(sp), len(sp)
+
+
+@dataclass
+class Geomeans:
+    """The aggregates of one set of rows, uniform and ragged cases apart (the Verdict line's four)."""
+
+    uniform: Optional[float] = None
+    n_uniform: int = 0
+    ragged: Optional[float] = None
+    n_ragged: int = 0
+    pct_limit: Optional[float] = None
+    """Geomean of PCT_LIMIT over the correct uniform rows that have one."""
+    pct_limit_ragged: Optional[float] = None
+
+
+def geomeans(rows: Iterable[dict]) -> Geomeans:
+    """Speedup and PCT_LIMIT geomeans over the correct rows, uniform and ragged cases apart."""
+    ok = [r for r in rows if r.get("correct") is True]
+    uni = [r for r in ok if not is_ragged(r)]
+    rag = [r for r in ok if is_ragged(r)]
+    g, n = geomean_of(uni)
+    gr = [s for r in rag if (s := row_speedup(r))]
+
+    def pct(rs: list[dict]) -> Optional[float]:
+        return geomean([p for r in rs if isinstance(p := r.get("pct_limit"), (int, float))])
+
+    return Geomeans(g, n, geomean(gr), len(gr), pct(uni), pct(rag))
 
 
 def failed(rows: Iterable[dict]) -> bool:
@@ -100,7 +136,7 @@ def load_frame(path: Path, device: Optional[str] = None, loaded=None):
     df["mode"] = df["mode"].where(df["mode"].notna(), "signal")
     cid = df["candidate_id"].where(df["candidate_id"].astype(bool) & df["candidate_id"].notna(), None)
     df["candidate_id"] = cid.fillna(df["candidate_hash"].astype("string").str[:12]).replace("", None)
-    for col in ("case", "runtime_ms", "ref_runtime_ms", "speedup"):
+    for col in ("case", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     ratio = df["ref_runtime_ms"] / df["runtime_ms"]
     df["speedup"] = df["speedup"].where(df["speedup"] > 0, ratio.where(df["runtime_ms"] > 0))
@@ -141,23 +177,26 @@ def lineage(parent_of: dict[str, str], cid: str, limit: int = 50) -> list[str]:
 
 
 def rank(df):
-    """One row per candidate: geomean speedup over its correct cases (verdict basis preferred).
+    """One row per candidate: geomean speedup over its correct uniform cases and, apart, over its ragged
+    ones, with the PCT_LIMIT geomeans (verdict basis preferred).
 
-    Order: candidates without an incorrect case first, then geomean, then number of cases.
+    Order: candidates without an incorrect case first, then the uniform geomean, then number of cases.
     """
     import numpy as np
 
     d = _basis_rows(df)
-    ok = d[d["correct"] & (d["speedup"] > 0)]
-    g = ok.assign(logs=np.log(ok["speedup"])).groupby("candidate_id").agg(
-        geomean=("logs", "mean"), n_cases=("logs", "size"))
-    g["geomean"] = np.exp(g["geomean"])
+    rag = d["case_kind"].eq("ragged")
+    g = _log_mean(d[~rag], "speedup", "geomean", "n_cases").join(
+        [_log_mean(d[rag], "speedup", "geomean_ragged", "n_ragged"),
+         _log_mean(d[~rag], "pct_limit", "pct_limit"), _log_mean(d[rag], "pct_limit", "pct_limit_ragged")],
+        how="outer")
     info = d.groupby("candidate_id").agg(basis=("basis", "first"), n_rows=("case", "size"),
                                          n_correct=("correct", "sum"), last_seq=("seq", "max"))
     info["n_incorrect"] = info["n_rows"] - info["n_correct"]
     tech = df[df["technique"].notna()].drop_duplicates("candidate_id", keep="last").set_index("candidate_id")
     out = info.join(g, how="left").join(tech[["technique"]], how="left")
-    out["n_cases"] = out["n_cases"].fillna(0).astype(int)
+    for col in ("n_cases", "n_ragged"):
+        out[col] = out[col].fillna(0).astype(int)
     parent_of = parents(df)
     out["parent_id"] = [parent_of.get(c) for c in out.index]
     # A candidate that failed a case never outranks one that passed all of its cases.
@@ -165,8 +204,20 @@ def rank(df):
     out = out.reset_index().sort_values(["clean", "geomean", "n_cases", "last_seq"], ascending=False,
                                         na_position="last", kind="stable")
     out.insert(0, "rank", range(1, len(out) + 1))
-    cols = ["rank", "candidate_id", "geomean", "n_cases", "n_incorrect", "basis", "parent_id", "technique"]
+    cols = ["rank", "candidate_id", "geomean", "n_cases", "geomean_ragged", "n_ragged", "pct_limit",
+            "pct_limit_ragged", "n_incorrect", "basis", "parent_id", "technique"]
     return out[cols].reset_index(drop=True)
+
+
+def _log_mean(d, col: str, name: str, count: Optional[str] = None):
+    """Per-candidate geomean of a positive column over the correct rows (and, with `count`, how many)."""
+    import numpy as np
+
+    ok = d[d["correct"] & (d[col] > 0)]
+    agg = {name: ("logs", "mean")} | ({count: ("logs", "size")} if count else {})
+    g = ok.assign(logs=np.log(ok[col])).groupby("candidate_id").agg(**agg)
+    g[name] = np.exp(g[name])
+    return g
 
 
 def best(df) -> Optional[dict]:
@@ -187,7 +238,7 @@ def best_per_case(df, case: Optional[int] = None):
     if case is not None:
         d = d[d["case"] == case]
     best = d.sort_values(["runtime_ms", "seq"]).drop_duplicates(["case", "variant"], keep="first")
-    cols = ["case", "variant", "candidate_id", "runtime_ms", "ref_runtime_ms", "speedup", "mode"]
+    cols = ["case", "variant", "candidate_id", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit", "mode"]
     return best.sort_values(["case", "variant"])[cols].reset_index(drop=True)
 
 
@@ -195,7 +246,7 @@ def case_ranking(df, case: int):
     """All candidates on one case: each candidate's fastest correct row, fastest first."""
     d = df[(df["case"] == case) & df["mode"].isin(CANDIDATE_MODES) & df["correct"] & (df["runtime_ms"] > 0)]
     d = d.sort_values(["runtime_ms", "seq"]).drop_duplicates(["candidate_id", "variant"], keep="first")
-    cols = ["candidate_id", "variant", "runtime_ms", "ref_runtime_ms", "speedup", "mode"]
+    cols = ["candidate_id", "variant", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit", "mode"]
     out = d[cols].reset_index(drop=True)
     out.insert(0, "rank", range(1, len(out) + 1))
     return out

@@ -133,15 +133,13 @@ def _shown_section(c, ranked: list[dict]) -> str:
     return out
 
 
-def _peers_section(c) -> str:
+def _peers_section(c, imgs: dict) -> str:
+    from kopt import peers_panel
+
     if not c.peers:
         return ("<h2>Peers</h2><p class='note'>No peer rows yet: <code>kopt peers</code> times other decode "
-                "kernels on the same cases; its rows appear here.</p>")
-    rows = [[_e(p.case), _e(p.variant), _e(p.peer), _e(p.candidate_id), _e(p.runtime_ms), _e(p.ref_runtime_ms),
-             _e(p.speedup), f"{p.ci[0]:.3f}–{p.ci[1]:.3f}" if p.ci else "NA", _e(p.device), _e(p.status)]
-            for p in c.peers]
-    return "<h2>Peers</h2>" + _table(["case", "variant", "peer", "candidate", "runtime ms", "ref ms", "speedup",
-                                      "95% CI", "device", "status"], rows, 4)
+                "kernels on the same cases; its panel appears here.</p>")
+    return "".join(peers_panel.panel_html(p) + imgs.get(f"peers-{dev}", "") for dev, p in c.peers.items())
 
 
 def _trajectory_section(c, img: str) -> str:
@@ -209,7 +207,7 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
     body = (f"<h1>kopt campaign report</h1><p class='note'>device {_e(device or 'all')}, ledger rows up to "
             f"{_e(newest)}; ledger lines skipped as unreadable: {c.skipped}. "
             f"{_e(c.stamp())}.</p>" + _shown_section(c, _ranked(ws, device)) + _cases_section(c)
-            + imgs["speedup"] + imgs["roofline"] + _peers_section(c) + imgs.get("peers", "")
+            + imgs["speedup"] + imgs["roofline"] + _peers_section(c, imgs)
             + _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{meta}<title>kopt report</title>"
            f"<style>{_CSS}</style></head><body>{body}<script>{_SCRIPT}</script></body></html>\n")

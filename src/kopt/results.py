@@ -73,6 +73,14 @@ class TimingStats(BaseModel):
     events_median_ms: Optional[float] = None
     """CUDA-event time of the same calls: a cross-check, biased upwards by launch overhead."""
     total_s: Optional[float] = Field(default=None, ge=0)
+    device_only: bool = False
+    """Spans of calls enqueued ahead of the device behind a hold: no kernel waited for the host."""
+    host_bound: int = Field(0, ge=0)
+    """Device-only calls dropped because a kernel of theirs still waited for its launch."""
+    side_stream: int = Field(0, ge=0)
+    """Timed calls that left work on another stream without joining it to the caller's stream."""
+    eager_median_ms: Optional[float] = Field(default=None, gt=0)
+    """Median host-inclusive span: each call started on an idle device (the launches inside it)."""
 
 
 class Validation(BaseModel):
@@ -86,6 +94,30 @@ class Validation(BaseModel):
     detail: str = ""
 
 
+class PeerResult(BaseModel):
+    """One peer kernel of a `kopt peers` row: the candidate against it in ABBA rounds, or why it is NA."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    peer: str
+    """The adapter: fa2 | fa2-paged | fa3 | flashinfer | torch (kopt.baselines.PEERS)."""
+    ref: str = "NA"
+    """What ran, with its version (e.g. fa3_fwd-0.0.3, flash_attn-2.8.3-paged256)."""
+    na: Optional[str] = None
+    """Why the peer could not run this case (not built for it, not importable, no GPU); None: it ran."""
+    correct: Optional[bool] = None
+    """Its output on the timed inputs against the fp32 reference (None: not checked). A wrong peer is
+    reported, never the best peer."""
+    message: str = ""
+    timing: Optional[TimingStats] = None
+    """The candidate's timing in this pairing."""
+    ref_timing: Optional[TimingStats] = None
+    """The peer's timing in this pairing."""
+    speedup: Optional[float] = None
+    """Median per-round peer / candidate time ratio: > 1 means the candidate is faster."""
+    speedup_ci: Optional[tuple[float, float]] = None
+
+
 class CaseResult(BaseModel):
     """One ledger row: one candidate evaluated on one case (and variant)."""
 
@@ -96,7 +128,7 @@ class CaseResult(BaseModel):
     run_id: Optional[str] = None
     """Shared by every row of one `kopt bench` / `kopt verify` invocation."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    mode: Literal["signal", "verdict", "calibrate", "tune"] = "signal"
+    mode: Literal["signal", "verdict", "calibrate", "tune", "peers"] = "signal"
     kind: Literal["case", "stagnation"] = "case"
     candidate_path: str = ""
     candidate_hash: str = ""
@@ -108,6 +140,9 @@ class CaseResult(BaseModel):
     plan: Optional[dict] = None
     """What the candidate says it ran (its optional `plan_info` hook): tuned or heuristic config."""
     case: int = 0
+    case_kind: Optional[Literal["edge", "perf", "ragged"]] = None
+    """The case's kind when it was measured: ragged rows are judged apart from the uniform ones
+    (GEOMEAN_SPEEDUP_RAGGED); None in rows written before ragged cases existed (all uniform)."""
     variant: str = ""
     backend: str = "NA"
     compiled: bool = False
@@ -142,6 +177,8 @@ class CaseResult(BaseModel):
     seed: Optional[int] = None
     static_warnings: list[str] = Field(default_factory=list)
     """Warnings of the static check (errors reject the candidate; warnings are shown, not fatal)."""
+    peers: list[PeerResult] = Field(default_factory=list)
+    """mode=peers rows: every peer of the panel; REF / SPEEDUP above are the best correct peer's."""
 
 
 def fmt_na(v: Optional[float], fmt: str = "{:.4f}") -> str:

@@ -58,6 +58,9 @@ class Shown(BaseModel):
     device: Optional[str] = None
     verdict_run: Optional[str] = None
     verdict_geomean: Optional[float] = None
+    """Geomean speedup of the verdict's timed uniform (edge and perf) cases."""
+    verdict_geomean_ragged: Optional[float] = None
+    """Geomean speedup of the verdict's timed ragged cases (None: none timed)."""
     verdict_timed: int = 0
     verdict_rows: int = 0
     verdict_correct: int = 0
@@ -79,7 +82,8 @@ class Shown(BaseModel):
 
     def detail(self) -> str:
         """Its device, verdict, and where the rows not from the verdict come from."""
-        v = (f"verdict {self.verdict_run} {_x(self.verdict_geomean)} over {self.verdict_timed} timed cases, "
+        rag = f", ragged {_x(self.verdict_geomean_ragged)}" if self.verdict_geomean_ragged else ""
+        v = (f"verdict {self.verdict_run} {_x(self.verdict_geomean)}{rag} over {self.verdict_timed} timed cases, "
              f"{self.verdict_correct}/{self.verdict_rows} rows correct" if self.verdict_run else "no verdict")
         parts = [f"on {self.device or 'NA'}, {v}"]
         if b := self.by_basis("bench"):
@@ -203,9 +207,12 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         s.verdict_rows = len(verdict)
         s.verdict_correct = sum(r.get("correct") is True for r in verdict)
     s.cases = _case_views(ws, rows, cid, verdict, s.device)
-    timed = [c.row for c in s.cases if c.basis == "verdict"]
+    timed = [c for c in s.cases if c.basis == "verdict"]
     s.verdict_timed = len(timed)
-    s.verdict_geomean = geomean([sp for r in timed if r.get("correct") is True and (sp := ranking.row_speedup(r))])
+    for ragged in (False, True):  # uniform and ragged cases apart, as the Verdict line has them
+        g = geomean([sp for c in timed if (c.kind == "ragged") == ragged and c.row.get("correct") is True
+                     and (sp := ranking.row_speedup(c.row))])
+        setattr(s, "verdict_geomean_ragged" if ragged else "verdict_geomean", g)
     s.commits = list(dict.fromkeys(str(c.row["commit"]) for c in s.cases if c.row and c.row.get("commit")))
     if points is None:
         from kopt.campaign import iterations
@@ -234,8 +241,10 @@ def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optiona
         so, sm = _speed(r), _speed(m)
         if so and sm and so > sm * (1 + thr):
             ahead.append((r["case"], so, sm, _noise(r, m)))
+    rag = (f", ragged {_x(best.ragged)} against {_x(s.verdict_geomean_ragged)}"
+           if best.ragged or s.verdict_geomean_ragged else "")
     head = (f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)} against the shown "
-            f"{_x(s.verdict_geomean)}" if s.verdict_geomean else
+            f"{_x(s.verdict_geomean)}{rag}" if s.verdict_geomean else
             f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)}; the shown candidate has no "
             "verdict geomean")
     if ahead:
@@ -246,6 +255,8 @@ def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optiona
             head += "; every case it leads on rests on a noisy timing"
     else:
         head += f"; no case ahead by more than the +{thr:.0%} threshold (a spread lead)"
+    if best.reason:
+        head += f" (the rule at iteration {best.iteration}: {best.reason})"
     return BestByRule(candidate_id=best.candidate_id, iteration=best.iteration, geomean=best.geomean,
                       cases=[c for c, *_ in ahead], reason=head)
 

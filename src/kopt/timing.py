@@ -3,7 +3,10 @@
 On CUDA each timed call runs inside a `kopt::call` profiler range; its device time is the span
 from the first to the last device activity (kernel, memset, memcpy) whose launch happened inside
 that range, so a split kernel and its combine both count and the flush (launched outside every
-range) never does. CUDA events around one call in EVENT_EVERY are recorded too, as a cross-check
+range) never does. The timed calls are device-only: a spin kernel holds the stream while the host
+enqueues them ahead of the device, and a call one of whose kernels still waited for its launch is
+dropped (counted in `host_bound`). The eager, host-inclusive figure is a second one: calls started
+on an idle device, so the host's launches between a call's kernels are inside its span. CUDA events around one call in EVENT_EVERY are recorded too, as a cross-check
 (they add launch overhead); without CUPTI they are the samples, around every call.
 """
 
@@ -18,7 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from kopt import stats
-from kopt.hardware import _is_cpu
+from kopt.hardware import is_cpu
 from kopt.results import FLUSH_KINDS, FlushKind, TimingStats
 from kopt.stats import StopRule
 
@@ -56,6 +59,8 @@ class TimingOptions:
     """Calls in the first profiler session (later sessions double, up to MAX_BATCH)."""
     graph_calls: int = 20
     """Calls captured in one CUDA graph in hot mode; per-call time = replay time / graph_calls."""
+    eager_calls: int = 40
+    """Calls of the host-inclusive second figure (each flushed, then started on an idle device)."""
 
     @classmethod
     def for_device(cls, device: str, quick: bool = False, cold: Optional[bool] = None,
@@ -75,7 +80,7 @@ class TimingOptions:
 
     @classmethod
     def _defaults(cls, device: str, quick: bool) -> "TimingOptions":
-        if _is_cpu(device):
+        if is_cpu(device):
             # The CPU path exists to run the whole loop without a GPU, not for verdicts:
             # no flush (it would cost more than the call), few samples, ~1.5 s cap per function.
             stop = StopRule(min_samples=3, min_time_s=0.0, target_rel_ci=0.02,
@@ -85,7 +90,7 @@ class TimingOptions:
         if quick:
             stop = StopRule(min_samples=20, min_time_s=0.0, target_rel_ci=0.02,
                             max_time_s=0.5, max_samples=200)
-            return cls(rounds=2, stop=stop)
+            return cls(rounds=2, stop=stop, eager_calls=15)
         return cls()
 
 
@@ -113,6 +118,10 @@ class Samples:
     low_ev: list[float] = field(default_factory=list)
     clocks: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
+    host_bound: int = 0
+    """Device-only calls dropped because a kernel of theirs waited for the host (kopt.cupti.CallFacts)."""
+    side_stream: int = 0
+    """Calls that left work on another stream, not joined to the caller's before returning."""
 
     def use_cupti(self, cupti: bool) -> bool:
         """CUPTI spans are used when the profiler works and (almost) every call has records."""
@@ -136,11 +145,12 @@ class Samples:
         """Pool two sample sets."""
         return Samples(self.dev + other.dev, self.ev + other.ev, self.low_dev + other.low_dev,
                        self.low_ev + other.low_ev, self.clocks + other.clocks,
-                       self.elapsed_s + other.elapsed_s)
+                       self.elapsed_s + other.elapsed_s, self.host_bound + other.host_bound,
+                       self.side_stream + other.side_stream)
 
 
 def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, scale: float = 1.0,
-              flush_kind: Optional[str] = None) -> TimingStats:
+              flush_kind: Optional[str] = None, eager: Optional[Samples] = None) -> TimingStats:
     """TimingStats from samples; `scale` turns per-replay times into per-call times (graphs)."""
     ms, forced = s.values(use_dev)
     x = np.maximum(np.asarray(ms, dtype=float) * scale, _FLOOR_MS)
@@ -152,8 +162,15 @@ def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, sc
         n=int(x.size), rel_iqr=ri, ci_rel=stats.ci_rel(x), noisy=stats.noisy(ri) or forced,
         cold=cold, flush_bytes=flush, flush_kind=flush_kind, mean_clock_mhz=float(np.mean(s.clocks)) if s.clocks else None,
         dropped_low_clock=0 if forced else max(len(s.low_dev), len(s.low_ev)), events_median_ms=ev_med,
-        total_s=s.elapsed_s,
+        total_s=s.elapsed_s, device_only=method == "cupti", host_bound=s.host_bound,
+        side_stream=s.side_stream + (eager.side_stream if eager else 0), eager_median_ms=_eager_ms(eager),
     )
+
+
+def _eager_ms(e: Optional[Samples]) -> Optional[float]:
+    """Median host-inclusive span of an eager segment; None when it has no CUPTI spans."""
+    ms = [d for d in (e.dev + e.low_dev if e else []) if d is not None]
+    return max(float(np.median(ms)), _FLOOR_MS) if ms else None
 
 
 # ---------------------------------------------------------------- host clock (CPU)
@@ -186,6 +203,10 @@ class _HostTimer:
     def method(self, use_dev: bool) -> str:
         return "host"
 
+    def eager(self, fns: list, n: int) -> list[Samples]:
+        """No host-inclusive second figure on the host clock: its samples already include the host."""
+        return [Samples() for _ in fns]
+
     def prepare(self, fn: Callable[[], object]) -> Callable[[], object]:
         _warmup(fn, self.opts)
         return fn
@@ -208,24 +229,30 @@ class _HostTimer:
 # ---------------------------------------------------------------- public API
 
 def _timer(device: str, opts: TimingOptions):
-    if _is_cpu(device):
+    if is_cpu(device):
         return _HostTimer(opts)
     from kopt.timing_cuda import CudaTimer
 
     return CudaTimer(device, opts)
 
 
-def _summary(t, s: Samples, use_dev: bool) -> TimingStats:
+def _summary(t, s: Samples, use_dev: bool, eager: Optional[Samples] = None) -> TimingStats:
     """summarize() with what the timer that took the samples knows (method, cold, flush, graph scale)."""
-    return summarize(s, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind)
+    return summarize(s, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind, eager)
+
+
+def _eager_calls(opts: TimingOptions) -> int:
+    """Calls of the host-inclusive (eager) figure: none in hot graph mode, where no span exists."""
+    return 0 if opts.graph else opts.eager_calls
 
 
 def time_fn(fn: Callable[[], object], device: str, opts: TimingOptions) -> TimingStats:
     """Time one callable (already called once by the caller, for compilation) on a device."""
     t = _timer(device, opts)
-    s = t.sample(t.prepare(fn), opts.stop)
+    h = t.prepare(fn)
+    s = t.sample(h, opts.stop)
     use_dev = s.use_cupti(t.cupti)
-    return _summary(t, s, use_dev)
+    return _summary(t, s, use_dev, t.eager([h], _eager_calls(opts))[0])
 
 
 def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: str,
@@ -241,14 +268,16 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     for r in range(rounds):
         order += [(ha, ra), (hb, rb)] if r % 2 == 0 else [(hb, rb), (ha, ra)]
     together = getattr(t, "sample_all", None)  # all rounds in one session, where the timer can
-    got = together([h for h, _ in order], rule) if together else None
+    n_eager = _eager_calls(opts)
+    got = together([h for h, _ in order], rule, n_eager) if together else None
     for (h, acc), s in zip(order, got or [None] * len(order)):
         acc.append(s if s is not None else t.sample(h, rule))
+    ea, eb = got[len(order):] if got else t.eager([ha, hb], n_eager)
     # One method for every round: if CUPTI failed in any round, all rounds use events.
     use_dev = all(x.use_cupti(t.cupti) for x in ra + rb)
     ps = stats.paired_speedup([x.values(use_dev)[0] for x in ra], [x.values(use_dev)[0] for x in rb])
     pa, pb = reduce(Samples.merge, ra, Samples()), reduce(Samples.merge, rb, Samples())
     return PairTiming(
-        a=_summary(t, pa, use_dev), b=_summary(t, pb, use_dev),
+        a=_summary(t, pa, use_dev, ea), b=_summary(t, pb, use_dev, eb),
         ratios=ps.ratios, speedup=ps.speedup, ci=ps.ci,
     )

@@ -20,7 +20,7 @@ import warnings
 from contextlib import nullcontext
 from typing import Callable, Optional
 
-from kopt.cupti import _cupti_ok, _profiler, spans_of
+from kopt.cupti import _cupti_ok, _profiler, facts_of
 from kopt.stats import StopRule
 from kopt.timing import CALL_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, _clock, _warmup
 
@@ -72,6 +72,11 @@ class _Clock:
 
 #: With CUPTI, one call in this many is also bracketed by CUDA events (the cross-check).
 EVENT_EVERY = 8
+#: The hold before a device-only batch lasts while the host enqueues this many calls (at twice the
+#: host's measured pace), within [HOLD_MIN_US, HOLD_MAX_US]: after it the flushes (~60 µs of device time
+#: each, more than a call's launches cost the host) keep the device behind the host.
+HOLD_CALLS = 16
+HOLD_MIN_US, HOLD_MAX_US = 100.0, 20_000.0
 #: Host seconds of the timing loop by part (launching, waiting for the device, reading CUPTI records).
 PHASE_S: dict[str, float] = {"launch": 0.0, "wait": 0.0, "records": 0.0, "sessions": 0.0}
 
@@ -100,6 +105,8 @@ class CudaTimer:
         self.cupti = _cupti_ok(device)         # probed once per process (CUPTI's start-up)
         self._events: list = []
         self._call_ms: dict[int, float] = {}
+        self._host_us: dict[int, float] = {}
+        """Host µs to enqueue one flushed call of each function (measured on its last batch)."""
 
     def method(self, use_dev: bool) -> str:
         return "graph" if self.opts.graph else ("cupti" if use_dev else "events")
@@ -115,17 +122,30 @@ class CudaTimer:
         return self._events[:n]
 
     def _batch(self, fn, n: int, cupti: bool):
-        """n flushed calls: (CUPTI span per call or None, event times, SM clock)."""
-        return self._batches([(fn, n)], cupti)[0]
+        """n flushed calls: (CUPTI facts per call or None, event times, SM clock)."""
+        return self._batches([(fn, n, False)], cupti)[0]
+
+    def _hold(self, calls: int, fn) -> None:
+        """Hold the stream with a spin kernel for as long as the host takes to enqueue `calls` flushed
+        calls of fn (nvbench's blocking kernel, bounded by time): the calls that follow start only once
+        the host is far ahead, so no kernel of a timed call waits for its launch. Launched outside every
+        call range, so no span contains it."""
+        host_us = self._host_us.get(id(fn), 50.0)
+        us = min(HOLD_MAX_US, max(HOLD_MIN_US, 2.0 * calls * host_us))
+        self.torch.cuda._sleep(int(us * (self.clock.ref or 2000)))
 
     def _batches(self, segments: list, cupti: bool) -> list:
-        """Segments of flushed calls, (fn, n) each, in one profiler session: per segment (CUPTI span
-        per call or None, event times, SM clock read at the segment's end). With CUPTI the event
-        cross-check brackets every EVENT_EVERY-th call only (two records and a readback cost ~65 µs
-        of host time a call on an H200); without it every call, as events are then the samples."""
+        """Segments of flushed calls, (fn, n, eager) each, in one profiler session: per segment (CallFacts
+        per call or None, event times, SM clock read at the segment's end).
+
+        A device-only segment (eager False) starts behind a hold (_hold) and its calls are enqueued
+        back to back; an eager segment synchronizes after each flush, so every call starts on an idle GPU
+        and its span holds the host's launches (the host-inclusive figure). With CUPTI the event
+        cross-check brackets every EVENT_EVERY-th call only (two records and a readback cost ~65 µs of
+        host time a call on an H200); without it every call, as events are then the samples."""
         torch, rf = self.torch, self.torch.profiler.record_function
         every = EVENT_EVERY if cupti else 1
-        counts = [-(-n // every) for _, n in segments]
+        counts = [-(-n // every) for _, n, _ in segments]
         pairs = self._event_pairs(sum(counts))
         prof = self._profiler() if cupti else nullcontext()
         clocks, first = [], 0
@@ -135,12 +155,17 @@ class CudaTimer:
             with prof:
                 t1 = time.perf_counter()
                 # The flush runs outside every call range: its kernels are never attributed to a call.
-                for (fn, n), k in zip(segments, counts):
+                for (fn, n, eager), k in zip(segments, counts):
                     seg = pairs[first:first + k]
                     first += k
+                    if not eager and cupti:
+                        self._hold(min(n, HOLD_CALLS), fn)
+                    ts = time.perf_counter()
                     for i in range(n):
                         if self._flush is not None:
                             self._flush()
+                        if eager:
+                            torch.cuda.synchronize(self.dev)
                         bracket = i % every == 0
                         if bracket:
                             seg[i // every][0].record()
@@ -148,6 +173,8 @@ class CudaTimer:
                             fn()
                         if bracket:
                             seg[i // every][1].record()
+                    if not eager:
+                        self._host_us[id(fn)] = (time.perf_counter() - ts) * 1e6 / max(n, 1)
                     clocks.append(self.clock.read())  # read while the queued calls keep the GPU busy
                 t2 = time.perf_counter()
                 torch.cuda.synchronize(self.dev)
@@ -161,16 +188,16 @@ class CudaTimer:
         for k in counts:
             evs.append(ev_all[first:first + k])
             first += k
-        total = sum(n for _, n in segments)
-        spans: list = [None] * total
+        total = sum(n for _, n, _ in segments)
+        facts: list = [None] * total
         if cupti:
-            got = spans_of(prof.events(), total)
+            got = facts_of(prof.events(), total)
             PHASE_S["records"] += time.perf_counter() - t4
             if got is not None:
-                spans = [None if x is None else x / 1e3 for x in got]
+                facts = got
         out, first = [], 0
-        for (_, n), ev, mhz in zip(segments, evs, clocks):
-            out.append((spans[first:first + n], ev, mhz))
+        for (_, n, _), ev, mhz in zip(segments, evs, clocks):
+            out.append((facts[first:first + n], ev, mhz))
             first += n
         return out
 
@@ -211,28 +238,49 @@ class CudaTimer:
             want = rule.max_samples
         return max(1, self.opts.batch, min(MAX_BATCH, rule.max_samples, want))
 
-    def sample_all(self, fns: list, rule: StopRule) -> Optional[list[Samples]]:
+    def sample_all(self, fns: list, rule: StopRule, eager: int = 0) -> Optional[list[Samples]]:
         """Every round of a paired timing in one profiler session, when the sample cap decides each of
         them (short calls: the first batch is the whole round, so no stopping decision falls between
-        batches); None otherwise (and without CUPTI), and the caller samples round by round. Meant to
-        save a session's start and stop per round; on the H200 the host time of sessions did not move
-        (0.55-0.75 s for case 10 either way): their cost is per record, not per session. The rounds keep
-        their ABBA order inside the one session, so the numbers are those of separate sessions."""
+        batches); None otherwise (and without CUPTI), and the caller samples round by round. With eager
+        > 0 each distinct function's eager segment of that many calls rides in the same session (its
+        Samples follow the rounds', in first-seen order). The rounds keep their ABBA order inside the one
+        session, so the numbers are those of separate sessions."""
         if not self.cupti or any(self._first_batch(fn, rule) < rule.max_samples for fn in fns):
             return None
         t0 = _clock()
-        segs = self._batches([(fn, rule.max_samples) for fn in fns], True)
+        distinct = list(dict.fromkeys(fns)) if eager else []
+        segs = self._batches([(fn, rule.max_samples, False) for fn in fns] + [(fn, eager, True) for fn in distinct],
+                             True)
         share = (_clock() - t0) / max(len(fns), 1)
         out = []
-        for seg in segs:
-            out.append(Samples(elapsed_s=share))
-            self._add(out[-1], *seg)
+        for i, seg in enumerate(segs):
+            out.append(Samples(elapsed_s=share if i < len(fns) else 0.0))
+            self._add(out[-1], *seg, eager=i >= len(fns))
         return out
 
-    def _add(self, s: Samples, dev: list, ev: list, mhz: Optional[float]) -> None:
-        """One batch's samples into s: kept, or set aside when its SM clock read low (throttled)."""
+    def eager(self, fns: list, n: int) -> list[Samples]:
+        """Host-inclusive samples of each function: n flushed calls, each started on an idle GPU."""
+        if not self.cupti or n <= 0:
+            return [Samples() for _ in fns]
+        out = []
+        for seg in self._batches([(fn, n, True) for fn in fns], True):
+            out.append(Samples())
+            self._add(out[-1], *seg, eager=True)
+        return out
+
+    def _add(self, s: Samples, facts: list, ev: list, mhz: Optional[float], eager: bool = False) -> None:
+        """One batch's samples into s: kept, or set aside when its SM clock read low (throttled). A
+        device-only call whose kernels waited for the host is not a device-only sample: dropped, counted."""
         if mhz is not None:
             s.clocks.append(mhz)
+        dev = []
+        for f in facts:
+            if f is not None and f.side_stream:
+                s.side_stream += 1
+            if f is not None and f.host_bound and not eager:
+                s.host_bound += 1
+                continue
+            dev.append(None if f is None or f.span_us is None else f.span_us / 1e3)
         if self.clock.low(mhz):
             s.low_dev += dev
             s.low_ev += ev
@@ -248,9 +296,7 @@ class CudaTimer:
             size = min(MAX_BATCH, size * 2)
             el = _clock() - t0
             if rule.should_stop(s.primary(s.use_cupti(self.cupti)), el) or \
-                    rule.capped(len(s.dev) + len(s.low_dev), el):
+                    rule.capped(len(s.dev) + len(s.low_dev) + s.host_bound, el):
                 break
         s.elapsed_s = _clock() - t0
         return s
-
-

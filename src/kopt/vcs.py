@@ -48,8 +48,14 @@ class SnapshotMeta(BaseModel):
     candidate_id: Optional[str] = None
     """First 12 hex of candidate_hash: the key into candidates.jsonl."""
     geomean: Optional[float] = Field(default=None, gt=0)
-    """Geomean speedup of the candidate's latest verdict over its correct cases; None = no verdict."""
+    """Geomean speedup of the candidate's latest verdict over its correct uniform cases; None = no verdict."""
     n_cases: int = Field(0, ge=0)
+    geomean_ragged: Optional[float] = Field(default=None, gt=0)
+    """Geomean speedup over its correct ragged cases; None = none timed (and in older snapshots)."""
+    n_ragged: int = Field(0, ge=0)
+    pct_limit: Optional[float] = Field(default=None, ge=0)
+    """Geomean PCT_LIMIT over the correct uniform cases that have one (None in older snapshots)."""
+    pct_limit_ragged: Optional[float] = Field(default=None, ge=0)
     verdict_rows: int = Field(0, ge=0)
     failed: bool = True
     """No verdict, or a verdict row that is incorrect or not ok."""
@@ -192,9 +198,11 @@ def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
     label = slugify(description)
     h, cid = candidate_hash(ws / CANDIDATE_REL)
     rows = ranking.latest_verdict(load_dicts(ledger_file(ws)).rows, cid) if cid else []
-    gm, n_cases = ranking.geomean_of(rows)
+    g = ranking.geomeans(rows)
     meta = SnapshotMeta(iteration=n, label=label, description=description, created=now.isoformat(timespec="seconds"),
-                        candidate_hash=h, candidate_id=cid, geomean=gm, n_cases=n_cases, verdict_rows=len(rows),
+                        candidate_hash=h, candidate_id=cid, geomean=g.uniform, n_cases=g.n_uniform,
+                        geomean_ragged=g.ragged, n_ragged=g.n_ragged, pct_limit=g.pct_limit,
+                        pct_limit_ragged=g.pct_limit_ragged, verdict_rows=len(rows),
                         failed=ranking.failed(rows), device=ranking.verdict_device(rows), branch=repo.active_branch.name,
                         parent_commit=repo.head.commit.hexsha if repo.head.is_valid() else None)
     traj = ws / "trajectory"

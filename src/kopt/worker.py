@@ -167,6 +167,10 @@ class Evaluation:
                 PHASE_S.update(dict.fromkeys(PHASE_S, 0.0))  # this job's timing loop only
             self.time(timed)
             self.res.overhead_s["timing"] = guards.now() - t
+            side = self.res.timing.side_stream if self.res.timing and job.pair != "aa_base" else 0
+            if side:  # seen in the device records: kernels on another stream, never joined to the caller's
+                raise Reject(Status.side_stream, f"{side} timed calls left kernels on a stream other than the "
+                             "caller's without making the caller's stream wait for them before run returned")
             if cuda:  # CUPTI's one-off start-up, and the timing loop's host parts
                 if job.device in CUPTI_START_S:
                     self.res.overhead_s["cupti_start"] = CUPTI_START_S[job.device]
@@ -197,13 +201,17 @@ class Evaluation:
 
         job = self.job
         opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph, flush=job.flush)
-        base = baselines.pick(job.case, job.device, job.baseline)
-        self.res.ref_name, self.res.ref_note = base.name, base.note
 
         def call(w):
             return self.call(w, poison=False)
 
         cand = rotating(call, timed)
+        if job.peers:  # kopt peers: the candidate against each peer in turn
+            from kopt.peers import time_peers
+
+            return time_peers(self.res, cand, timed, job, opts)
+        base = baselines.pick(job.case, job.device, job.baseline)
+        self.res.ref_name, self.res.ref_note = base.name, base.note
         try:
             base.fn(timed[0])
             guards.sync(job.device)
@@ -213,8 +221,8 @@ class Evaluation:
             self.res.timing = time_fn(cand, job.device, opts)
             return
         # ab: candidate vs baseline; A/A pairs time one function against itself (calibration).
-        fn_a = rotating(base.fn, timed) if job.pair == "aa_base" else cand
-        fn_b = rotating(call if job.pair == "aa_cand" else base.fn, timed)
+        fn_a = base.timed(timed) if job.pair == "aa_base" else cand  # prepared outside the timed calls
+        fn_b = rotating(call, timed) if job.pair == "aa_cand" else base.timed(timed)
         pair = time_pair(fn_a, fn_b, job.device, opts)
         self.res.timing, self.res.ref_timing = pair.a, pair.b
         self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci

@@ -30,11 +30,12 @@ def command(
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     seeds: int = typer.Option(1, "--seeds", min=1, max=16, help="Fresh-seed correctness trials per case."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for verdicts)."),
-    baseline: str = typer.Option("auto", "--baseline", help="auto (flash-attn where it runs) | torch."),
+    baseline: str = typer.Option("auto", "--baseline", help="auto (flash-attn where it runs, else torch) | fa2 | fa2-paged | fa3 | flashinfer | torch: a named peer is NA where it cannot run, never replaced."),
     config: Optional[str] = typer.Option(None, "--config", help="JSON config passed to run(config=...)."),
     hidden: bool = typer.Option(False, "--hidden", help="Also check an unseen shape per case (batch+3, seqlen+13, ragged; untimed)."),
 ) -> None:
     """Compile, check and time a candidate against flash_attn_with_kvcache on one or more cases."""
+    from kopt.baselines import BASELINE_CHOICES
     from kopt.bench import BenchOptions, evaluate
     from kopt.candidate import resolve
     from kopt.cli.render import emit_results
@@ -46,7 +47,7 @@ def command(
     path = resolve(candidate or default_candidate())
     opts = BenchOptions(device=device, cold=cold_cache, flush=_choice(flush, FLUSH_KINDS, "--flush"), graph=graph,
                         timeout_s=timeout, record=not no_record, seeds=seeds, quick=quick,
-                        baseline=_choice(baseline, ("auto", "torch"), "--baseline"),
+                        baseline=_choice(baseline, BASELINE_CHOICES, "--baseline"),
                         config=_json(config), hidden=hidden)
     def go(on_result, on_progress):
         opts.progress = on_progress

@@ -11,14 +11,15 @@ import typer
 TEXT_TOP = 20
 #: (field, header, format; None = text) of the terminal tables.
 COLUMNS = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("shown_as", "mark", None),
-           ("geomean", "geomean", ".3f"), ("n_cases", "cases", "d"), ("n_incorrect", "bad", "d"),
-           ("basis", "basis", None),
+           ("geomean", "geomean", ".3f"), ("n_cases", "cases", "d"), ("geomean_ragged", "ragged", ".3f"),
+           ("n_ragged", "r cases", "d"),
+           ("pct_limit", "% limit", ".1f"), ("n_incorrect", "bad", "d"), ("basis", "basis", None),
            ("technique", "technique", None), ("ancestors", "parent", None)]
 #: Marks of the shown candidate (by its source) and of the rule's best, in the `mark` column.
 MARKS = {"shipped": "ship", "ledger best": "top", "rule": "rule"}
 COLUMNS_CASE = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("variant", "variant", None),
                 ("runtime_ms", "runtime ms", ".4f"), ("ref_runtime_ms", "ref ms", ".4f"),
-                ("speedup", "speedup", ".3f"), ("mode", "mode", None)]
+                ("speedup", "speedup", ".3f"), ("pct_limit", "% limit", ".1f"), ("mode", "mode", None)]
 
 
 def _short(parents: list[str]) -> str:
@@ -33,7 +34,8 @@ def command(
     as_csv: bool = typer.Option(False, "--csv", help="Print the ranking as CSV."),
     device: Optional[str] = typer.Option(None, "--device", help="Only rows measured on this device (e.g. H200, cpu)."),
 ) -> None:
-    """Rank candidates.jsonl: geomean speedup per candidate (verdict rows preferred), best per case."""
+    """Rank candidates.jsonl: geomean speedup per candidate, uniform and ragged cases apart (verdict rows
+    preferred), with the % of the roofline limit; best per case."""
     from kopt import ranking
     from kopt.cli.common import err_console, out_console
     from kopt.errors import UsageError
@@ -84,9 +86,10 @@ def command(
     if top is None and len(table) == TEXT_TOP:
         con.print(f"(first {TEXT_TOP}; --top N, --json or --csv for more)")
     b = Table(title="best per case (lowest runtime among correct rows)")
-    for c in ("case", "variant", "candidate_id", "runtime ms", "ref ms", "speedup", "mode"):
+    for c in ("case", "variant", "candidate_id", "runtime ms", "ref ms", "speedup", "% limit", "mode"):
         b.add_column(c)
     for r in ranking.records(rep.best_per_case):
         b.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"], fmt_na(r["runtime_ms"]),
-                  fmt_na(r["ref_runtime_ms"]), fmt_na(r["speedup"], "{:.3f}"), r["mode"])
+                  fmt_na(r["ref_runtime_ms"]), fmt_na(r["speedup"], "{:.3f}"), fmt_na(r["pct_limit"], "{:.1f}"),
+                  r["mode"])
     con.print(b)

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "commit": "commit",
     "init": "init",
     "log": "log",
+    "peers": "peers",
     "plot": "plot",
     "profile": "profile",
     "report": "report",

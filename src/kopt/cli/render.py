@@ -70,11 +70,13 @@ def table(results: list[CaseResult]) -> None:
     from kopt.cli.common import out_console
 
     t = Table(title="kopt bench")
-    for col in ("case", "variant", "status", "runtime ms", "ref ms", "speedup", "CI", "GB/s", "%peak", "ref", "device"):
+    for col in ("case", "variant", "status", "runtime ms", "ref ms", "speedup", "CI", "GB/s", "%peak", "% limit", "ref",
+                "device"):
         t.add_column(col)
     for r in results:
         ci = f"{r.speedup_ci[0]:.3f}-{r.speedup_ci[1]:.3f}" if r.speedup_ci else "NA"
         style = "green" if r.correct else "red"
         t.add_row(str(r.case), r.variant, f"[{style}]{r.status.value}[/{style}]", fmt_na(r.runtime_ms), fmt_na(r.ref_runtime_ms),
-                  fmt_na(r.speedup, "{:.3f}x"), ci, fmt_na(r.gbps, "{:.0f}"), fmt_na(r.pct_peak, "{:.1f}"), r.ref, r.device)
+                  fmt_na(r.speedup, "{:.3f}x"), ci, fmt_na(r.gbps, "{:.0f}"), fmt_na(r.pct_peak, "{:.1f}"),
+                  fmt_na(r.pct_limit, "{:.1f}"), r.ref, r.device)
     out_console().print(t)

@@ -24,6 +24,10 @@ def shown_lines(con, shown: dict) -> None:
                   f"{_x(b.geomean)}): {b.reason}", highlight=False, soft_wrap=True)
 
 
+def _pct(v) -> str:
+    return "NA" if v is None else f"{v:.1f}"
+
+
 def command(
     last: int = typer.Option(5, "--last", min=0, help="How many recent iterations to list."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -47,23 +51,35 @@ def command(
               f"improvement threshold: +{rep.threshold * 100:.1f}%")
     if best:
         con.print(f"best iteration: {best.iteration} ({best.label}) candidate {best.candidate_id} "
-                  f"geomean {_x(best.geomean)} over {best.n_cases} cases")
+                  f"geomean {_x(best.geomean)} over {best.n_cases} cases, ragged {_x(best.geomean_ragged)} "
+                  f"over {best.n_ragged}, % limit {_pct(best.pct_limit)} (ragged {_pct(best.pct_limit_ragged)})")
     shown_lines(con, rep.shown)
+    if rep.best_candidate:
+        c = rep.best_candidate
+        con.print(f"best candidate in the ledger: {c['candidate_id']} geomean {_x(c['geomean'])} "
+                  f"over {c['n_cases']} cases, ragged {_x(c.get('geomean_ragged'))} over {c.get('n_ragged', 0)} "
+                  f"({c['basis']})")
+    if rep.why_best:
+        con.print(f"why: {rep.why_best}", highlight=False)
     if rep.best_per_case:
         t = Table(title="best per case")
-        for col in ("case", "variant", "candidate", "runtime ms", "speedup"):
+        for col in ("case", "variant", "candidate", "runtime ms", "speedup", "% limit"):
             t.add_column(col)
         for r in rep.best_per_case:
             t.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"],
-                      f"{r['runtime_ms']:.4f}", _x(r["speedup"]))
+                      f"{r['runtime_ms']:.4f}", _x(r["speedup"]), _pct(r.get("pct_limit")))
         con.print(t)
     if rep.recent:
         t = Table(title=f"last {len(rep.recent)} iterations")
-        for col in ("iter", "label", "candidate", "geomean", "cases", "outcome"):
+        for col in ("iter", "label", "candidate", "geomean", "cases", "ragged", "% limit", "outcome"):
             t.add_column(col)
         for it in rep.recent:
-            t.add_row(str(it.iteration), it.label, it.candidate_id or "NA", _x(it.geomean), str(it.n_cases), it.outcome)
+            t.add_row(str(it.iteration), it.label, it.candidate_id or "NA", _x(it.geomean), str(it.n_cases),
+                      _x(it.geomean_ragged), _pct(it.pct_limit), it.outcome)
         con.print(t)
+        last = rep.recent[-1]
+        if last.reason:
+            con.print(f"iteration {last.iteration} {last.outcome}: {last.reason}", highlight=False)
     if rep.stagnating:
         con.print(f"[bold red]STAGNATION[/]: {rep.since_improvement} iterations without improvement"
                   + (" (recorded in candidates.jsonl)" if rep.recorded else ""))

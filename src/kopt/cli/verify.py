@@ -12,7 +12,7 @@ import typer
 
 def command(
     path: Optional[Path] = typer.Argument(None, help="Candidate file (default solution/tilelang/run_kernel.py)."),
-    case: Optional[str] = typer.Option(None, "--case", "-c", help="Perf cases to time (default: every perf case)."),
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Perf cases to time (default: every perf and ragged case)."),
     device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
     parent: Optional[str] = typer.Option(None, "--parent", help="Parent candidate id (default: the current best)."),
     technique: Optional[str] = typer.Option(None, "--technique", help="What this candidate tries (e.g. split-kv)."),
@@ -23,13 +23,15 @@ def command(
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per run, seconds."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs only)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the runs over N GPUs of this host (or 'all')."),
+    baseline: str = typer.Option("auto", "--baseline", help="auto | fa2 | fa2-paged | fa3 | flashinfer | torch (kopt bench --baseline)."),
 ) -> None:
-    """Time every perf case cold, run the correctness matrix and hidden variants; record verdict rows."""
+    """Time every perf and ragged case cold, run the correctness matrix and hidden variants; record verdict rows."""
     from kopt import verdict
     from kopt.bench import BenchOptions
     from kopt.candidate import resolve
     from kopt.cases import load_file, select
-    from kopt.cli.bench import _json
+    from kopt.baselines import BASELINE_CHOICES
+    from kopt.cli.bench import _choice, _json
     from kopt.cli.common import err_console, parse_ids
     from kopt.paths import default_candidate, ledger_file
     from kopt.results import machine_line
@@ -41,6 +43,7 @@ def command(
         select(cf.cases, ids)  # unknown ids -> usage error listing the valid ones
     p = resolve(path or default_candidate())
     opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick, config=_json(config),
+                        baseline=_choice(baseline, BASELINE_CHOICES, "--baseline"),
                         parent_id=parent or _current_best(ledger_file()), technique=technique, hypothesis=hypothesis)
     err = err_console()
 
@@ -57,6 +60,8 @@ def command(
     v = gpupool.run_verdict(p, cf, opts, ids, on_result, pool) if pool else verdict.run(p, cf, opts, ids, on_result)
     if as_json:
         print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
+                          "geomean_speedup_ragged": v.geomean_ragged, "geomean_pct_limit": v.geomean_pct_limit,
+                          "geomean_pct_limit_ragged": v.geomean_pct_limit_ragged,
                           "min_speedup": v.min_speedup, "rows": [r.model_dump(mode="json") for r in v.rows],
                           "wall_s": round(time.perf_counter() - t0, 2)}))
     else:

@@ -6,7 +6,8 @@ timeline fill the subset they can). A dimension without evidence is NA with the 
 
 Thresholds (from the checklist): waves < ~0.8 or grid < units -> A; DRAM < ~80 % of peak with
 long-scoreboard on top and a full grid -> B; a partial last wave idling > 10 % / 25 % of the slots
--> C watch / limiting; a second kernel >= 25 % of the call -> D; reads > 1.05x the K/V bytes -> I.
+-> C watch / limiting, and the same bands for the idle share the plan leaves on the case's lengths
+(busiest unit vs the mean); a second kernel >= 25 % of the call -> D; reads > 1.05x the K/V bytes -> I.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from kopt.profile.geometry import Balance
 from kopt.profile.models import Diagnosis, Dimension, KernelMetrics, Score
 
 _RANK = {Score.na: -1, Score.ok: 0, Score.watch: 1, Score.limiting: 2}
@@ -42,6 +44,10 @@ class Evidence:
     ideal_bytes: Optional[int] = None
     copy_ceiling_gbps: Optional[float] = None
     paged: bool = False
+    balance: Optional[Balance] = None
+    """The plan's work per unit on the case's lengths (kopt.profile.geometry.plan_balance)."""
+    balance_na: str = ""
+    """Why `balance` is None (no plan recorded, a plan without block_N / num_splits...)."""
 
 
 @dataclass
@@ -129,26 +135,44 @@ def occupancy(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
 
 
 def tail(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
-    """Dimension 2: the fractional last wave."""
+    """Dimension 2: the fractional last wave (launch geometry), and the work of the busiest unit vs the
+    mean from the plan and the lengths (a ragged batch's long rows leave most units idle)."""
+    f, evidence, na = _wave_tail(ev, k)
+    b = ev.balance
+    if b is not None:
+        evidence.update(plan=b.plan, plan_ctas=b.ctas, busiest_unit_keys=b.busiest_keys, mean_unit_keys=b.mean_keys,
+                        plan_imbalance=b.imbalance, plan_idle_pct=b.idle_pct)
+        s = Score.limiting if b.idle_pct > 25 else Score.watch if b.idle_pct > 10 else Score.ok
+        pat = ("A",) if b.ctas < b.units else ("C",)
+        f += _roofline_cap([_Finding(s, f"plan and lengths: the busiest {ev.unit_name} reads {b.imbalance:.2f}x "
+                                        f"the mean keys ({b.ctas} CTAs on {b.units}; {b.idle_pct:.0f}% of the "
+                                        f"{ev.unit_name}-time idle)", pat if s != Score.ok else ())], k)
+    elif ev.balance_na:
+        na = f"{na}; plan-based balance NA: {ev.balance_na}" if na else f"plan-based balance NA: {ev.balance_na}"
+    return _dim("tail", f, evidence, na)
+
+
+def _wave_tail(ev: Evidence, k: Optional[KernelMetrics]) -> tuple[list[_Finding], dict, str]:
+    """The launch-geometry half of the tail dimension: (findings, evidence, why NA)."""
     if k is None:
-        return _dim("tail", [], {}, "no kernel launch recorded")
+        return [], {}, "no kernel launch recorded"
     w, grid = _waves(ev, k), k.metrics.get("grid_size")
     evidence = {"waves": w, "grid": grid, "units": ev.units}
     if w is None:
         if grid and ev.units and grid < ev.units:
-            return _dim("tail", [_Finding(Score.limiting, f"one partial wave: {grid:.0f} blocks on {ev.units} "
-                                          f"{ev.unit_name}s", ("A",))], evidence)
-        return _dim("tail", [], evidence, "waves unknown: resident blocks per unit not recorded")
+            return [_Finding(Score.limiting, f"one partial wave: {grid:.0f} blocks on {ev.units} "
+                                             f"{ev.unit_name}s", ("A",))], evidence, ""
+        return [], evidence, "waves unknown: resident blocks per unit not recorded"
     if w < 1:
         s = Score.limiting if w < 0.8 else Score.ok
-        return _dim("tail", _roofline_cap([_Finding(s, f"{w:.2f} waves: a single partial wave, {100 * w:.0f}% of "
-                                                    "the slots busy", ("A",) if s != Score.ok else ())], k), evidence)
+        return _roofline_cap([_Finding(s, f"{w:.2f} waves: a single partial wave, {100 * w:.0f}% of the slots "
+                                          "busy", ("A",) if s != Score.ok else ())], k), evidence, ""
     total = math.ceil(w)
     idle = 100.0 * (total - w) / total
     evidence.update(last_wave_fraction=w - math.floor(w) or 1.0, idle_slot_pct=idle)
     s = Score.limiting if idle > 25 else Score.watch if idle > 10 else Score.ok
-    return _dim("tail", _roofline_cap([_Finding(s, f"{w:.2f} waves: the last wave leaves {idle:.0f}% of all "
-                                                "slot-waves idle", ("C",) if s != Score.ok else ())], k), evidence)
+    return _roofline_cap([_Finding(s, f"{w:.2f} waves: the last wave leaves {idle:.0f}% of all slot-waves idle",
+                                   ("C",) if s != Score.ok else ())], k), evidence, ""
 
 
 def stalls(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:

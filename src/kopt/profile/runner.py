@@ -157,6 +157,8 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
                             unit_name=info.unit_name, vendor=vendor, source=_source(tool, timeline), kv_bytes=kv,
                             out_bytes=outb, ideal_bytes=ideal, copy_ceiling_gbps=s.copy_ceiling_gbps,
                             paged=bool(case.variant.page_size))
+    if device != "cpu":  # a CPU run has no grid to balance
+        ev.balance, ev.balance_na = _balance(ws, s.candidate_id, case, opts.seed, units, info.name)
     s.diagnosis = diagnosis.diagnose(ev)
     # command lines as run from the workspace: its own paths relative, so a summary names no host path
     s.commands = [[_rel_arg(a, ws) for a in cmd] for cmd in s.commands]
@@ -225,6 +227,27 @@ def _bytes(case, seed: int) -> tuple[int, int, int]:
     keys = int(seqlens_for(case, seed).sum())
     v = case.variant
     return 2 * keys * case.kv_heads * v.head_dim * 2, case.batch * case.q_heads * v.head_dim * 2, bytes_moved(case, keys)
+
+
+def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_name: str):
+    """(geometry.Balance of the candidate's plan on the profiled lengths, why None). The plan is the one the
+    candidate reported (its plan_info hook) in its latest ledger row of this case and variant on this
+    device: the profiled process is not asked, so a case never benched there has none."""
+    from kopt.ledger import load_dicts
+    from kopt.paths import ledger_file
+    from kopt.profile.geometry import plan_balance
+    from kopt.workload import seqlens_for
+
+    label = case.variant.label()
+    plan = next((r["plan"] for r in reversed(load_dicts(ledger_file(ws)).rows)
+                 if r.get("candidate_id") == cid and r.get("case") == case.id and r.get("variant") == label
+                 and r.get("device") == device_name and isinstance(r.get("plan"), dict)), None)
+    if plan is None:
+        return None, (f"no plan recorded for candidate {cid} on case {case.id} ({label}) on {device_name}: "
+                      f"run `kopt bench --case {case.id}` first")
+    page = case.variant.page_size
+    alloc = -(-case.seqlen_k // page) * page if page else case.seqlen_k  # paged: whole pages are allocated
+    return plan_balance(plan, seqlens_for(case, seed).tolist(), case.kv_heads, alloc, units)
 
 
 def _ceiling(name: str, device: str) -> Optional[float]:

@@ -1,0 +1,178 @@
+"""Independent check of kopt's device-only figures: CUDA graphs of [flush, call] x N under CUPTI.
+
+For each case the shipped candidate and FA2 are each captured in one CUDA graph of N pairs (a read of a
+256 MiB buffer, then the call) and the graph is replayed under torch.profiler; a call's time is the first
+start to the last end of the kernels between two flush kernels. Nothing of kopt's timer is used (only its
+case file and input builder), so the figures are a second measurement of the same calls. With
+--ledger, each case's figures are set beside the latest `kopt bench` row of the same candidate in the
+ledger (RUNTIME, REF_RUNTIME) and the table says whether they agree within 3% or 0.3 µs.
+
+Run from the workspace root:  PYTHONPATH=src python3 scripts/gpu_graph_check.py --cases 1-18 \
+    [--ledger candidates.jsonl] [--out results/graph-check-H200.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FLUSH_BYTES = 256 << 20
+
+
+def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
+    """µs per call of fn from `replays` replays of one graph of [flush, fn] x n, read from CUPTI."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up on a side stream, as capture wants
+        for _ in range(3):
+            flush()
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            flush()
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            g.replay()
+        torch.cuda.synchronize()
+    kernels = sorted((e.start_ns(), e.end_ns(), e.name()) for e in prof.profiler.kineto_results.events()
+                     if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation())
+    flush_name = _flush_kernel_name(flush)
+    spans, cur = [], None
+    for s0, e0, name in kernels:
+        if name == flush_name:
+            if cur:
+                spans.append((cur[1] - cur[0]) / 1e3)
+            cur = None
+        else:
+            cur = [s0, e0] if cur is None else [cur[0], max(cur[1], e0)]
+    if cur:
+        spans.append((cur[1] - cur[0]) / 1e3)
+    return spans
+
+
+_FLUSH_NAME: dict = {}
+
+
+def _flush_kernel_name(flush) -> str:
+    """The flush's own kernel name, seen once in a profile of the flush alone."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if id(flush) not in _FLUSH_NAME:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            flush()
+            torch.cuda.synchronize()
+        names = [e.name() for e in prof.profiler.kineto_results.events()
+                 if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation()]
+        _FLUSH_NAME[id(flush)] = names[0]
+    return _FLUSH_NAME[id(flush)]
+
+
+def latest_rows(ledger: Path, candidate_id: str) -> dict[int, dict]:
+    """Latest signal row per case of this candidate with timings, from the ledger."""
+    rows = {}
+    for line in ledger.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("mode") == "signal" and r.get("candidate_id") == candidate_id and r.get("runtime_ms") \
+                and r.get("variant", "").endswith("contig-full"):
+            rows[r["case"]] = r
+    return rows
+
+
+def agree(a: float, b: float) -> bool:
+    """Within 3% or 0.3 µs (ms inputs)."""
+    return abs(a - b) <= max(0.03 * b, 0.3e-3)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="1-18")
+    ap.add_argument("--calls", type=int, default=20, help="pairs in one graph")
+    ap.add_argument("--replays", type=int, default=15)
+    ap.add_argument("--ledger", type=Path)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+
+    import torch
+
+    from kopt import baselines, candidate, cases
+    from kopt.cli.common import parse_ids
+    from kopt.workload import make_workload
+
+    shipped = REPO / "solution" / "tilelang" / "run_kernel.py"
+    mod = candidate.load(shipped)
+    cid = candidate.content_hash(shipped)[:12]
+    buf = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    sink = torch.zeros(1, dtype=torch.float32, device="cuda")
+    flush = lambda: torch.sum(buf, dim=0, keepdim=True, out=sink)  # noqa: E731
+    ids = parse_ids(args.cases)
+    sel = cases.select(cases.load_cases(), ids)
+    led = latest_rows(args.ledger, cid) if args.ledger else {}
+    lines = ["| case | candidate graph µs | kopt RUNTIME µs | Δ | FA2 graph µs | kopt REF_RUNTIME µs | Δ | agree |",
+             "|---|---|---|---|---|---|---|---|"]
+    worst = []
+    for c in sel:
+        w = make_workload(c, seed=0, device="cuda")
+        base = baselines.pick(c, "cuda")
+        fns = {"cand": lambda: mod.run(*w.args(), **w.kwargs()), "ref": lambda: base.fn(w)}
+        med = {}
+        for k, fn in fns.items():
+            try:
+                fn()
+                med[k] = statistics.median(graph_spans(fn, flush, args.calls, args.replays)) / 1e3
+            except Exception as e:  # a call that cannot be captured: NA, with the reason
+                print(f"case {c.id} {k}: NA ({type(e).__name__}: {str(e)[:120]})", file=sys.stderr)
+                med[k] = None
+        row = led.get(c.id, {})
+        cells, ok = [], True
+        for k, key in (("cand", "runtime_ms"), ("ref", "ref_runtime_ms")):
+            g, kk = med[k], row.get(key)
+            if g is None or kk is None:
+                cells += [_us(g), _us(kk), "NA"]
+                ok = False if g is None else ok
+                continue
+            cells += [_us(g), _us(kk), f"{100 * (kk - g) / g:+.1f}%"]
+            ok = ok and agree(kk, g)
+            worst.append((abs(kk - g) / g, c.id, k))
+        lines.append(f"| {c.id} | " + " | ".join(cells) + f" | {'yes' if ok else 'no'} |")
+        print(lines[-1], flush=True)
+        del w
+        torch.cuda.empty_cache()
+    dev = torch.cuda.get_device_name()
+    head = [f"# Graph-replayed CUPTI spans vs kopt's device-only figures ({dev}, candidate {cid})", "",
+            f"{args.calls} [flush, call] pairs per graph, {args.replays} replays, median; kopt rows: the ledger's "
+            "latest contiguous signal row of the same candidate per case.", ""]
+    if worst:
+        w0 = max(worst)
+        head.append(f"Largest difference: case {w0[1]} ({'candidate' if w0[2] == 'cand' else 'FA2'}), "
+                    f"{100 * w0[0]:.1f}%.")
+        head.append("")
+    text = "\n".join(head + lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+def _us(ms) -> str:
+    return "NA" if ms is None else f"{ms * 1e3:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""The two-geomean improvement rule: uniform and ragged cases judged apart, the uniform rule alone (said so)
+when a verdict has no ragged geomean; the ledger's geomeans split by case kind."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from kopt import ledger, loop, ranking
+from kopt.results import CaseResult
+
+THR = 0.01
+
+
+@pytest.mark.parametrize("uni, rag, outcome, words", [
+    (1.05, 0.90, "not improved", "ragged geomean loses"),        # uniform up, ragged lost beyond the noise
+    (1.05, 1.05, "improved", "both gain"),
+    (1.05, 0.995, "improved", "uniform gains"),                  # ragged within the noise band
+    (1.00, 1.05, "improved", "ragged gains"),                    # the reverse: ragged up, uniform kept
+    (0.95, 1.10, "not improved", "uniform geomean loses"),
+    (1.005, 1.005, "not improved", "neither gains"),
+])
+def test_both_geomeans_decide(uni, rag, outcome, words):
+    j = loop.judge(1.5 * uni, 1.2 * rag, False, 1.5, 1.2, THR)
+    assert j.outcome == outcome and words in j.reason, j.reason
+    assert f"uniform {(uni - 1) * 100:+.1f}%" in j.reason and f"ragged {(rag - 1) * 100:+.1f}%" in j.reason
+
+
+@pytest.mark.parametrize("rag, best_rag, words", [
+    (1.0, None, "the previous best has no ragged geomean (older rows)"),
+    (None, 1.0, "this verdict has no ragged geomean"),
+    (None, None, "neither verdict has a ragged geomean"),
+])
+def test_without_a_ragged_geomean_the_uniform_rule_decides_and_says_so(rag, best_rag, words):
+    up = loop.judge(1.52, rag, False, 1.5, best_rag, THR)
+    flat = loop.judge(1.505, rag, False, 1.5, best_rag, THR)
+    assert (up.outcome, flat.outcome) == ("improved", "not improved")
+    assert words in up.reason and "judged by the uniform geomean alone" in up.reason
+
+
+def test_first_and_failed_verdicts():
+    assert loop.judge(1.0, 1.0, False, None, None, THR).outcome == "improved"
+    assert loop.judge(2.0, 2.0, True, 1.0, 1.0, THR).outcome == "failed"
+    assert loop.judge(None, 2.0, False, 1.0, 1.0, THR).outcome == "failed"
+    assert loop.outcome(1.02, False, 1.0, THR) == "improved"  # the uniform rule, as before
+
+
+def _row(cid: str, case: int, kind: str, speedup: float, **kw) -> dict:
+    return CaseResult(row_id=uuid.uuid4().hex, mode="verdict", candidate_id=cid, case=case, case_kind=kind,
+                      compiled=True, correct=True, speedup=speedup, runtime_ms=0.1 / speedup, ref_runtime_ms=0.1,
+                      device="H200", **kw).model_dump(mode="json")
+
+
+def test_ledger_geomeans_keep_ragged_rows_apart():
+    rows = [_row("a", 4, "perf", 2.0, pct_limit=50.0), _row("a", 5, "perf", 0.5, pct_limit=50.0),
+            _row("a", 15, "ragged", 1.2, pct_limit=30.0), _row("a", 6, None, 1.0)]  # None: an older row, uniform
+    g = ranking.geomeans(rows)
+    assert (g.uniform, g.n_uniform, g.ragged, g.n_ragged) == (pytest.approx(1.0), 3, pytest.approx(1.2), 1)
+    assert (g.pct_limit, g.pct_limit_ragged) == (pytest.approx(50.0), pytest.approx(30.0))
+    assert ranking.geomean_of(rows) == (pytest.approx(1.0), 3)
+
+
+def test_rank_shows_the_ragged_geomean_and_pct_limit(tmp_path):
+    path = tmp_path / "candidates.jsonl"
+    ledger.append(path, [CaseResult.model_validate(r) for r in (
+        _row("a", 4, "perf", 2.0, pct_limit=40.0), _row("a", 15, "ragged", 1.5, pct_limit=20.0),
+        _row("b", 4, "perf", 1.0))])
+    df, _ = ranking.load_frame(path)
+    top = ranking.rank(df).set_index("candidate_id")
+    assert top.loc["a", "geomean"] == pytest.approx(2.0) and top.loc["a", "n_cases"] == 1
+    assert top.loc["a", "geomean_ragged"] == pytest.approx(1.5) and top.loc["a", "n_ragged"] == 1
+    assert top.loc["a", "pct_limit"] == pytest.approx(40.0) and top.loc["a", "pct_limit_ragged"] == pytest.approx(20.0)
+    assert top.loc["b", "n_ragged"] == 0 and ranking.best_per_case(df)["pct_limit"].iloc[0] == pytest.approx(40.0)
+
+
+@pytest.mark.usefixtures("git_env")
+def test_status_judges_iterations_by_both_geomeans(tmp_path, monkeypatch):
+    """Iteration 2 gains on the uniform cases but loses the ragged ones: not improved, and status says why;
+    iteration 3 gains on both; a re-verified candidate is judged by its latest verdict."""
+    from conftest import kopt as run
+    from kopt.vcs import candidate_hash
+
+    ws = tmp_path / "w"
+    assert run("init", ws).exit_code == 0
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    sol = ws / "solution" / "tilelang" / "run_kernel.py"
+
+    def verdict(uni: float, rag: float) -> str:
+        h, cid = candidate_hash(sol)
+        run_id = uuid.uuid4().hex[:12]
+        rows = [CaseResult(row_id=uuid.uuid4().hex, run_id=run_id, mode="verdict", candidate_hash=h, candidate_id=cid,
+                           case=c, case_kind=kind, compiled=True, correct=True, speedup=s, runtime_ms=0.1 / s,
+                           ref_runtime_ms=0.1, pct_limit=40.0, device="H200")
+                for c, kind, s in ((4, "perf", uni), (5, "perf", uni), (15, "ragged", rag))]
+        ledger.append(ws / "candidates.jsonl", rows)
+        return cid
+
+    for k, (uni, rag) in enumerate([(1.5, 1.2), (1.6, 1.0), (1.6, 1.3)], 1):
+        sol.write_text(sol.read_text() + f"\n# variant {k}\n")
+        verdict(uni, rag)
+        assert run("log", "--hypothesis", f"h{k}").exit_code == 0
+        assert run("commit", "-m", f"try {k}").exit_code == 0
+    rep = json.loads(run("status", "--json", "--no-record").stdout)
+    assert [it["outcome"] for it in rep["recent"]] == ["improved", "not improved", "improved"]
+    assert "ragged geomean loses" in rep["recent"][1]["reason"]
+    assert rep["best"]["iteration"] == 3 and rep["best"]["geomean_ragged"] == pytest.approx(1.3)
+    assert "iteration 3" in rep["why_best"] and "ragged 1.300x" in rep["why_best"]
+    bench = (ws / "ITERATIONS.md").read_text()
+    assert "ragged geomean loses" in bench and "| 15 ragged |" in bench and "% limit" in bench
+    text = run("status", "--no-record").stdout
+    assert "why: iteration 3" in text and "ragged" in text
+
+    verdict(1.6, 1.45)  # iteration 3's candidate re-verified: its latest verdict is the one judged
+    assert loop.history(ws)[-1].geomean_ragged == pytest.approx(1.45)

@@ -1,0 +1,76 @@
+"""The Verdict's aggregates (uniform and ragged geomeans apart) and its hidden shapes of ragged cases."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kopt.bench import hidden_variant, reshaped
+from kopt.cases import load_file
+from kopt.results import CaseResult
+from kopt.verdict import Verdict, hidden_cases, plan
+
+
+def row(case: int, kind: str, speedup, pct=None, correct=True) -> CaseResult:
+    return CaseResult(row_id=f"r{case}", case=case, case_kind=kind, compiled=True, correct=correct,
+                      speedup=speedup, pct_limit=pct)
+
+
+def fields(line: str) -> dict:
+    return dict(tok.split(":", 1) for tok in line.split())
+
+
+def test_line_keeps_the_old_fields_first_and_adds_the_ragged_and_limit_geomeans():
+    v = Verdict([row(4, "perf", 2.0, 50.0), row(5, "perf", 0.5, 80.0), row(15, "ragged", 1.5, 40.0),
+                 row(16, "ragged", 1.5, 10.0)], [], [])
+    line = v.line()
+    keys = [tok.split(":")[0] for tok in line.split()]
+    assert keys == ["VERDICT", "GEOMEAN_SPEEDUP", "MIN_SPEEDUP", "CORRECT", "PERF_CASES", "MATRIX", "HIDDEN",
+                    "GEOMEAN_SPEEDUP_RAGGED", "GEOMEAN_PCT_LIMIT", "GEOMEAN_PCT_LIMIT_RAGGED"]
+    f = fields(line)
+    assert f["GEOMEAN_SPEEDUP"] == "1.0000x", "over the uniform cases only"
+    assert f["GEOMEAN_SPEEDUP_RAGGED"] == "1.5000x"
+    assert f["GEOMEAN_PCT_LIMIT"] == f"{(50 * 80) ** 0.5:.1f}" and f["GEOMEAN_PCT_LIMIT_RAGGED"] == "20.0"
+    assert f["MIN_SPEEDUP"] == "0.5000x" and f["PERF_CASES"] == "4"
+
+
+@pytest.mark.parametrize("rows, na", [
+    ([row(4, "perf", 2.0, 50.0), row(15, "ragged", 1.5, None)], {"GEOMEAN_PCT_LIMIT_RAGGED"}),
+    ([row(4, "perf", 2.0, 50.0), row(15, "ragged", 1.5, 9.0, correct=False)],
+     {"GEOMEAN_SPEEDUP_RAGGED", "GEOMEAN_PCT_LIMIT_RAGGED"}),
+    ([row(4, "perf", 2.0), row(5, "perf", None)], {"GEOMEAN_SPEEDUP", "GEOMEAN_SPEEDUP_RAGGED", "GEOMEAN_PCT_LIMIT",
+                                                   "GEOMEAN_PCT_LIMIT_RAGGED"}),
+])
+def test_a_missing_value_makes_its_geomean_na(rows, na):
+    f = fields(Verdict(rows, [], []).line())
+    assert {k for k, v in f.items() if v == "NA"} == na
+
+
+def test_the_verdict_times_the_perf_and_ragged_cases():
+    from kopt.bench import BenchOptions
+
+    cf = load_file()
+    perf, _, hidden = plan(cf, BenchOptions(device="cpu"))
+    assert [c.id for c, _ in perf] == list(range(4, 19))
+    assert all(h.kind == "perf" and h.lengths is None for h, _ in hidden)
+
+
+def test_hidden_shapes_of_ragged_cases_drop_their_lengths():
+    by_id = {c.id: c for c in load_file().cases}
+    for c in (by_id[15], by_id[16], by_id[18]):
+        h = hidden_variant(c)
+        assert (h.kind, h.lengths, h.batch, h.seqlen_k) == ("perf", None, c.batch + 3, c.seqlen_k + 13)
+        assert h.variant.seqlens.value == "ragged" and h.valid_keys == h.batch * h.seqlen_k  # lengths drawn per seed
+    for h in hidden_cases([by_id[15], by_id[16], by_id[17], by_id[18]], 4, random.Random(1)):
+        assert h.kind == "perf" and h.lengths is None and h.variant.seqlens.value == "ragged"
+    assert reshaped(by_id[10], 2, 99).model_dump() == by_id[10].model_copy(update={"batch": 2, "seqlen_k": 99}).model_dump()
+
+
+def test_rows_record_their_case_kind():
+    from kopt.results import machine_line
+
+    assert CaseResult(row_id="x").case_kind is None  # older rows: uniform
+    r = row(15, "ragged", 1.0)
+    assert CaseResult.model_validate_json(r.model_dump_json()).case_kind == "ragged"
+    assert "PCT_LIMIT:NA" in machine_line(r)
