@@ -2,7 +2,9 @@
 # Everything the recorded H200 results rest on, in one bounded run; logs and ledger rows end up in
 # OUTDIR/campaign.tgz.   usage: bash scripts/h200_campaign.sh OUTDIR [STEP ...]
 # Steps (default: all, in this order): doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12
-#   profile paged64 paged16 gputests verify
+#   profile paged64 paged16 gputests verify report
+#   report: kopt plot + kopt report (+ --screenshot where Chromium is installed) from the ledger just written,
+#   so results/ never holds figures of older rows.
 # Extra steps: timingtests (GPU timing + adversarial tests), bench5 (five bench --all), graphcheck
 #   (scripts/gpu_graph_check.py against the ledger's rows), aa (A/A on AA_CASES), wall3 (case 10 wall time x3),
 #   verifyat (kopt verify of each candidate file in VERIFY_AT), ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
@@ -16,7 +18,7 @@
 set -u
 out=${1:?usage: h200_campaign.sh OUTDIR [STEP ...]}; shift
 mkdir -p "$out/logs"
-steps=${*:-doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12 profile paged64 paged16 gputests verify}
+steps=${*:-doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12 profile paged64 paged16 gputests verify report}
 stash=${STASH:-/tmp/kopt-stash}
 export PYTHONUNBUFFERED=1 KOPT_WORKSPACE=$PWD
 log=$out/logs
@@ -83,6 +85,9 @@ for s in $steps; do case $s in
   verifyat)  # VERIFY_AT: candidate files to verify in turn (older iterations unpacked beside the tree)
              for f in ${VERIFY_AT:-}; do run "verify_$(basename "$(dirname "$(dirname "$(dirname "$f")")")")" 600 \
                python3 -m kopt verify "$f" --machine --technique "re-verify" --hypothesis "same-session verdict"; done ;;
+  report)    run plot 180 python3 -m kopt plot
+             shot=; command -v chromium >/dev/null && shot=--screenshot
+             run report 180 python3 -m kopt report $shot ;;
   *) echo "unknown step $s" >&2 ;;
 esac; done
 cp candidates.jsonl "$out/logs/" 2>/dev/null

@@ -75,3 +75,16 @@ def test_edit_text_runs_the_editor(monkeypatch):
     assert edit_text("a draft\n") == "a final\n"
     monkeypatch.setenv("VISUAL", "false")
     assert edit_text("x") is None
+
+
+def test_doctor_columns_fit_their_labels():
+    from kopt.cli.doctor import lines
+
+    d = {"device": {"name": "cpu"}, "python": "3.11", "torch": "2.13", "tilelang": None, "flash_attn": None,
+         "nvcc": None, "kopt": "source", "profilers": {"ncu": False}, "will_run": ["a"], "will_not_run": ["b"]}
+    import re
+
+    out = [re.sub(r"\[/?[a-z ]+\]", "", ln) for ln in lines(d)]  # rich markup off: what the terminal shows
+    assert "flash_attn    not found" in out and "will not run  b" in out
+    w = len("will not run  ")                                   # one value column, after the longest label
+    assert all(ln[:w].endswith("  ") and ln[w] != " " for ln in out), out

@@ -42,29 +42,74 @@ def test_load_campaign(workspace):
 
     write_ledger(workspace)
     c = load_campaign(workspace)
-    assert c.best_id == "bbbbbbbbbbbb" and c.basis == "verdict" and [r.case for r in c.rows] == [9, 10, 12]
-    assert c.rows[1].c500_ref_ms == 0.062 and c.rows[1].ci[0] < 1.5 < c.rows[1].ci[1]
-    assert c.ceiling_gbps is not None and abs(c.ceiling_gbps - 3000 / 70 * 100) < 1e-6
+    # No solution/ in this workspace: the top-ranked candidate is shown, and says so.
+    assert c.best_id == "bbbbbbbbbbbb" and c.shown.source == "ledger best"
+    assert [r.case for r in c.rows] == list(range(1, 19))                  # every case of the matrix
+    by = {r.case: r for r in c.rows}
+    assert [k for k, r in by.items() if r.basis == "verdict"] == [9, 10, 12]
+    assert by[10].c500_ref_ms == 0.062 and by[10].ci[0] < 1.5 < by[10].ci[1]
+    assert by[1].basis is None and by[1].na["runtime_ms"].startswith("not measured")
+    assert by[10].na == {"pct_limit": "not measured: rows before the limit was recorded"}
+    assert c.ceiling_gbps is not None and abs(c.ceiling_gbps - 3000 / 70 * 100) < 1e-6 and c.ceiling_kind == "copy"
     assert c.trajectory_source.startswith("ledger")
     assert [p.outcome for p in c.trajectory] == ["improved", "improved", "not improved", "failed"]
     assert c.backend == "tilelang"
+    assert c.marker()["kopt-candidate"] == "bbbbbbbbbbbb" and c.marker()["kopt-cases"] == "18"
 
 
-def test_plot_writes_pngs(workspace):
+def test_plot_writes_pngs_naming_the_candidate(workspace):
+    from kopt.plot import png_text
+
     write_ledger(workspace)
+    plots = workspace / "results" / "tilelang" / "plots"
+    plots.mkdir(parents=True)
+    (plots / "bandwidth.png").write_bytes(PNG)                  # a figure of the old layout: removed
     r = runner.invoke(app, ["plot", "--json"])
     assert r.exit_code == 0, r.output
     files = json.loads(r.stdout)["files"]
-    assert [f.rsplit("/", 1)[1] for f in files] == ["speedup.png", "bandwidth.png", "trajectory.png"]
+    assert [f.rsplit("/", 1)[1] for f in files] == ["speedup.png", "roofline.png", "trajectory.png"]
     for f in files:
-        assert f.startswith(str(workspace / "results" / "tilelang" / "plots"))
+        assert f.startswith(str(plots))
         with open(f, "rb") as fh:
             assert fh.read(8) == PNG
+        meta = png_text(f)
+        assert meta["kopt-candidate"] == "bbbbbbbbbbbb" and meta["kopt-cases"] == "18", meta
+    assert not (plots / "bandwidth.png").exists() and not (plots / "peers.png").exists()
+    first = [open(f, "rb").read() for f in files]
+    runner.invoke(app, ["plot"])
+    assert [open(f, "rb").read() for f in files] == first     # same data, same bytes: no spurious diffs
+
+
+def test_peer_rows_get_a_panel(workspace):
+    """The newest `kopt peers` run of each device: its panel redrawn as peers-<device>.png, stamped."""
+    from kopt.plot import load_campaign, png_text
+
+    write_ledger(workspace)
+
+    def peer(name, sp):
+        t = {"method": "cupti", "median_ms": 0.02, "noisy": False}
+        return {"peer": name, "ref": f"{name}-1.0", "correct": True, "timing": t,
+                "ref_timing": {**t, "median_ms": 0.02 * sp}, "speedup": sp, "speedup_ci": [sp * 0.99, sp * 1.01]}
+
+    runs = [dict(row_id=uuid.uuid4().hex, run_id=run, mode="peers", kind="case", candidate_id="bbbbbbbbbbbb",
+                 case=c, variant="fp16-d128-contig-full", runtime_ms=0.02, device="H200", status="ok",
+                 timestamp="2026-01-05T00:00:00+00:00", peers=[peer("fa2", sp), peer("fa3", sp / 2)])
+            for run, sp in (("old", 9.0), ("new", 1.5)) for c in (9, 10)]
+    with open(ledger_file(workspace), "a") as f:              # raw rows, as kopt peers writes them
+        f.writelines(json.dumps(r) + "\n" for r in runs)
+    c = load_campaign(workspace)
+    assert list(c.peers) == ["h200"] and c.peers["h200"].run_id == "new" and len(c.peers["h200"].rows) == 2
+    r = runner.invoke(app, ["plot", "--json"])
+    png = json.loads(r.stdout)["files"][-1]
+    assert png.endswith("plots/peers-h200.png") and png_text(png)["kopt-candidate"] == "bbbbbbbbbbbb"
+    assert runner.invoke(app, ["report"]).exit_code == 0
+    text = (workspace / "results" / "tilelang" / "report.html").read_text()
+    assert "<h2>Peers</h2>" in text and "data-img='peers-h200'" in text and "No peer rows yet" not in text
 
 
 def test_plot_empty_ledger_and_out_dir(workspace, tmp_path):
     out = tmp_path / "figs"
     r = runner.invoke(app, ["plot", "--out", str(out)])
     assert r.exit_code == 0, r.output
-    for name in ("speedup.png", "bandwidth.png", "trajectory.png"):
+    for name in ("speedup.png", "roofline.png", "trajectory.png"):
         assert (out / name).read_bytes()[:8] == PNG

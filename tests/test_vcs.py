@@ -201,3 +201,34 @@ def test_failed_commit_leaves_no_snapshot(ws):
     assert code == 2 and "git commit failed: hook says no" in err
     assert vcs.snapshots(ws) == []
     assert "trajectory/1-" not in git.Repo(ws).git.status("--porcelain", "--untracked-files=all")
+
+
+def test_commit_regenerates_plots_and_report(ws):
+    """The committed views match the committed data: kopt commit regenerates them into the same commit."""
+    import git
+
+    from kopt.plot import png_text
+
+    repo = git.Repo(ws)
+    edit(ws)
+    cid = vcs.candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")[1]
+    res = kopt("commit", "-m", "first try")
+    assert res.exit_code == 0 and "refreshed results/tilelang/plots/speedup.png" in res.stdout, res.stdout
+    committed = set(repo.git.show("--name-only", "--format=", "HEAD").splitlines())
+    views = {"results/tilelang/report.html"} | {f"results/tilelang/plots/{n}.png"
+                                                for n in ("speedup", "roofline", "trajectory")}
+    assert views <= committed
+    assert f"<meta name='kopt-candidate' content='{cid}'>" in (ws / "results" / "tilelang" / "report.html").read_text()
+    assert png_text(ws / "results" / "tilelang" / "plots" / "trajectory.png")["kopt-candidate"] == cid
+
+
+def test_commit_goes_ahead_when_the_views_fail(ws, monkeypatch):
+    from kopt import report
+
+    def boom(ws, screenshot=None):
+        raise RuntimeError("no figures today")
+
+    monkeypatch.setattr(report, "refresh", boom)
+    edit(ws)
+    res = kopt("commit", "-m", "first try")
+    assert res.exit_code == 0 and "plots and report not regenerated: RuntimeError: no figures today" in res.stderr

@@ -29,3 +29,7 @@ class CandidateLoadError(KoptError):
 
 class LedgerError(UsageError):
     """The ledger cannot be read or written."""
+
+
+class BrowserError(UsageError):
+    """No headless Chromium to render the report with, or it failed to render."""

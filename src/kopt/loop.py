@@ -83,6 +83,8 @@ class StatusReport:
     recorded: bool = False
     why_best: str = ""
     """Which candidate is best and why, in words: the rule's reason for the best iteration, both geomeans."""
+    shown: Optional[dict] = None
+    """The shown candidate and the rule's best beside it (kopt.shown.Shown.brief())."""
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -283,6 +285,9 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     rep = StatusReport(len(hist), threshold(ws, rows=rows), best_iteration(hist), top,
                        ranking.records(ranking.best_per_case(df)), hist[-last:] if last > 0 else [], since, stagnating)
     rep.why_best = why_best(rep.best, top, hist)
+    from kopt.shown import shown_candidate
+
+    rep.shown = shown_candidate(ws, rows, device).brief()
     if stagnating:
         rep.worst_case = _worst_case(ranking.latest_verdict(rows, hist[-1].candidate_id))
         if rep.worst_case is None and rep.best is not None:  # the last iteration has no verdict

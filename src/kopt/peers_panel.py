@@ -12,7 +12,7 @@ import html
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from kopt.results import fmt_na
 from kopt.stats import geomean
@@ -194,9 +194,11 @@ def markdown(p: Panel) -> str:
 def html_section(rows: list[dict], kinds: Optional[dict[int, str]] = None, device: Optional[str] = None) -> str:
     """The report's Peers section from ledger rows (the newest mode=peers run); empty text when none."""
     run = latest_rows(rows, device)
-    if not run:
-        return ""
-    p = build(run, kinds)
+    return panel_html(build(run, kinds)) if run else ""
+
+
+def panel_html(p: Panel) -> str:
+    """One panel as the report's Peers section: its table and notes."""
     head, body = table(p)
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
@@ -246,8 +248,9 @@ def csv_text(p: Panel, header: bool = True) -> str:
     return buf.getvalue()
 
 
-def plot(p: Panel, path: Path) -> Path:
-    """Grouped bars: per case, the candidate's speedup over each peer (95% CI); NA peers leave a gap."""
+def plot(p: Panel, path: Path, finish: Optional[Callable] = None) -> Path:
+    """Grouped bars: per case, the candidate's speedup over each peer (95% CI); NA peers leave a gap.
+    finish(fig, path): saves the figure instead (kopt plot stamps its figures with what they show)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -275,6 +278,8 @@ def plot(p: Panel, path: Path) -> Path:
     ax.set_title(f"peers on {p.device}: geomean over the best peer per case {_x(gm)} ({n} cases)")
     if shown:
         ax.legend(fontsize=8)
+    if finish is not None:
+        return finish(fig, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)

@@ -261,15 +261,20 @@ class Report:
     lineage: dict[str, list[str]] = field(default_factory=dict)
     skipped: list = field(default_factory=list)
     case: Optional[int] = None
+    rows: list = field(default_factory=list)
+    """The ledger's raw rows, read once (kopt.shown reads them too)."""
 
 
 def report(path: Path, top: Optional[int] = None, case: Optional[int] = None,
            device: Optional[str] = None) -> Report:
     """The library call behind `kopt candidates`."""
-    df, skipped = load_frame(path, device)
+    from kopt.ledger import load_dicts
+
+    loaded = load_dicts(path)
+    df, skipped = load_frame(path, device, loaded)
     table = case_ranking(df, case) if case is not None else rank(df)
     if top:
         table = table.head(top)
     parent_of = parents(df)
     lin = {c: lineage(parent_of, c) for c in table["candidate_id"]}
-    return Report(table, best_per_case(df, case), lin, skipped, case)
+    return Report(table, best_per_case(df, case), lin, skipped, case, loaded.rows)

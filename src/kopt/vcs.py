@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -74,6 +74,10 @@ class CommitResult:
     message: str
     sha: str
     snapshot: Optional[Path] = None
+    refreshed: list[Path] = field(default_factory=list)
+    """Plots and report regenerated into the commit (kopt.report.refresh)."""
+    warning: Optional[str] = None
+    """Why they could not be regenerated, when they could not (the commit still goes ahead)."""
 
 
 def candidate_hash(path: Path) -> tuple[Optional[str], Optional[str]]:
@@ -265,6 +269,9 @@ def commit_iteration(ws: Path, description: str) -> CommitResult:
                              "candidates.jsonl, trajectory/, knowledge/) since the last commit")
     n = iterations_done(repo) + 1
     snap = write_snapshot(ws, repo, n, description)
+    from kopt.report import refresh_for_commit
+
+    refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
     message = f"[iter {n}] {description}"
     try:
         sha = _commit(repo, message, specs)
@@ -273,7 +280,7 @@ def commit_iteration(ws: Path, description: str) -> CommitResult:
         spec = _pathspecs(repo, ws, (snap.relative_to(ws).as_posix(),))
         repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
         raise
-    return CommitResult(n, message, sha, snap)
+    return CommitResult(n, message, sha, snap, refreshed, warning)
 
 
 def _best_snapshot(ws: Path, snaps: list[tuple[Path, SnapshotMeta]]) -> tuple[Path, SnapshotMeta]:

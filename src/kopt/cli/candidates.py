@@ -10,10 +10,13 @@ import typer
 
 TEXT_TOP = 20
 #: (field, header, format; None = text) of the terminal tables.
-COLUMNS = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("geomean", "geomean", ".3f"),
-           ("n_cases", "cases", "d"), ("geomean_ragged", "ragged", ".3f"), ("n_ragged", "r cases", "d"),
+COLUMNS = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("shown_as", "mark", None),
+           ("geomean", "geomean", ".3f"), ("n_cases", "cases", "d"), ("geomean_ragged", "ragged", ".3f"),
+           ("n_ragged", "r cases", "d"),
            ("pct_limit", "% limit", ".1f"), ("n_incorrect", "bad", "d"), ("basis", "basis", None),
            ("technique", "technique", None), ("ancestors", "parent", None)]
+#: Marks of the shown candidate (by its source) and of the rule's best, in the `mark` column.
+MARKS = {"shipped": "ship", "ledger best": "top", "rule": "rule"}
 COLUMNS_CASE = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("variant", "variant", None),
                 ("runtime_ms", "runtime ms", ".4f"), ("ref_runtime_ms", "ref ms", ".4f"),
                 ("speedup", "speedup", ".3f"), ("pct_limit", "% limit", ".1f"), ("mode", "mode", None)]
@@ -36,8 +39,9 @@ def command(
     from kopt import ranking
     from kopt.cli.common import err_console, out_console
     from kopt.errors import UsageError
-    from kopt.paths import ledger_file
+    from kopt.paths import ledger_file, workspace
     from kopt.results import fmt_na
+    from kopt.shown import shown_candidate
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")
@@ -50,25 +54,35 @@ def command(
     if as_csv:
         print(table.to_csv(index=False), end="")
         return
+    shown = shown_candidate(workspace(), rep.rows, device=device)
     if as_json:
-        print(json.dumps({"case": case, "candidates": ranking.records(table),
+        print(json.dumps({"case": case, "shown": shown.brief(), "candidates": ranking.records(table),
                           "best_per_case": ranking.records(rep.best_per_case),
                           "skipped_lines": len(rep.skipped)}, indent=2))
         return
     from rich.table import Table
 
+    from kopt.cli.status import shown_lines
+
     con = out_console()
     if not len(table):
         con.print("no candidate rows in candidates.jsonl yet")
         return
+    shown_lines(con, shown.brief())
+    mark = {shown.candidate_id: MARKS.get(shown.source, ""),
+            **({shown.best_by_rule.candidate_id: MARKS["rule"]} if shown.best_by_rule else {})}
     t = Table(title=f"candidates on case {case}" if case is not None else "candidates (geomean speedup)")
     spec = COLUMNS_CASE if case is not None else COLUMNS
     for _, head, fmt in spec:
         t.add_column(head, justify="left" if fmt is None else "right", min_width=12 if head == "candidate" else None)
     for r in ranking.records(table):
         r["ancestors"] = _short(rep.lineage[r["candidate_id"]][1:])
+        r["shown_as"] = mark.get(r["candidate_id"], "")
         t.add_row(*[("NA" if r[k] is None else str(r[k]) if fmt is None else format(r[k], fmt)) for k, _, fmt in spec])
     con.print(t)
+    if case is None:
+        con.print("mark: ship = the shipped candidate (shown), top = the top-ranked one (shown: no solution/), "
+                  "rule = the best by the improvement rule", style="dim", highlight=False)
     if top is None and len(table) == TEXT_TOP:
         con.print(f"(first {TEXT_TOP}; --top N, --json or --csv for more)")
     b = Table(title="best per case (lowest runtime among correct rows)")

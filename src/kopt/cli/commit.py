@@ -8,10 +8,17 @@ import typer
 def command(
     message: str = typer.Option(..., "-m", "--message", help="What changed in this iteration."),
 ) -> None:
-    """Commit the workspace paths only (solution/, results/, ITERATIONS.md, ledger, trajectory/, knowledge/)."""
+    """Commit the workspace paths only (solution/, results/, ITERATIONS.md, ledger, trajectory/, knowledge/),
+    with the plots and report regenerated from them."""
+    import sys
+
     from kopt import vcs
-    from kopt.paths import workspace
+    from kopt.paths import relative, workspace
 
     ws = workspace()
     res = vcs.commit_iteration(ws, message)
     print(f"{res.message}  {res.sha[:10]}  snapshot {res.snapshot.relative_to(ws).as_posix()}")
+    if res.refreshed:
+        print("refreshed " + ", ".join(relative(p, ws) for p in res.refreshed))
+    if res.warning:
+        print(f"kopt: warning: {res.warning}", file=sys.stderr)

@@ -17,14 +17,28 @@ def command(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
         return
     from kopt.cli.common import out_console
 
-    c = out_console()
+    con = out_console()
+    for line in lines(d):
+        con.print(line, highlight=False, soft_wrap=True)
+
+
+#: Names of the version rows, in print order.
+VERSIONS = ("python", "torch", "tilelang", "flash_attn", "nvcc", "kopt")
+
+
+def lines(d: dict) -> list[str]:
+    """The report as rich-markup lines: one label column, as wide as its longest label plus two."""
     dev = d["device"]
-    c.print(f"[bold]device[/bold]    {dev.get('name')}" + (f"  cc {dev['capability']}  {dev['units']} units  "
-            f"{dev['l2_mib']} MiB L2  arch {dev['tilelang_arch']}" if "capability" in dev else ""))
-    for k in ("python", "torch", "tilelang", "flash_attn", "nvcc", "kopt"):
-        c.print(f"[bold]{k:<10}[/bold]{d[k] or 'not found'}")
-    c.print("[bold]profilers[/bold] " + ", ".join(f"{k}:{'yes' if v else 'no'}" for k, v in d["profilers"].items()))
-    for x in d["will_run"]:
-        c.print(f"[green]will run[/green]      {x}")
-    for x in d["will_not_run"]:
-        c.print(f"[yellow]will not run[/yellow]  {x}")
+    labels = ("device", *VERSIONS, "profilers", "will run", "will not run")
+    w = max(map(len, labels)) + 2
+
+    def row(label: str, value: str, style: str = "bold") -> str:
+        return f"[{style}]{label}[/{style}]{' ' * (w - len(label))}{value}"
+
+    out = [row("device", str(dev.get("name")) + (f"  cc {dev['capability']}  {dev['units']} units  "
+               f"{dev['l2_mib']} MiB L2  arch {dev['tilelang_arch']}" if "capability" in dev else ""))]
+    out += [row(k, d[k] or "not found") for k in VERSIONS]
+    out.append(row("profilers", ", ".join(f"{k}:{'yes' if v else 'no'}" for k, v in d["profilers"].items())))
+    out += [row("will run", x, "green") for x in d["will_run"]]
+    out += [row("will not run", x, "yellow") for x in d["will_not_run"]]
+    return out

@@ -1,4 +1,4 @@
-"""`kopt report`: one self-contained HTML report of the campaign."""
+"""`kopt report`: one self-contained HTML report of the campaign (and its screenshot)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,26 @@ import typer
 
 def command(
     out: Optional[Path] = typer.Option(None, "--out", help="HTML file (default results/<backend>/report.html)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the written file as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the written files as JSON."),
     device: Optional[str] = typer.Option(None, "--device", help="Only rows measured on this device (e.g. H200)."),
+    screenshot: bool = typer.Option(False, "--screenshot",
+                                    help="Also write a PNG of the rendered page beside it (headless Chromium)."),
 ) -> None:
-    """Cases table, best candidate, trajectory and the latest diagnosis, plots inlined."""
+    """The shown candidate, every case, plots, peers, trajectory and the latest diagnosis, plots inlined."""
+    from kopt import browser
     from kopt.cli.common import err_console
+    from kopt.errors import BrowserError
     from kopt.paths import workspace
     from kopt.report import build
 
+    if screenshot and browser.find() is None:  # before any work: the page alone is not what was asked
+        raise BrowserError("--screenshot needs a headless Chromium (Debian: apt-get install chromium)")
     with err_console().status("building the report..."):
-        path = build(workspace(), out, device)
-    print(json.dumps({"file": str(path)}) if as_json else path)
+        files = [build(workspace(), out, device)]
+        if screenshot:
+            files.append(browser.screenshot(files[0], files[0].with_suffix(".png")))
+    if as_json:
+        print(json.dumps({"file": str(files[0]), "files": [str(f) for f in files]}))
+        return
+    for f in files:
+        print(f)

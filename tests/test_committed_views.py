@@ -1,0 +1,34 @@
+"""The committed plots and report are current: regenerated from the committed ledger, they name the
+same candidate, verdict and number of cases, and the same set of figures (kopt commit and the
+campaign script regenerate them; this catches a commit that did not)."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+RESULTS = REPO / "results" / "tilelang"
+
+
+def _report_meta(path) -> dict:
+    return dict(re.findall(r"<meta name='(kopt-[a-z-]+)' content='([^']*)'>", path.read_text()))
+
+
+def test_committed_plots_and_report_match_the_ledger(tmp_path):
+    from kopt.campaign import load_campaign
+    from kopt.plot import make_plots, png_text
+    from kopt.report import build
+
+    c = load_campaign(REPO)
+    fresh = make_plots(REPO, tmp_path / "plots", campaign=c)
+    page = build(REPO, tmp_path / "report.html", campaign=c, plots=fresh)
+    want = c.marker()
+    assert sorted(p.name for p in (RESULTS / "plots").glob("*.png")) == sorted(p.name for p in fresh), \
+        "committed figures differ from what kopt plot writes: run `kopt plot && kopt report --screenshot`"
+    for p in fresh:
+        got = {k: v for k, v in png_text(RESULTS / "plots" / p.name).items() if k in want}
+        assert got == want, f"results/tilelang/plots/{p.name} is stale: run `kopt plot`"
+    committed, regenerated = _report_meta(RESULTS / "report.html"), _report_meta(page)
+    assert committed == regenerated, "results/tilelang/report.html is stale: run `kopt report --screenshot`"
+    assert committed["kopt-cases"] == str(len(c.rows)) and committed["kopt-candidate"] == c.best_id
