@@ -7,7 +7,7 @@
 #   so results/ never holds figures of older rows.
 # Extra steps: timingtests (GPU timing + adversarial tests), bench5 (five bench --all), graphcheck
 #   (scripts/gpu_graph_check.py against the ledger's rows), aa (A/A on AA_CASES), wall3 (case 10 wall time x3),
-#   verifyat (kopt verify of each candidate file in VERIFY_AT), ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
+#   verifyat (kopt verify of each candidate file in VERIFY_AT), peers (kopt peers --all, FA3 from .gpu-peers/), ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
 #   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
 #   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
@@ -88,6 +88,12 @@ for s in $steps; do case $s in
   report)    run plot 180 python3 -m kopt plot
              shot=; command -v chromium >/dev/null && shot=--screenshot
              run report 180 python3 -m kopt report $shot ;;
+  peers)     # FA3 forward from .gpu-peers/ (bf16, contiguous); its archive carries no package metadata
+             if [[ -f .gpu-peers/site-fa3.tar.xz ]]; then
+               mkdir -p /tmp/kopt-peers/fa3_fwd-0.0.3.dist-info && tar -C /tmp/kopt-peers -xJf .gpu-peers/site-fa3.tar.xz
+               printf 'Metadata-Version: 2.1\nName: fa3-fwd\nVersion: 0.0.3\n' > /tmp/kopt-peers/fa3_fwd-0.0.3.dist-info/METADATA
+             fi
+             ( export PYTHONPATH=/tmp/kopt-peers:$PYTHONPATH; run peers 420 python3 -m kopt peers --all --dtype "${PEERS_DTYPE:-bf16}" ) ;;
   *) echo "unknown step $s" >&2 ;;
 esac; done
 cp candidates.jsonl "$out/logs/" 2>/dev/null
