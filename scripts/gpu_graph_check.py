@@ -60,6 +60,8 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
             cur = [s0, e0] if cur is None else [cur[0], max(cur[1], e0)]
     if cur and seen_flush:
         spans.append((cur[1] - cur[0]) / 1e3)
+    if abs(len(spans) - n * replays) > 1:  # the flush did not split the trace into calls: no figure
+        raise RuntimeError(f"{len(spans)} spans for {n * replays} calls (flush kernels {sorted(flush_names)})")
     return spans
 
 
