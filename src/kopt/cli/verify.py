@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from kopt.cli.options import ExecutorOpts
+
 
 def command(
     path: Optional[Path] = typer.Argument(None, help="Candidate file (default solution/tilelang/run_kernel.py)."),
@@ -23,10 +25,13 @@ def command(
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per run, seconds."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs only)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the runs over N GPUs of this host (or 'all')."),
+    executor: str = ExecutorOpts.executor,
+    ray_address: Optional[str] = ExecutorOpts.ray_address,
+    ray_shared: bool = ExecutorOpts.ray_shared,
 ) -> None:
     """Time every perf case cold, run the correctness matrix and hidden variants; record verdict rows."""
-    from kopt import verdict
-    from kopt.bench import BenchOptions
+    from kopt import executor as executors
+    from kopt.bench import BenchOptions, resolve_device
     from kopt.candidate import resolve
     from kopt.cases import load_file, select
     from kopt.cli.bench import _json
@@ -50,11 +55,8 @@ def command(
         elif not as_json:
             err.print(f"[dim]case {r.case} {r.variant}: {r.status.value}[/dim]")
 
-    from kopt import gpupool
-    from kopt.bench import resolve_device
-
-    pool = gpupool.plan(gpus, resolve_device(device)) if gpus else []
-    v = gpupool.run_verdict(p, cf, opts, ids, on_result, pool) if pool else verdict.run(p, cf, opts, ids, on_result)
+    with executors.make(executor, resolve_device(device), gpus, ray_address, ray_shared) as ex:
+        v = executors.verdict_on(p, cf, opts, ids, on_result, ex)
     if as_json:
         print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
                           "min_speedup": v.min_speedup, "rows": [r.model_dump(mode="json") for r in v.rows],
