@@ -63,7 +63,9 @@ def cluster():
     ray = pytest.importorskip("ray")
     tmp = tempfile.mkdtemp(prefix="kr")   # short: Ray's unix sockets live under it (108-byte limit)
     port = _free_port()
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    (Path(tmp) / "t").mkdir()
+    # TMPDIR: the shards' scratch folders (a killed worker cannot remove its own) go with the cluster
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", TMPDIR=str(Path(tmp) / "t"))
     cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()", "start", "--block", "--num-cpus=1",
            "--num-gpus=0", "--object-store-memory=80000000", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
     procs = []

@@ -158,13 +158,14 @@ class RayExecutor(Executor):
         from kopt import paths
 
         self.workspace = paths.workspace()
-        if ray.is_initialized():     # a caller's own driver: its job's runtime_env stands, nothing is shipped
-            self.shared = True
-        else:
-            addr = self.address or os.environ.get("RAY_ADDRESS") or "auto"
+        join = not ray.is_initialized()
+        addr = self.address or os.environ.get("RAY_ADDRESS") or "auto"
+        if join:
             _probe(addr)
+        else:                        # a caller's own driver: its job's runtime_env stands, nothing is shipped
+            self.shared = True
         try:
-            if not ray.is_initialized():
+            if join:
                 self._join(ray, addr, logging.WARNING)
             self._size_up(ray)
             here = ray.get_runtime_context().get_node_id()
@@ -280,7 +281,7 @@ class RayExecutor(Executor):
         i = key[1]
         try:
             nr: NodeResult = ray.get(ref)
-        except (RayTaskError, TaskCancelledError) as e:  # the shard code raised: the same on any node
+        except (RayTaskError, TaskCancelledError) as e:  # the shard code raised (the same on any node), or Ctrl-C
             node, host = self._where(key)
             cause = getattr(e, "cause", None) or e
             return PoolResult(i, None, error=f"raised on host {host}: {type(cause).__name__}: {cause}"[:2000],
