@@ -29,6 +29,8 @@ class Executor:
     """Runs shard functions over items; a context manager (the Ray one joins its cluster on enter)."""
 
     name = "local"
+    device = "cpu"
+    """The device the shards run on (resolved: cuda or cpu)."""
     label = "pool worker"
     """How a failure text names the thing that failed."""
     slots = 1
@@ -56,8 +58,8 @@ class Executor:
 class LocalExecutor(Executor):
     """This host: in this process, or one worker process per GPU (gpupool) when given several GPU ids."""
 
-    def __init__(self, gpus: Sequence[str] = ()):
-        self.gpus = list(gpus)
+    def __init__(self, gpus: Sequence[str] = (), device: str = "cpu"):
+        self.gpus, self.device = list(gpus), device
         self.parallel = bool(self.gpus)
         self.slots = max(1, len(self.gpus))
         self.cpus_per_slot = (os.cpu_count() or 2) / self.slots
@@ -80,15 +82,18 @@ class LocalExecutor(Executor):
 
 def make(kind: str, device: str, gpus: Optional[str] = None, address: Optional[str] = None, shared: bool = False,
          log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> Executor:
-    """The executor for `--executor kind`; a bad combination of options is a UsageError (exit 2)."""
+    """The executor for `--executor kind` and `--device device` (auto | cuda | cpu: resolved on this host for
+    local, against the cluster's resources for ray); a bad combination of options is a UsageError (exit 2)."""
     from kopt import gpupool
+    from kopt.bench import resolve_device
 
     if kind not in EXECUTORS:
         raise UsageError(f"unknown executor {kind!r}; use {' or '.join(EXECUTORS)}")
     if kind == "local":
         if address or shared:
             raise UsageError("--ray-address and --ray-shared need --executor ray")
-        return LocalExecutor(gpupool.plan(gpus, device, warn=log))
+        device = resolve_device(device)
+        return LocalExecutor(gpupool.plan(gpus, device, warn=log), device)
     if gpus is not None:
         raise UsageError("--gpus spreads over this host's GPUs (the local executor); "
                          "with --executor ray every shard takes one GPU of the cluster")
@@ -167,8 +172,11 @@ def run_verdict(path, cf, opts, perf_ids, on_result, ex: Executor):
 
 def verdict_on(path, cf, opts, perf_ids, on_result, ex: Executor):
     """The Verdict on an executor: kopt.verdict.run in this host's order when it runs serially, else spread."""
+    from dataclasses import replace
+
     from kopt import verdict
 
+    opts = replace(opts, device=ex.device)   # what the executor reserved (a GPU per task, or a CPU)
     if not ex.parallel:
         return verdict.run(path, cf, opts, perf_ids, on_result)
     return run_verdict(path, cf, opts, perf_ids, on_result, ex)

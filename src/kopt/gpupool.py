@@ -198,4 +198,6 @@ def run_verdict(path, cf, opts, perf_ids, on_result, gpus: Sequence[str]):
     """kopt.verdict.run with every row (perf, matrix, hidden) spread over GPUs; same rows, same order."""
     from kopt.executor import LocalExecutor, run_verdict
 
-    return run_verdict(path, cf, opts, perf_ids, on_result, LocalExecutor(gpus))
+    from kopt.bench import resolve_device
+
+    return run_verdict(path, cf, opts, perf_ids, on_result, LocalExecutor(gpus, resolve_device(opts.device)))

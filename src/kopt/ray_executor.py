@@ -143,8 +143,9 @@ class RayExecutor(Executor):
             import ray  # noqa: F401
         except ImportError:
             raise UsageError(f"--executor ray needs Ray: {INSTALL}") from None
+        if device not in ("auto", "cuda", "cpu"):
+            raise UsageError(f"unknown device {device!r}; use auto, cuda or cpu")
         self.device, self.address, self.shared, self.log = device, address, shared, log
-        self.resource = "GPU" if device == "cuda" else "CPU"
         self._owns = False
         self._tracker = None
         self._runs = 0
@@ -190,8 +191,12 @@ class RayExecutor(Executor):
         self._owns = True
 
     def _size_up(self, ray) -> None:
-        """Slots (GPUs or CPUs of live nodes) and host cores per slot; one stderr line on the cluster."""
+        """The device (auto: cuda when any node has a GPU), slots (GPUs or CPUs of live nodes) and host cores
+        per slot; one stderr line on the cluster."""
         nodes = [n for n in ray.nodes() if n.get("Alive")]
+        if self.device == "auto":   # the head may have no GPU of its own: the nodes' resources decide
+            self.device = "cuda" if any(n["Resources"].get("GPU", 0) >= 1 for n in nodes) else "cpu"
+        self.resource = "GPU" if self.device == "cuda" else "CPU"
         have = [(n["Resources"].get(self.resource, 0.0), n["Resources"].get("CPU", 0.0)) for n in nodes]
         self.slots = int(sum(r for r, _ in have))
         if self.slots < 1:

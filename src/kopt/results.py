@@ -135,7 +135,8 @@ class CaseResult(BaseModel):
     units: Optional[int] = Field(default=None, ge=0)
     """SMs / APs / CPU cores of the device that measured the row; None when not recorded."""
     host: Optional[str] = None
-    """The machine that measured the row (a node of a Ray cluster, or this host); None in older rows."""
+    """The machine that measured the row (a node of a Ray cluster, a --gpus worker's host, the tuning host);
+    None where not recorded (older rows, serial bench and verify runs)."""
     ref: str = "NA"
     timing: Optional[TimingStats] = None
     ref_timing: Optional[TimingStats] = None

@@ -140,7 +140,6 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
          log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CaseTune]:
     """Tune every case; winners go to the tuning table (and the ledger); returns one CaseTune per case."""
     from kopt import candidate, executor
-    from kopt.bench import resolve_device
     from kopt.errors import KoptError
     from kopt.integrity import static_check
 
@@ -148,11 +147,11 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
     errors = [f for f in static_check(path) if f.severity == "error"]
     if errors:
         raise KoptError("static check failed: " + "; ".join(f"{f.code}: {f.message}" for f in errors)[:400])
-    device = resolve_device(opts.device)
     by_case: dict[int, list[ShardResult]] = {}
     out: list[CaseTune] = []
 
-    with reaping(), executor.make(opts.executor, device, opts.gpus, opts.ray_address, opts.ray_shared, log) as ex:
+    with reaping(), executor.make(opts.executor, opts.device, opts.gpus, opts.ray_address, opts.ray_shared, log) as ex:
+        device = ex.device
         # more slots than cases: split each case's configs (every shard re-times the default)
         n_shards = max(1, ex.slots // len(cases)) if ex.parallel and cases else 1
         jobs = executor.compile_jobs(opts.compile_jobs, device, ex, opts.max_configs)

@@ -31,7 +31,7 @@ def command(
 ) -> None:
     """Time every perf case cold, run the correctness matrix and hidden variants; record verdict rows."""
     from kopt import executor as executors
-    from kopt.bench import BenchOptions, resolve_device
+    from kopt.bench import BenchOptions
     from kopt.candidate import resolve
     from kopt.cases import load_file, select
     from kopt.cli.bench import _json
@@ -55,7 +55,7 @@ def command(
         elif not as_json:
             err.print(f"[dim]case {r.case} {r.variant}: {r.status.value}[/dim]")
 
-    with executors.make(executor, resolve_device(device), gpus, ray_address, ray_shared) as ex:
+    with executors.make(executor, device, gpus, ray_address, ray_shared) as ex:
         v = executors.verdict_on(p, cf, opts, ids, on_result, ex)
     if as_json:
         print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
