@@ -189,7 +189,7 @@ def _kill_tree(pid: int) -> None:
 
 
 def test_killed_worker_shard_is_retried(cluster, workspace):
-    """A worker killed mid-shard: that shard's failure is reported, it runs again on the other node, the run finishes."""
+    """A worker killed mid-shard: that shard's failure is reported, it runs again on the other node, the run ends."""
     cand = _candidate(workspace)
     killed, stop = [], threading.Event()
 
@@ -218,7 +218,7 @@ def test_killed_worker_shard_is_retried(cluster, workspace):
 
 
 def test_stale_copy_is_refused_not_measured(cluster, workspace, monkeypatch):
-    """A node whose copy of the candidate hashes differently refuses the shard (twice: retried once), nothing is written."""
+    """A node whose copy of the candidate hashes differently refuses the shard (retried once); nothing is written."""
     from kopt.ray_executor import RayExecutor
 
     cand = _candidate(workspace)
@@ -287,7 +287,8 @@ def test_dead_address_and_candidate_outside_a_shipped_workspace(workspace, tmp_p
     pytest.importorskip("ray")
     from kopt.candidate import content_hash
     from kopt.errors import UsageError
-    from kopt.ray_executor import RayExecutor, _probe, stale_copy
+    from kopt.ray_executor import RayExecutor, _probe
+    from kopt.ray_node import stale_copy
 
     with pytest.raises(UsageError, match="no Ray cluster answers"):
         _probe(f"127.0.0.1:{_free_port()}")

@@ -9,7 +9,7 @@ The checkout: by default the workspace is shipped to the nodes as the tasks' `wo
 itself as a `py_modules` entry, so every node runs the head's kopt); with `shared` every node is
 expected to see the workspace at the same path and only kopt is shipped. Either way each task
 hashes the candidate on its node (kopt.candidate.content_hash) before it measures anything, and a
-copy whose hash is not the head's is refused.
+copy whose hash is not the head's is refused (the task's side is kopt.ray_node).
 
 Failures: a task whose worker or node dies, or that finds a stale copy, is that shard's failure,
 reported in one stderr line and retried once, on another node when there is one; a second failure
@@ -22,16 +22,17 @@ appended stay whole (each is one locked write).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
-import time
-from dataclasses import dataclass, field
+import threading
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from kopt.errors import UsageError
 from kopt.executor import Executor
 from kopt.gpupool import PoolResult
+from kopt.ray_node import Checkout, NodeResult, Tracker, node_task
 
 #: Seconds between looks at the tasks while waiting (Ctrl-C is handled at least this often).
 POLL_S = 0.5
@@ -45,75 +46,6 @@ EXCLUDES = [".git", "/candidates.jsonl", "/trajectory", "__pycache__", "*.pyc", 
 INSTALL = 'pip install -e ".[ray]"'
 
 
-@dataclass
-class Checkout:
-    """What a task needs to find and check the candidate on its node."""
-
-    path: str
-    """Relative to the workspace when shipped, else the head's absolute path."""
-    content_hash: str
-    workspace: Optional[str] = None
-    """The workspace on the node; None: shipped, the task's working directory."""
-    env: dict = field(default_factory=dict)
-
-
-@dataclass
-class NodeResult:
-    """What a task sends back: where it ran, and the shard's value or why it refused to measure."""
-
-    host: str
-    node_id: str
-    gpu: Optional[str] = None
-    value: Any = None
-    refused: Optional[str] = None
-    wall_s: float = 0.0
-
-
-class Tracker:
-    """Where each task started: a task that dies cannot say so itself (a Ray actor on the head's node)."""
-
-    def __init__(self):
-        self.at: dict = {}
-
-    def started(self, key, node_id: str, host: str) -> None:
-        """Record the node of task `key`."""
-        self.at[key] = (node_id, host)
-
-    def where(self, key):
-        """(node id, host) of task `key`, or None when it never started."""
-        return self.at.get(key)
-
-
-def stale_copy(path: str, expected: str) -> Optional[str]:
-    """Why the candidate at `path` on this machine is not the head's (another content hash), or None."""
-    from kopt.candidate import content_hash
-
-    try:
-        got = content_hash(Path(path))
-    except OSError as e:
-        return f"candidate not readable here: {e.strerror or e}"
-    if got != expected:
-        return f"stale copy of the candidate (hash {got[:12]}, the head's is {expected[:12]}), not measured"
-    return None
-
-
-def node_task(fn: Callable[[str, Any], Any], co: Checkout, tracker, key, item) -> NodeResult:
-    """The body of every task: say where it runs, point kopt at this node's copy, check it, run the shard."""
-    import ray
-
-    t0 = time.perf_counter()
-    host, node = socket.gethostname(), ray.get_runtime_context().get_node_id()
-    ray.get(tracker.started.remote(key, node, host))   # before anything that could kill this worker
-    ws = co.workspace or os.getcwd()                    # a shipped workspace is the task's working directory
-    os.environ.update(co.env, KOPT_WORKSPACE=ws)
-    path = str(Path(ws) / co.path)
-    gpu = ",".join(str(g) for g in ray.get_gpu_ids()) or None
-    why = stale_copy(path, co.content_hash)
-    if why:
-        return NodeResult(host, node, gpu, refused=why)
-    return NodeResult(host, node, gpu, value=fn(path, item), wall_s=time.perf_counter() - t0)
-
-
 class _DriverNotesToStderr:
     """sys.stdout while this process is a Ray driver: Ray's driver threads (named ray_*) print cluster notes
     ("A worker died or was killed ...") to stdout, which belongs to the machine lines and --json."""
@@ -123,8 +55,6 @@ class _DriverNotesToStderr:
 
     def write(self, s: str) -> int:
         """Ray's threads write to stderr, everyone else to the real stdout."""
-        import threading
-
         sink = sys.stderr if threading.current_thread().name.startswith("ray_") else self.out
         return sink.write(s)
 
@@ -184,10 +114,14 @@ class RayExecutor(Executor):
         if not self.shared:
             env.update(working_dir=str(self.workspace), excludes=EXCLUDES)
         self._stdout, sys.stdout = sys.stdout, _DriverNotesToStderr(sys.stdout)
+        term = signal.getsignal(signal.SIGTERM)
         try:
             ray.init(address=addr, namespace="kopt", runtime_env=env, log_to_driver=False, logging_level=level)
         except ConnectionError as e:
             raise UsageError(f"--executor ray: {e} (start one with `ray start --head`)") from None
+        finally:  # ray.init installs its own SIGTERM exit (code 15); kopt's (children reaped, 143) stays
+            if term is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, term)
         self._owns = True
 
     def _size_up(self, ray) -> None:
