@@ -6,14 +6,15 @@ error and a fresh worker takes its GPU. The GPU list is injectable, so the pool 
 with fake devices and plain Python functions; on a machine with fewer than two GPUs callers fall
 back to running serially (`plan` says so in one stderr line).
 
-This is a single-host pool, not a scheduler: across hosts, wrap the same per-item function in an
-existing engine (e.g. Ray tasks with `num_gpus=1`).
+This is a single-host pool, not a scheduler: across hosts the same per-item functions run as Ray
+tasks (kopt.ray_executor, `--executor ray`); kopt.executor puts both behind one interface.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import socket
 import sys
 import time
 import traceback
@@ -31,13 +32,16 @@ MAX_RESTARTS = 3
 
 @dataclass
 class PoolResult:
-    """What one item gave: the value, or an error text; and the GPU it ran on."""
+    """What one item gave: the value, or an error text; and the GPU (and host) it ran on."""
 
     index: int
     gpu: Optional[str]
     value: Any = None
     error: Optional[str] = None
     wall_s: float = 0.0
+    host: Optional[str] = None
+    retried: Optional[str] = None
+    """Why the item ran a second time (its first attempt's node or worker died: Ray only)."""
 
 
 def visible_gpus() -> list[str]:
@@ -151,7 +155,7 @@ def run(fn: Callable[[Any], Any], items: Sequence[Any], gpus: Sequence[str],
                 _reap(workers, held, restarts, start, feed, finish, todo)
                 continue
             if idx not in results:                   # not already failed by _reap in a race
-                finish(PoolResult(idx, g, value, error, wall))
+                finish(PoolResult(idx, g, value, error, wall, host=socket.gethostname()))
             if held.get(g) == idx:
                 feed(g)
         complete = True
@@ -190,35 +194,10 @@ def _reap(workers, held, restarts, start, feed, finish, todo) -> None:
 
 # ---------------------------------------------------------------- the Verdict over several GPUs
 
-def _evaluate_one(path: str, item):
-    """Pool item of a spread Verdict: one case through kopt.bench.evaluate (one child, ledger row appended)."""
-    from pathlib import Path
-
-    from kopt.bench import evaluate
-
-    case, opts = item
-    return evaluate(Path(path), [case], opts)[0]
-
-
 def run_verdict(path, cf, opts, perf_ids, on_result, gpus: Sequence[str]):
     """kopt.verdict.run with every row (perf, matrix, hidden) spread over GPUs; same rows, same order."""
-    from functools import partial
+    from kopt.executor import LocalExecutor, run_verdict
 
-    from kopt import verdict
-    from kopt.results import CaseResult, Status
+    from kopt.bench import resolve_device
 
-    groups = verdict.plan(cf, opts, perf_ids)
-    items = [it for g in groups for it in g]
-
-    def row(r: PoolResult) -> CaseResult:
-        if r.error is None:
-            return r.value
-        case, o = items[r.index]
-        return CaseResult(row_id=f"pool{r.index}", mode="verdict", case=case.id, case_kind=case.kind,
-                          variant=case.variant.label(),
-                          status=Status.crash, message=r.error.splitlines()[0][:300], device="NA")
-
-    rows = [row(r) for r in run(partial(_evaluate_one, str(path)), items, gpus,
-                                on_result=(lambda r: on_result(row(r))) if on_result else None)]
-    a, b = len(groups[0]), len(groups[0]) + len(groups[1])
-    return verdict.Verdict(rows[:a], rows[a:b], rows[b:])
+    return run_verdict(path, cf, opts, perf_ids, on_result, LocalExecutor(gpus, resolve_device(opts.device)))

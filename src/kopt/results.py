@@ -167,6 +167,11 @@ class CaseResult(BaseModel):
     """The baseline's host-inclusive span, ms."""
     compile_s: Optional[float] = None
     device: str = "NA"
+    units: Optional[int] = Field(default=None, ge=0)
+    """SMs / APs / CPU cores of the device that measured the row; None when not recorded."""
+    host: Optional[str] = None
+    """The machine that measured the row (a node of a Ray cluster, a --gpus worker's host, the tuning host);
+    None where not recorded (older rows, serial bench and verify runs)."""
     ref: str = "NA"
     timing: Optional[TimingStats] = None
     ref_timing: Optional[TimingStats] = None

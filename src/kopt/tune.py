@@ -2,11 +2,12 @@
 
 A case's config list (`configs(case)`, first entry = the heuristic default) is cut to
 --max-configs (the default plus K-1 spread evenly), split into shards when there are more GPUs
-than cases (every shard re-times the default, so gains are always measured in one process on one
-GPU), and each shard runs in one `kopt.tune_worker` child. Optional prewarm children compile the
-shard's configs in parallel first (TileLang's disk cache is process-safe), so the timing child
-mostly loads kernels. A child that dies blames the config in progress and a fresh child takes the
-rest.
+(of this host, or of a Ray cluster: kopt.executor) than cases (every shard re-times the default, so
+gains are always measured in one process on one GPU), and each shard runs in one `kopt.tune_worker`
+child. The calling process alone writes the table and the ledger, wherever the shards ran.
+Optional prewarm children compile the shard's configs in parallel first (TileLang's disk cache is
+process-safe), so the timing child mostly loads kernels. A child that dies blames the config in
+progress and a fresh child takes the rest.
 
 The search has two stages. The screen compiles, checks and times every config cold with the quick
 timing options; then the --finalists fastest (default excluded) are timed against their shard's
@@ -19,7 +20,6 @@ medians (kopt.tune_pick). Winners are upserted into results/<backend>/tuning.csv
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -40,6 +40,12 @@ class TuneOptions:
     device: str = "auto"
     gpus: Optional[str] = None
     """--gpus N | all; None: this process's device only."""
+    executor: str = "local"
+    """local: this host (gpus above); ray: one Ray task per shard on a cluster (kopt.ray_executor)."""
+    ray_address: Optional[str] = None
+    """The cluster to join (`ray start --head` prints it); None: $RAY_ADDRESS or the one started on this host."""
+    ray_shared: bool = False
+    """Every node sees the workspace at the same path: ship only kopt, not the workspace."""
     max_configs: Optional[int] = None
     quick: bool = False
     hot: bool = True
@@ -133,8 +139,7 @@ def _first_failure(cfgs: list[ConfigResult]) -> str:
 def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Callable[[CaseTune], None]] = None,
          log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True)) -> list[CaseTune]:
     """Tune every case; winners go to the tuning table (and the ledger); returns one CaseTune per case."""
-    from kopt import candidate, gpupool
-    from kopt.bench import resolve_device
+    from kopt import candidate, executor
     from kopt.errors import KoptError
     from kopt.integrity import static_check
 
@@ -142,42 +147,41 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
     errors = [f for f in static_check(path) if f.severity == "error"]
     if errors:
         raise KoptError("static check failed: " + "; ".join(f"{f.code}: {f.message}" for f in errors)[:400])
-    device = resolve_device(opts.device)
-    gpus = gpupool.plan(opts.gpus, device, warn=log)
-    n_shards = max(1, len(gpus) // len(cases)) if gpus and cases else 1
-    jobs = opts.compile_jobs
-    if jobs is None:       # nvcc per kernel is seconds: compile in parallel on the host's cores
-        jobs = 0 if device == "cpu" else max(1, min(8, (os.cpu_count() or 2) // (2 * max(1, len(gpus)))))
-    if opts.max_configs:
-        jobs = min(jobs, opts.max_configs)
-    items = [ShardItem(c, s, n_shards) for c in cases for s in range(n_shards)]
-    fn = partial(run_shard, str(path), device, replace(opts, compile_jobs=jobs))
     by_case: dict[int, list[ShardResult]] = {}
     out: list[CaseTune] = []
 
-    def done(item: ShardItem, res: ShardResult) -> None:
-        by_case.setdefault(item.case.id, []).append(res)
-        if len(by_case[item.case.id]) == item.shards:
-            ct = finish_case(path, item.case, by_case[item.case.id], opts, parallel=bool(gpus))
-            log(f"kopt tune: case {ct.case.id}: {len(ct.configs)} configs in {ct.wall_s:.1f} s"
-                f" ({ct.meta.device_name}, {item.shards} shard(s)); {_summary(ct)}")
-            out.append(ct)
-            if on_case:
-                on_case(ct)
+    with reaping(), executor.make(opts.executor, opts.device, opts.gpus, opts.ray_address, opts.ray_shared, log) as ex:
+        device = ex.device
+        # more slots than cases: split each case's configs (every shard re-times the default)
+        n_shards = max(1, ex.slots // len(cases)) if ex.parallel and cases else 1
+        jobs = executor.compile_jobs(opts.compile_jobs, device, ex, opts.max_configs)
+        items = [ShardItem(c, s, n_shards) for c in cases for s in range(n_shards)]
 
-    def on_result(r):
-        it = items[r.index]
-        done(it, r.value if r.error is None else ShardResult(
-            status=Status.crash, message=f"pool worker: {r.error.splitlines()[0][:300]}", wall_s=r.wall_s))
+        def done(item: ShardItem, res: ShardResult) -> None:
+            by_case.setdefault(item.case.id, []).append(res)
+            if len(by_case[item.case.id]) == item.shards:
+                ct = finish_case(path, item.case, by_case[item.case.id], opts, parallel=ex.parallel)
+                hosts = f" on {','.join(sorted({s.host or 'NA' for s in ct.shards}))}" if ex.name != "local" else ""
+                log(f"kopt tune: case {ct.case.id}: {len(ct.configs)} configs in {ct.wall_s:.1f} s"
+                    f" ({ct.meta.device_name}{hosts}, {item.shards} shard(s)); {_summary(ct)}")
+                out.append(ct)
+                if on_case:
+                    on_case(ct)
 
-    with reaping():
-        if gpus:
-            gpupool.run(fn, items, gpus, on_result=on_result)
-        else:
-            for it in items:
-                done(it, fn(it))
+        def on_result(r):
+            res = r.value if r.error is None else ShardResult(
+                status=Status.crash, message=f"{ex.label}: {r.error.splitlines()[0][:300]}", wall_s=r.wall_s)
+            res.host, res.retried = res.host or r.host, r.retried
+            done(items[r.index], res)
+
+        ex.run(partial(_shard, device, replace(opts, compile_jobs=jobs)), path, items, on_result)
     order = {c.id: i for i, c in enumerate(cases)}
     return sorted(out, key=lambda ct: order[ct.case.id])
+
+
+def _shard(device: str, opts: TuneOptions, path: str, item: ShardItem) -> ShardResult:
+    """The executor's shard function (module level: it pickles to a pool worker or a Ray node)."""
+    return run_shard(path, device, opts, item)
 
 
 # ---------------------------------------------------------------- winner, table row, ledger row
@@ -192,7 +196,8 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
     ct.wall_s = max((s.wall_s for s in shards), default=0.0) if parallel else sum(s.wall_s for s in shards)
     ct.winner, ct.default, ct.gain, ct.note = pick_winner(ct.configs, aa_spread(ct.meta.device_name))
     stopped = "; ".join(f"pairing stopped: {s.pair_error}" for s in shards if s.pair_error)
-    ct.note = "; ".join(x for x in (ct.note, stopped) if x)
+    retried = "; ".join(f"shard retried after: {s.retried}" for s in shards if s.retried)
+    ct.note = "; ".join(x for x in (ct.note, stopped, retried) if x)
     if ct.winner is None:
         return ct
     chash = content_hash(Path(path))
@@ -224,7 +229,8 @@ def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = Fa
         device=ct.meta.device_name, units=ct.meta.units, dtype=v.dtype.value, head_dim=v.head_dim,
         batch=case.batch, seqlen_bucket=tuning.bucket(capacity), kv_heads=case.kv_heads, gqa=case.gqa,
         page_size=page, config=w.config or {}, runtime_ms=w_ms, default_runtime_ms=d_ms, gain=ct.gain,
-        gain_lo=lo, gain_hi=hi, commit=head_short(Path(path).parent), candidate_id=chash[:12], quick=bool(quick))
+        gain_lo=lo, gain_hi=hi, commit=head_short(Path(path).parent), candidate_id=chash[:12], quick=bool(quick),
+        host=ct.meta.host)
 
 
 def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
@@ -245,7 +251,7 @@ def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
         backend=m.backend, compiled=True, correct=True, status=Status.ok,
         message=f"tuned over {len(ct.configs)} configs; {_summary(ct)}",
         runtime_ms=t.median_ms, ref_runtime_ms=ref_ms, speedup=ref_ms / t.median_ms if ref_ms else None,
-        gbps=gbps(case, t.median_ms), compile_s=w.compile_s, device=m.device_name,
+        gbps=gbps(case, t.median_ms), compile_s=w.compile_s, device=m.device_name, units=m.units, host=m.host,
         ref=m.ref_name, timing=t, ref_timing=m.ref_cold, validation=w.validation, versions=m.versions,
         overhead_s={"tune_wall": round(ct.wall_s, 3)}, commit=ct.row.commit if ct.row else None)
 

@@ -93,3 +93,7 @@ class ShardResult(BaseModel):
     overhead_s: dict[str, float] = Field(default_factory=dict)
     wall_s: float = 0.0
     """Set by the parent: wall time of this shard, children and checks included."""
+    host: Optional[str] = None
+    """Set by the parent: the machine that ran this shard (a Ray node, or this host)."""
+    retried: Optional[str] = None
+    """Set by the head: why the executor ran this shard a second time (its first node or worker died)."""

@@ -5,7 +5,8 @@ The timing child screens the shard's configs and then pairs the finalists with t
 of them; when no child got to the finalists (the last config crashed, a graph capture failed), one
 more child only pairs them.
 
-Runs in the `kopt tune` process or in a gpupool worker pinned to one GPU; children run in their own
+Runs in the `kopt tune` process, in a gpupool worker pinned to one GPU, or in a Ray task on a node
+of a cluster (kopt.executor); children run in their own
 sessions and are killed with this process (SIGTERM, Ctrl-C, errors), so a bounded run leaves no
 orphan on the GPU.
 """
@@ -13,6 +14,7 @@ orphan on the GPU.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,6 +88,7 @@ def run_shard(path: str, device: str, opts: TuneOptions, item: ShardItem) -> Sha
             shutil.copytree(work, Path(opts.keep_dir) / f"case{item.case.id}-shard{item.shard}", dirs_exist_ok=True)
         shutil.rmtree(work, ignore_errors=True)
     merged.wall_s = time.perf_counter() - t0
+    merged.host = socket.gethostname()
     merged.overhead_s["shard_wall"] = round(merged.wall_s, 3)
     return merged
 

@@ -6,7 +6,7 @@ search paired finalists). Columns (schema_version 1):
 
     schema_version, device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa,
     page_size, config, runtime_ms, default_runtime_ms, gain, gain_lo, gain_hi, timestamp, commit,
-    candidate_id, quick
+    candidate_id, quick, host
 
 `config` is a JSON object; `page_size` is 0 for a contiguous cache; `device` is kopt's short
 device name (H200, C500, cpu) and `units` its SM / AP / core count. Unknown extra columns are
@@ -50,7 +50,7 @@ from kopt.ledger import Loaded
 SCHEMA_VERSION = 1
 KEY = ("device", "units", "dtype", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size")
 COLUMNS = ("schema_version",) + KEY + ("config", "runtime_ms", "default_runtime_ms", "gain", "gain_lo", "gain_hi",
-                                       "timestamp", "commit", "candidate_id", "quick")
+                                       "timestamp", "commit", "candidate_id", "quick", "host")
 REQUIRED = KEY + ("config",)
 #: Nearest-neighbour limits: a tuned batch within this factor, a bucket within this many powers of two.
 BATCH_FACTOR = 2.0
@@ -97,6 +97,8 @@ class TuningRow(BaseModel):
     quick: Optional[bool] = None
     """True for a quick or partial search (--quick: fewer samples; --max-configs: some configs only);
     None in older tables."""
+    host: Optional[str] = None
+    """The machine that measured the row (a Ray node, or the tuning host); None in older tables."""
 
     @field_validator("config", mode="before")
     @classmethod

@@ -19,6 +19,20 @@ class VariantOpts:
     seqlens = typer.Option(None, "--seqlens", help="full | ragged (seeded).")
 
 
+class ExecutorOpts:
+    """Where the shards of `kopt tune` / `kopt verify` run (kopt.executor)."""
+
+    executor = typer.Option("local", "--executor",
+                            help="local: this host (--gpus N spreads over its GPUs); ray: one Ray task per shard on "
+                                 "an existing cluster (needs the ray extra).")
+    ray_address = typer.Option(None, "--ray-address",
+                               help="With --executor ray: the cluster's host:port (what `ray start --head` prints); "
+                                    "default $RAY_ADDRESS or the cluster started on this host.")
+    ray_shared = typer.Option(False, "--ray-shared",
+                              help="With --executor ray: every node sees this workspace at the same path, so only kopt "
+                                   "is shipped (default: the workspace goes to each node as the job's working_dir).")
+
+
 @dataclass
 class CaseSelection:
     """--case text and --all flag."""

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from kopt.cli.options import CaseSelection, VariantOpts, resolve_cases
+from kopt.cli.options import CaseSelection, ExecutorOpts, VariantOpts, resolve_cases
 
 
 def command(
@@ -18,6 +18,9 @@ def command(
     candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py)."),
     device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the work over N GPUs of this host (or 'all')."),
+    executor: str = ExecutorOpts.executor,
+    ray_address: Optional[str] = ExecutorOpts.ray_address,
+    ray_shared: bool = ExecutorOpts.ray_shared,
     max_configs: Optional[int] = typer.Option(None, "--max-configs", min=1,
                                               help="Try at most K configs per case: the default + K-1 spread evenly."),
     quick: bool = typer.Option(False, "--quick", help="Quick timing for the finalist pairs too (the screen is "
@@ -51,7 +54,8 @@ def command(
     path = resolve(candidate or default_candidate())
     opts = tune.TuneOptions(device=device, gpus=gpus, max_configs=max_configs, quick=quick, hot=hot,
                             timeout_s=timeout, csv=csv, write=not no_write, record=not no_record,
-                            compile_jobs=compile_jobs, finalists=finalists)
+                            compile_jobs=compile_jobs, finalists=finalists, executor=executor,
+                            ray_address=ray_address, ray_shared=ray_shared)
     results = tune.tune(path, cases, opts, on_case=None if as_json else lambda ct: print(ct.line(), flush=True))
     wall = time.perf_counter() - t0
     g = geomean([ct.gain for ct in results if ct.gain])

@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from kopt.cli.options import ExecutorOpts
+
 
 def command(
     path: Optional[Path] = typer.Argument(None, help="Candidate file (default solution/tilelang/run_kernel.py)."),
@@ -24,8 +26,12 @@ def command(
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs only)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the runs over N GPUs of this host (or 'all')."),
     baseline: str = typer.Option("auto", "--baseline", help="auto | fa2 | fa2-paged | fa3 | flashinfer | torch (kopt bench --baseline)."),
+    executor: str = ExecutorOpts.executor,
+    ray_address: Optional[str] = ExecutorOpts.ray_address,
+    ray_shared: bool = ExecutorOpts.ray_shared,
 ) -> None:
     """Time every perf and ragged case cold, run the correctness matrix and hidden variants; record verdict rows."""
+    from kopt import executor as executors
     from kopt import verdict
     from kopt.bench import BenchOptions
     from kopt.candidate import resolve
@@ -53,11 +59,8 @@ def command(
         elif not as_json:
             err.print(f"[dim]case {r.case} {r.variant}: {r.status.value}[/dim]")
 
-    from kopt import gpupool
-    from kopt.bench import resolve_device
-
-    pool = gpupool.plan(gpus, resolve_device(device)) if gpus else []
-    v = gpupool.run_verdict(p, cf, opts, ids, on_result, pool) if pool else verdict.run(p, cf, opts, ids, on_result)
+    with executors.make(executor, device, gpus, ray_address, ray_shared) as ex:
+        v = executors.verdict_on(p, cf, opts, ids, on_result, ex)
     if as_json:
         print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
                           "geomean_speedup_ragged": v.geomean_ragged, "geomean_pct_limit": v.geomean_pct_limit,
