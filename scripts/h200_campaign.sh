@@ -94,6 +94,15 @@ for s in $steps; do case $s in
                printf 'Metadata-Version: 2.1\nName: fa3-fwd\nVersion: 0.0.3\n' > /tmp/kopt-peers/fa3_fwd-0.0.3.dist-info/METADATA
              fi
              ( export PYTHONPATH=/tmp/kopt-peers:$PYTHONPATH; run peers 420 python3 -m kopt peers --all --dtype "${PEERS_DTYPE:-bf16}" ) ;;
+  prewarmv)  # what bench --all and verify need, for the shipped candidate and each folder in PREWARM_AT (a
+             # copy of an older iteration's workspace: its solution/ and results/tilelang/tuning.csv), in parallel
+             for d in ${PREWARM_AT:-}; do cp -r src scripts bench "$d/"; done
+             pids=(); j=$(( $(nproc) / (1 + $(wc -w <<< "${PREWARM_AT:-}")) ))
+             for d in . ${PREWARM_AT:-}; do
+               run "prewarm_$(basename "$(cd "$d" && pwd)")" 240 python3 "$d/scripts/prewarm_kernels.py" --verify --jobs "$j" &
+               pids+=($!)
+             done
+             wait "${pids[@]}" ;;
   *) echo "unknown step $s" >&2 ;;
 esac; done
 cp candidates.jsonl "$out/logs/" 2>/dev/null

@@ -22,6 +22,21 @@ from multiprocessing import get_context
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOL = os.path.join(ROOT, "solution", "tilelang")
 
+def _verify_shapes():
+    """What `kopt bench --all` and `kopt verify` time and check: every case as the table defines it, and
+    each verify-matrix entry's variants (hidden shapes are drawn at verdict time and compile on demand)."""
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from kopt.cases import load_file
+
+    cf = load_file(os.path.join(ROOT, "bench", "cases.yaml"))
+    by_id = {c.id: c for c in cf.cases}
+    out = list(cf.cases)
+    for m in cf.verify.matrix:
+        out += [by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size, seqlens=m.seqlens)
+                for i in m.cases]
+    return out
+
+
 def _shapes(ids: list[int] | None = None):
     """The cases whose kernels are compiled: the benches' variants, the GPU test matrix and the verify
     matrix (specs() adds the second and last tuning config of the contiguous fp16 ones); with `ids`,
@@ -53,15 +68,16 @@ _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", 
            "fused", "eager", "last_cta")
 
 
-def specs(extra: list[dict] | None = None, ids: list[int] | None = None) -> list[tuple]:
-    """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads."""
+def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify: bool = False) -> list[tuple]:
+    """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads (with
+    `verify`, only what `kopt verify` needs: no tuning configs beside each case's own plan)."""
     import torch
 
     sys.path.insert(0, SOL)
     import run_kernel as rk
 
     seen = {}
-    for case in _shapes(ids):
+    for case in (_verify_shapes() if verify else _shapes(ids)):
         v = case.variant
         dt = torch.float16 if v.dtype == "fp16" else torch.bfloat16
         b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
@@ -75,7 +91,7 @@ def specs(extra: list[dict] | None = None, ids: list[int] | None = None) -> list
         else:
             k = one.expand(b, s, hkv, d)
         cfgs = [None]
-        if v.dtype == "fp16" and not v.page_size and v.head_dim == 128:
+        if v.dtype == "fp16" and not v.page_size and v.head_dim == 128 and not verify:
             allc = rk.configs({"seqlen_k": s})
             cfgs += [allc[1], allc[-1]]
             if v.seqlens != "ragged":  # the 14 cases themselves, not the GPU tests' head layouts
@@ -109,11 +125,12 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
     ap.add_argument("--configs", default="", help="';'-separated JSON configs, each also compiled for the 14 cases")
     ap.add_argument("--cases", default="", help="comma-separated case ids: only these cases (fp16, contiguous)")
+    ap.add_argument("--verify", action="store_true", help="only what bench --all and verify need (the cases, the verify matrix)")
     a = ap.parse_args(argv)
     import json
 
     ids = [int(x) for x in a.cases.split(",") if x.strip()]
-    todo = specs([json.loads(c) for c in a.configs.split(";") if c.strip()], ids or None)
+    todo = specs([json.loads(c) for c in a.configs.split(";") if c.strip()], ids or None, a.verify)
     if a.list:
         for s in todo:
             print(*s)
