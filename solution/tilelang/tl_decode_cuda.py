@@ -62,8 +62,12 @@ def build_decode(
     fused: bool = True,
     eager: bool = False,
     last_cta: bool = False,
+    balanced: int = 0,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
+
+    ``balanced`` (> 0: the target number of CTAs, about ``BAL_CTAS_PER_SM`` per unit): the work-balanced
+    variant (build_decode_balanced's docstring).
 
     With ``split`` and ``fused`` the prim_func holds both kernels (split, then combine): one host
     call launches them back to back, so no Python runs between the two launches."""
@@ -97,11 +101,14 @@ def build_decode(
     policy = T.GemmWarpPolicy.FullCol
     combine_body = _combine_macro(T, accum, dtype)
 
+    balanced = int(balanced)
+    if balanced:
+        split, eager, last_cta = True, False, True
     last_cta = bool(last_cta and split)
     merge_last = _last_cta_macro(T, accum, dtype, G, d) if last_cta else None
 
     @T.macro
-    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None):
+    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None):
         Q_shared = T.alloc_shared([block_H, d], dtype)
         K_shared = T.alloc_shared([block_N, d], dtype)
         V_shared = T.alloc_shared([block_N, d], dtype)
@@ -172,7 +179,22 @@ def build_decode(
                 V_shared[i, j] = V[r0, r1, h, j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
 
-        if split:
+        if balanced:  # a row of one split writes O itself; idle CTAs write nothing
+            if active:
+                if nsplit == 1:
+                    for i, j in T.Parallel(block_H, d):
+                        if i < G:
+                            Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
+                else:
+                    for i, j in T.Parallel(block_H, d):
+                        if i < G:
+                            Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
+                    for i in T.Parallel(block_H):
+                        if i < G:
+                            LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i],
+                                                                    -T.infinity(accum))
+                    merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+        elif split:
             for i, j in T.Parallel(block_H, d):
                 if i < G:
                     Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
@@ -185,6 +207,57 @@ def build_decode(
             for i, j in T.Parallel(block_H, d):
                 if i < G:
                     Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
+
+    if balanced:
+        target = balanced
+        pool = -(-target // hkv)  # per kv head: the extra splits of all rows together never exceed this
+        min_tiles = BAL_MIN_TILES
+
+        @T.prim_func
+        def decode_balanced(
+            Q: T.Tensor([batch, hq, d], dtype),
+            K: T.Tensor(kv_shape, dtype),
+            V: T.Tensor(kv_shape, dtype),
+            L: T.Tensor([batch], "int32"),
+            BT: T.Tensor([batch, max_pages], "int32"),
+            Opart: T.Tensor([batch, hq, num_splits, d], accum),
+            LSE: T.Tensor([batch, hq, num_splits], accum),
+            Cnt: T.Tensor([batch, hkv], "int32"),
+            Out: T.Tensor([batch, hq, d], dtype),
+        ):
+            # blocks y < batch: the first split of row y; y >= batch: pool block j = y - batch, the
+            # (j - P(b) + 1)-th split of the row b with P(b) <= j < P(b + 1), P the prefix sum of the
+            # rows' extra splits. Every block derives the plan from L alone (no host sync, no second
+            # kernel), so the same launch serves any lengths.
+            with T.Kernel(hkv, batch + pool, threads=threads) as (h, y):
+                tot = T.alloc_var("int32")
+                acc = T.alloc_var("int32")
+                rb = T.alloc_var("int32")
+                rs = T.alloc_var("int32")
+                tot = 0
+                for i in T.serial(batch):
+                    tot += T.ceildiv(L[i], block_N)
+                # tiles per split: the batch's tiles over the target CTAs, at least min_tiles
+                w = T.max(T.ceildiv(tot * hkv, target), min_tiles)
+                rb = y
+                rs = 0
+                if y >= batch:
+                    rb = -1
+                    acc = 0
+                    for i in T.serial(batch):
+                        # a row's splits: its tiles / w rounded to nearest, 1..num_splits
+                        e = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
+                        if rb < 0:
+                            if y - batch < acc + e:
+                                rb = i
+                                rs = y - batch - acc + 1
+                        acc += e
+                bb = T.max(rb, 0)
+                ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
+                # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
+                body(Q, K, V, L, BT, T.if_then_else(rb >= 0, rs, ns), h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
+
+        return decode_balanced
 
     if last_cta:
 
@@ -258,6 +331,13 @@ def build_decode(
 
 
 _COMBINE_UNROLL = 16
+#: balanced variant: at least this many KV tiles per split
+BAL_MIN_TILES = 4
+#: balanced variant: target CTAs per unit (the batch's real tiles are spread over about this many waves' CTAs)
+BAL_CTAS_PER_SM = 2
+#: balanced variant by default only from this many KV tiles of allocated length: below it one full-length
+#: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
+BAL_MIN_ALLOC_TILES = 64
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
 _LAST_UNROLL = 8    # splits whose partial rows are loaded before any is accumulated
 
@@ -499,19 +579,22 @@ def _compile(func, target):
 
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
-               fused=True, eager=False, last_cta=False):
+               fused=True, eager=False, last_cta=False, balanced=0):
+    balanced = int(balanced)
+    if balanced:
+        split, eager, last_cta = True, False, True
     last_cta = bool(last_cta and split)
     fused = bool(fused and split and not last_cta)
     eager = bool(eager)
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target), fused, eager, last_cta)
+           float(scale), str(target), fused, eager, last_cta, balanced)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
-                                 fused, eager, last_cta)
+                                 fused, eager, last_cta, balanced)
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -541,7 +624,8 @@ def _pass_configs():
 
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
-                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False):
+                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
+                balanced=0):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -549,8 +633,8 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
-                fused=bool(fused and split and not last_cta), eager=bool(eager),
-                last_cta=bool(last_cta and split)), arch
+                fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
+                last_cta=bool((last_cta and split) or balanced), balanced=int(balanced)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
