@@ -50,7 +50,7 @@ def _shapes(ids: list[int] | None = None):
 
 #: The plan fields that select a compiled kernel (see run_kernel._cuda_kernels).
 _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits", "scale",
-           "fused", "eager", "last_cta", "balanced")
+           "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine")
 
 
 def specs(extra: list[dict] | None = None, ids: list[int] | None = None) -> list[tuple]:

@@ -293,10 +293,12 @@ def test_balanced_variant_plans_on_the_device(rk, paged):
     ((16, 8, 32768, 4), (64, 34, 264)),   # R1: one 32768 row among fifteen of 512
     ((8, 4, 131072, 8), (64, 67, 264)),   # R3
     ((64, 8, 2048, 1), None),             # case 7: a short allocated length keeps the plain kernel
+    ((16, 4, 4096, 4), None),             # case 8: likewise
+    ((1, 8, 58966, 33), None),            # case 13: one row; the plain kernel cuts its own length
     ((1, 4, 61519, 65), None),            # a pinned split count (tuned row) keeps the plain kernel
 ])
 def test_balanced_plan_from_shapes(rk, case, want):
     """The balanced launch depends on shapes and the allocated length only (CUDA-graph safe)."""
     B, hkv, s, uniform = case
-    cfg = {"num_splits": uniform} if want is None and uniform > 1 else {}
+    cfg = {"num_splits": uniform} if want is None and uniform == 65 else {}
     assert rk._balanced_splits(cfg, B, hkv, s, 132, 0, uniform) == want

@@ -206,10 +206,13 @@ def _graph_lengths(B, S, seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cid,page,config", [(15, 0, None), (18, 256, None), (17, 16, None), (12, 0, None),
-                                             (16, 0, {"balanced": 1}), (13, 64, None), (8, 0, None),
-                                             (10, 0, None)],
-                         ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10"])
+@pytest.mark.parametrize("cid,page,config", [
+    (15, 0, None), (18, 256, None), (17, 16, None), (12, 0, None), (16, 0, {"balanced": 1}), (13, 64, None),
+    (8, 0, None), (10, 0, None), (18, 0, {"balanced": 1, "bal_combine": 0, "q_loop": 1}),
+    (17, 64, {"balanced": 1, "q_loop": 1, "block_N": 128}), (15, 32, {"balanced": 1, "bal_combine": 1}),
+    (8, 16, {"balanced": 1, "bal_per_sm": 3})],
+    ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "R4-merge-in-kernel-qloop",
+         "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced"])
 def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
     """One call captured in a CUDA graph, replayed after cache_seqlens changes in place (all full; one long
     and the rest of length 1; seeded random; empty and full alternating): each replay matches the fp32

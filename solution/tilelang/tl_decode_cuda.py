@@ -63,11 +63,19 @@ def build_decode(
     eager: bool = False,
     last_cta: bool = False,
     balanced: int = 0,
+    q_loop: bool = False,
+    merge_unroll: int = 0,
+    bal_combine: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
     ``balanced`` (> 0: the target number of CTAs, about ``BAL_CTAS_PER_SM`` per unit): the work-balanced
-    variant (build_decode_balanced's docstring).
+    variant (the module docstring). ``q_loop``: Q rides in each tile's cp.async group with K (as in
+    eager) instead of a synchronous load before the loop, so a CTA's first loads wait for one round trip
+    less. ``merge_unroll``: splits whose partials the last-CTA merge loads at once (0: _LAST_UNROLL).
+    ``bal_combine`` (balanced only): rows of more than LAST_CTA_MAX_ROWS partial rows (G x splits) are
+    merged by a combine kernel launched behind the split kernel by the same host call (it derives each
+    row's split count from L as the split kernel does; rows of fewer are merged by their last CTA).
 
     With ``split`` and ``fused`` the prim_func holds both kernels (split, then combine): one host
     call launches them back to back, so no Python runs between the two launches."""
@@ -105,7 +113,8 @@ def build_decode(
     if balanced:
         split, eager, last_cta = True, False, True
     last_cta = bool(last_cta and split)
-    merge_last = _last_cta_macro(T, accum, dtype, G, d) if last_cta else None
+    merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL) if last_cta else None
+    q_loop = bool(q_loop or eager)
 
     @T.macro
     def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None):
@@ -133,7 +142,7 @@ def build_decode(
         t_end = T.min(t_begin + per_split, n_tiles)
         n_iter = T.max(t_end - t_begin, 0)
 
-        if not eager:
+        if not q_loop:
             for i, j in T.Parallel(block_H, d):
                 Q_shared[i, j] = T.if_then_else(i < G, Q[b, h * G + T.min(i, G - 1), j], T.cast(0, dtype))
         T.fill(acc_o, 0)
@@ -142,7 +151,7 @@ def build_decode(
 
         for k in T.Pipelined(T.max(n_iter, 1) if eager else n_iter, num_stages=num_stages):
             base = (t_begin + k) * block_N
-            if eager:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
+            if q_loop:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
                 # synchronous load and a barrier before the first K/V loads); later iterations
                 # re-read its 4 KB from L2. Padded rows repeat head G-1: their outputs are never written.
                 for i, j in T.Parallel(block_H, d):
@@ -193,7 +202,11 @@ def build_decode(
                         if i < G:
                             LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i],
                                                                     -T.infinity(accum))
-                    merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+                    if bal_combine:
+                        if nsplit * G <= LAST_CTA_MAX_ROWS:
+                            merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+                    else:
+                        merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
         elif split:
             for i, j in T.Parallel(block_H, d):
                 if i < G:
@@ -256,6 +269,16 @@ def build_decode(
                 ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
                 # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
                 body(Q, K, V, L, BT, T.if_then_else(rb >= 0, rs, ns), h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
+            if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
+                with T.Kernel(hq, batch, threads=d) as (hh, b2):
+                    tot2 = T.alloc_var("int32")
+                    tot2 = 0
+                    for i in T.serial(batch):
+                        tot2 += T.ceildiv(L[i], block_N)
+                    w2 = T.max(T.ceildiv(tot2 * hkv, target), min_tiles)
+                    ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
+                    if ns2 * G > LAST_CTA_MAX_ROWS:
+                        combine_body(Opart, LSE, Out, hh, b2, ns2, T.get_thread_binding())
 
         return decode_balanced
 
@@ -337,12 +360,16 @@ BAL_MIN_TILES = 4
 BAL_CTAS_PER_SM = 2
 #: balanced variant by default only from this many KV tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
-BAL_MIN_ALLOC_TILES = 64
+BAL_MIN_ALLOC_TILES = 256
+#: balanced variant: Q in the first cp.async group with K (build_decode's q_loop)
+BAL_Q_LOOP = 0
+#: balanced variant: splits loaded at once by the merging CTA (its rows merge up to ~G x 67 partials)
+BAL_MERGE_UNROLL = 8
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
 _LAST_UNROLL = 8    # splits whose partial rows are loaded before any is accumulated
 
 
-def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int):
+def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
     """The merge done by the last CTA of a (batch, kv head) to finish, inside the split kernel: no
     second kernel launch, and the partials it reads were written moments ago (L2 hits).
 
@@ -353,7 +380,7 @@ def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int):
     loads in flight at a time, and resets the counter to 0 for the next call (all other CTAs of this
     (batch, kv head) have counted by then, and calls are ordered on the stream)."""
     S = _MAX_SPLITS
-    U = _LAST_UNROLL
+    U = unroll or _LAST_UNROLL
 
     @T.macro
     def merge_last(Opart, LSE, Cnt, Out, h, b, nsplit):
@@ -579,22 +606,24 @@ def _compile(func, target):
 
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
-               fused=True, eager=False, last_cta=False, balanced=0):
+               fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
+               bal_combine=False):
     balanced = int(balanced)
+    q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
     if balanced:
         split, eager, last_cta = True, False, True
     last_cta = bool(last_cta and split)
     fused = bool(fused and split and not last_cta)
     eager = bool(eager)
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target), fused, eager, last_cta, balanced)
+           float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
-                                 fused, eager, last_cta, balanced)
+                                 fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine)
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -625,7 +654,7 @@ def _pass_configs():
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
-                balanced=0):
+                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -634,7 +663,9 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
                 fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
-                last_cta=bool((last_cta and split) or balanced), balanced=int(balanced)), arch
+                last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
+                q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
+                bal_combine=bool(bal_combine and balanced)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
