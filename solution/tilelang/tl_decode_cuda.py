@@ -22,6 +22,18 @@ masked (scaled by 0, never by NaN). V rows are clamped to the sequence. Without 
 clamped to the sequence, so its block-table entry is a page of the sequence and needs no clamp (H200,
 iteration 7: the clamp on every row of the non-eager path cost paged case 7 about 4 us).
 
+``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's
+_balanced_splits): each row is split by its own length, read on the device, so that the batch's real
+tiles spread over about BAL_CTAS_PER_SM CTAs per unit: with T = kv heads x the sum of the rows' tiles
+and w = max(BAL_MIN_TILES, ceil(T / target)), row b takes round(tiles_b / w) splits (1..num_splits).
+The grid is (kv heads, batch + pool): block y < batch runs the first split of row y; the pool blocks
+(pool = ceil(target / kv heads), which bounds the extra splits of all rows together) each find their
+row and split from the prefix sum of the rows' extra splits; pool blocks left over write nothing. A row
+of one split writes O directly; the others merge in their last CTA (arrival counter), or, with
+``bal_combine``, rows of more than LAST_CTA_MAX_ROWS partial rows in a combine kernel launched by the
+same host call that derives the same plan from L. The launch depends on shapes only: a CUDA graph
+captured once stays correct when the lengths change between replays.
+
 Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic)
 dims, so one compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
 """
