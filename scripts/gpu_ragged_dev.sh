@@ -4,7 +4,7 @@
 # tests selected by TESTS_K within a time cap.
 # Usage (from the workspace root): OLD=path/to/old/solution/tilelang/run_kernel.py bash scripts/gpu_ragged_dev.sh
 set -uo pipefail
-OUTD=${OUT:-/tmp/ragged-dev}
+OUTD=${OUT:-ragged-dev-out}
 mkdir -p "$OUTD"
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
