@@ -50,7 +50,7 @@ def _shapes(ids: list[int] | None = None):
     out = []
     for c in cases:
         for dtype in ("fp16", "bf16"):
-            for page in (0, 16, 64, 256):
+            for page in (0, 16, 32, 64, 256) if c.kind == "ragged" else (0, 16, 64, 256):
                 out.append(c.with_variant(dtype=dtype, page_size=page))
         if c.id in (1, 4, 10, 13):
             for dtype in ("fp16", "bf16"):
@@ -65,7 +65,7 @@ def _shapes(ids: list[int] | None = None):
 
 #: The plan fields that select a compiled kernel (see run_kernel._cuda_kernels).
 _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits", "scale",
-           "fused", "eager", "last_cta")
+           "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine")
 
 
 def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify: bool = False) -> list[tuple]:

@@ -272,3 +272,33 @@ def test_default_tiling(rk, case, want):
     B, hkv, s = case
     assert cu.choose_tiling(B, hkv, s, 132) == want
     assert cu.choose_tiling(B, hkv, s, 132, block_N=128, num_splits=1) == (128, 1)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("paged", [0, 16], ids=["contig", "paged16"])
+def test_balanced_variant_plans_on_the_device(rk, paged):
+    """The work-balanced variant: one kernel (in-kernel merge), a grid of B + pool rows per kv head, the
+    split plan computed from L on the device (a loop over the batch's lengths), no spills."""
+    info = rk.compile_cuda_check(dtype="bfloat16" if paged else "float16", hq=32, hkv=4, d=128, paged=bool(paged),
+                                 page_size=paged or 256, split=True, balanced=264)
+    assert set(info) == {"main"}
+    src = info["main"]["source"]
+    kernels = re.findall(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', src)
+    assert sorted(set(kernels)) == ["decode_balanced_kernel"]
+    assert "for (int i = 0; i < batch; ++i)" in src and "AtomicAddRet(" in src
+    assert all(s == 0 for s in info["main"]["spill_bytes"]), info["main"]["ptxas_log"][-2000:]
+
+
+@pytest.mark.parametrize("case,want", [
+    ((16, 8, 32768, 4), (64, 34, 264)),   # R1: one 32768 row among fifteen of 512
+    ((8, 4, 131072, 8), (64, 67, 264)),   # R3
+    ((64, 8, 2048, 1), None),             # case 7: a short allocated length keeps the plain kernel
+    ((16, 4, 4096, 4), None),             # case 8: likewise
+    ((1, 8, 58966, 33), None),            # case 13: one row; the plain kernel cuts its own length
+    ((1, 4, 61519, 65), None),            # a pinned split count (tuned row) keeps the plain kernel
+])
+def test_balanced_plan_from_shapes(rk, case, want):
+    """The balanced launch depends on shapes and the allocated length only (CUDA-graph safe)."""
+    B, hkv, s, uniform = case
+    cfg = {"num_splits": uniform} if want is None and uniform == 65 else {}
+    assert rk._balanced_splits(cfg, B, hkv, s, 132, 0, uniform) == want
