@@ -111,6 +111,7 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=15)
     ap.add_argument("--ledger", type=Path)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--candidate", type=Path, default=REPO / "solution" / "tilelang" / "run_kernel.py")
     args = ap.parse_args()
 
     import torch
@@ -119,7 +120,7 @@ def main() -> int:
     from kopt.cli.common import parse_ids
     from kopt.workload import make_workload
 
-    shipped = REPO / "solution" / "tilelang" / "run_kernel.py"
+    shipped = args.candidate
     mod = candidate.load(shipped)
     cid = candidate.content_hash(shipped)[:12]
     buf = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")

@@ -99,7 +99,7 @@ def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify:
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
             p.num_splits = min(p.num_splits, 2)  # the kernels depend on split or not, not on the count
-            seen.setdefault(tuple(getattr(p, f) for f in _FIELDS), None)
+            seen.setdefault(tuple(getattr(p, f, None) for f in _FIELDS), None)  # older plans lack newer fields
     return list(seen)
 
 
@@ -113,7 +113,8 @@ def _compile(spec: tuple) -> tuple:
     t0 = time.perf_counter()
     p = rk._Plan()
     for f, v in zip(_FIELDS, spec):
-        setattr(p, f, v)
+        if hasattr(type(p), f):  # an older iteration's plan has fewer fields
+            setattr(p, f, v)
     p.target = rk._cuda.cuda_target(torch.device("cuda", 0))
     rk._cuda_kernels(p)
     return spec, time.perf_counter() - t0
