@@ -22,6 +22,18 @@ masked (scaled by 0, never by NaN). V rows are clamped to the sequence. Without 
 clamped to the sequence, so its block-table entry is a page of the sequence and needs no clamp (H200,
 iteration 7: the clamp on every row of the non-eager path cost paged case 7 about 4 us).
 
+``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's
+_balanced_splits): each row is split by its own length, read on the device, so that the batch's real
+tiles spread over about BAL_CTAS_PER_SM CTAs per unit: with T = kv heads x the sum of the rows' tiles
+and w = max(BAL_MIN_TILES, ceil(T / target)), row b takes round(tiles_b / w) splits (1..num_splits).
+The grid is (kv heads, batch + pool): block y < batch runs the first split of row y; the pool blocks
+(pool = ceil(target / kv heads), which bounds the extra splits of all rows together) each find their
+row and split from the prefix sum of the rows' extra splits; pool blocks left over write nothing. A row
+of one split writes O directly; the others merge in their last CTA (arrival counter), or, with
+``bal_combine``, rows of more than LAST_CTA_MAX_ROWS partial rows in a combine kernel launched by the
+same host call that derives the same plan from L. The launch depends on shapes only: a CUDA graph
+captured once stays correct when the lengths change between replays.
+
 Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic)
 dims, so one compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
 """
@@ -62,8 +74,20 @@ def build_decode(
     fused: bool = True,
     eager: bool = False,
     last_cta: bool = False,
+    balanced: int = 0,
+    q_loop: bool = False,
+    merge_unroll: int = 0,
+    bal_combine: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
+
+    ``balanced`` (> 0: the target number of CTAs, about ``BAL_CTAS_PER_SM`` per unit): the work-balanced
+    variant (the module docstring). ``q_loop``: Q rides in each tile's cp.async group with K (as in
+    eager) instead of a synchronous load before the loop, so a CTA's first loads wait for one round trip
+    less. ``merge_unroll``: splits whose partials the last-CTA merge loads at once (0: _LAST_UNROLL).
+    ``bal_combine`` (balanced only): rows of more than LAST_CTA_MAX_ROWS partial rows (G x splits) are
+    merged by a combine kernel launched behind the split kernel by the same host call (it derives each
+    row's split count from L as the split kernel does; rows of fewer are merged by their last CTA).
 
     With ``split`` and ``fused`` the prim_func holds both kernels (split, then combine): one host
     call launches them back to back, so no Python runs between the two launches."""
@@ -97,11 +121,15 @@ def build_decode(
     policy = T.GemmWarpPolicy.FullCol
     combine_body = _combine_macro(T, accum, dtype)
 
+    balanced = int(balanced)
+    if balanced:
+        split, eager, last_cta = True, False, True
     last_cta = bool(last_cta and split)
-    merge_last = _last_cta_macro(T, accum, dtype, G, d) if last_cta else None
+    merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL) if last_cta else None
+    q_loop = bool(q_loop or eager)
 
     @T.macro
-    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None):
+    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None):
         Q_shared = T.alloc_shared([block_H, d], dtype)
         K_shared = T.alloc_shared([block_N, d], dtype)
         V_shared = T.alloc_shared([block_N, d], dtype)
@@ -126,7 +154,7 @@ def build_decode(
         t_end = T.min(t_begin + per_split, n_tiles)
         n_iter = T.max(t_end - t_begin, 0)
 
-        if not eager:
+        if not q_loop:
             for i, j in T.Parallel(block_H, d):
                 Q_shared[i, j] = T.if_then_else(i < G, Q[b, h * G + T.min(i, G - 1), j], T.cast(0, dtype))
         T.fill(acc_o, 0)
@@ -135,7 +163,7 @@ def build_decode(
 
         for k in T.Pipelined(T.max(n_iter, 1) if eager else n_iter, num_stages=num_stages):
             base = (t_begin + k) * block_N
-            if eager:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
+            if q_loop:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
                 # synchronous load and a barrier before the first K/V loads); later iterations
                 # re-read its 4 KB from L2. Padded rows repeat head G-1: their outputs are never written.
                 for i, j in T.Parallel(block_H, d):
@@ -172,7 +200,26 @@ def build_decode(
                 V_shared[i, j] = V[r0, r1, h, j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
 
-        if split:
+        if balanced:  # a row of one split writes O itself; idle CTAs write nothing
+            if active:
+                if nsplit == 1:
+                    for i, j in T.Parallel(block_H, d):
+                        if i < G:
+                            Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
+                else:
+                    for i, j in T.Parallel(block_H, d):
+                        if i < G:
+                            Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
+                    for i in T.Parallel(block_H):
+                        if i < G:
+                            LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i],
+                                                                    -T.infinity(accum))
+                    if bal_combine:
+                        if nsplit * G <= LAST_CTA_MAX_ROWS:
+                            merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+                    else:
+                        merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+        elif split:
             for i, j in T.Parallel(block_H, d):
                 if i < G:
                     Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
@@ -185,6 +232,67 @@ def build_decode(
             for i, j in T.Parallel(block_H, d):
                 if i < G:
                     Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
+
+    if balanced:
+        target = balanced
+        pool = -(-target // hkv)  # per kv head: the extra splits of all rows together never exceed this
+        min_tiles = BAL_MIN_TILES
+
+        @T.prim_func
+        def decode_balanced(
+            Q: T.Tensor([batch, hq, d], dtype),
+            K: T.Tensor(kv_shape, dtype),
+            V: T.Tensor(kv_shape, dtype),
+            L: T.Tensor([batch], "int32"),
+            BT: T.Tensor([batch, max_pages], "int32"),
+            Opart: T.Tensor([batch, hq, num_splits, d], accum),
+            LSE: T.Tensor([batch, hq, num_splits], accum),
+            Cnt: T.Tensor([batch, hkv], "int32"),
+            Out: T.Tensor([batch, hq, d], dtype),
+        ):
+            # blocks y < batch: the first split of row y; y >= batch: pool block j = y - batch, the
+            # (j - P(b) + 1)-th split of the row b with P(b) <= j < P(b + 1), P the prefix sum of the
+            # rows' extra splits. Every block derives the plan from L alone (no host sync, no second
+            # kernel), so the same launch serves any lengths.
+            with T.Kernel(hkv, batch + pool, threads=threads) as (h, y):
+                tot = T.alloc_var("int32")
+                acc = T.alloc_var("int32")
+                rb = T.alloc_var("int32")
+                rs = T.alloc_var("int32")
+                tot = 0
+                for i in T.serial(batch):
+                    tot += T.ceildiv(L[i], block_N)
+                # tiles per split: the batch's tiles over the target CTAs, at least min_tiles
+                w = T.max(T.ceildiv(tot * hkv, target), min_tiles)
+                rb = y
+                rs = 0
+                if y >= batch:
+                    rb = -1
+                    acc = 0
+                    for i in T.serial(batch):
+                        # a row's splits: its tiles / w rounded to nearest, 1..num_splits
+                        e = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
+                        if rb < 0:
+                            if y - batch < acc + e:
+                                rb = i
+                                rs = y - batch - acc + 1
+                        acc += e
+                bb = T.max(rb, 0)
+                ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
+                # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
+                body(Q, K, V, L, BT, T.if_then_else(rb >= 0, rs, ns), h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
+            if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
+                with T.Kernel(hq, batch, threads=d) as (hh, b2):
+                    tot2 = T.alloc_var("int32")
+                    tot2 = 0
+                    for i in T.serial(batch):
+                        tot2 += T.ceildiv(L[i], block_N)
+                    w2 = T.max(T.ceildiv(tot2 * hkv, target), min_tiles)
+                    ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
+                    if ns2 * G > LAST_CTA_MAX_ROWS:
+                        combine_body(Opart, LSE, Out, hh, b2, ns2, T.get_thread_binding())
+
+        return decode_balanced
 
     if last_cta:
 
@@ -258,11 +366,22 @@ def build_decode(
 
 
 _COMBINE_UNROLL = 16
+#: balanced variant: at least this many KV tiles per split
+BAL_MIN_TILES = 4
+#: balanced variant: target CTAs per unit (the batch's real tiles are spread over about this many waves' CTAs)
+BAL_CTAS_PER_SM = 2
+#: balanced variant by default only from this many KV tiles of allocated length: below it one full-length
+#: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
+BAL_MIN_ALLOC_TILES = 256
+#: balanced variant: Q in the first cp.async group with K (build_decode's q_loop)
+BAL_Q_LOOP = 0
+#: balanced variant: splits loaded at once by the merging CTA (its rows merge up to ~G x 67 partials)
+BAL_MERGE_UNROLL = 8
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
 _LAST_UNROLL = 8    # splits whose partial rows are loaded before any is accumulated
 
 
-def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int):
+def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
     """The merge done by the last CTA of a (batch, kv head) to finish, inside the split kernel: no
     second kernel launch, and the partials it reads were written moments ago (L2 hits).
 
@@ -273,7 +392,7 @@ def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int):
     loads in flight at a time, and resets the counter to 0 for the next call (all other CTAs of this
     (batch, kv head) have counted by then, and calls are ordered on the stream)."""
     S = _MAX_SPLITS
-    U = _LAST_UNROLL
+    U = unroll or _LAST_UNROLL
 
     @T.macro
     def merge_last(Opart, LSE, Cnt, Out, h, b, nsplit):
@@ -499,19 +618,24 @@ def _compile(func, target):
 
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
-               fused=True, eager=False, last_cta=False):
+               fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
+               bal_combine=False):
+    balanced = int(balanced)
+    q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
+    if balanced:
+        split, eager, last_cta = True, False, True
     last_cta = bool(last_cta and split)
     fused = bool(fused and split and not last_cta)
     eager = bool(eager)
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target), fused, eager, last_cta)
+           float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
-                                 fused, eager, last_cta)
+                                 fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine)
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -541,7 +665,8 @@ def _pass_configs():
 
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
-                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False):
+                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
+                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -549,8 +674,10 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
-                fused=bool(fused and split and not last_cta), eager=bool(eager),
-                last_cta=bool(last_cta and split)), arch
+                fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
+                last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
+                q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
+                bal_combine=bool(bal_combine and balanced)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
