@@ -84,9 +84,16 @@ for s in $steps; do case $s in
                --ledger candidates.jsonl --out "$log/graph-check.md" ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"} ;;
   aa)        run aa 300 python3 -m kopt calibrate --case "${AA_CASES:-5,10,15}" --json ;;
   wall3)     for i in 1 2 3; do run "wall_$i" 60 python3 -m kopt bench --case 10 --cold-cache --machine --no-record; done ;;
-  verifyat)  # VERIFY_AT: candidate files to verify in turn (older iterations unpacked beside the tree)
-             for f in ${VERIFY_AT:-}; do run "verify_$(basename "$(dirname "$(dirname "$(dirname "$f")")")")" 600 \
-               python3 -m kopt verify "$f" --machine --technique "re-verify" --hypothesis "same-session verdict"; done ;;
+  verifyat|verifyat2)  # VERIFY_AT / VERIFY_AT2: candidate files to verify in turn (older iterations unpacked
+             # beside the tree); VERIFY_TECHNIQUE / VERIFY_HYPOTHESIS label the first file of VERIFY_AT
+             files=${VERIFY_AT:-}; [[ $s == verifyat2 ]] && files=${VERIFY_AT2:-}
+             for f in $files; do
+               tech="re-verify"; hyp="the same-session verdict of an earlier iteration"
+               if [[ $s == verifyat && $f == "${files%% *}" && -n ${VERIFY_TECHNIQUE:-} ]]; then
+                 tech=$VERIFY_TECHNIQUE; hyp=${VERIFY_HYPOTHESIS:-$hyp}; fi
+               run "verify_$(basename "$(dirname "$(dirname "$(dirname "$f")")")")" 600 \
+                 python3 -m kopt verify "$f" --machine --technique "$tech" --hypothesis "$hyp"
+             done ;;
   report)    run plot 180 python3 -m kopt plot
              shot=; command -v chromium >/dev/null && shot=--screenshot
              run report 180 python3 -m kopt report $shot ;;
