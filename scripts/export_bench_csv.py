@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from kopt.ledger import load_dicts  # noqa: E402
-from kopt.results import fmt_na  # noqa: E402
+from kopt.workspace.ledger import load_dicts  # noqa: E402
+from kopt.records import fmt_na  # noqa: E402
 
 COLUMNS = ["device", "date", "commit", "candidate_id", "case", "variant", "runtime_ms", "ref_runtime_ms", "ref",
            "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_copy_ceiling", "noisy", "method", "flush", "samples",

@@ -57,7 +57,7 @@ def main() -> int:
 
     # each flush kind's own device time, and other ways to read the buffer (the harness's read flush
     # is torch.sum over a float32 view into a preallocated sink)
-    from kopt.timing_cuda import make_flush
+    from kopt.timing.cuda import make_flush
 
     other = {
         "read_harness": make_flush(buf, "read"),

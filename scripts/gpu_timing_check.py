@@ -21,7 +21,8 @@ def main() -> int:
 
     import torch
 
-    from kopt import hardware, timing, timing_cuda
+    from kopt import hardware, timing
+    from kopt.timing import cuda as timing_cuda
     from kopt.timing import TimingOptions
 
     dev = args.device
@@ -108,7 +109,8 @@ def _flash_attn(dev, opts, show, check) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from kopt import cupti, timing
+    from kopt import timing
+    from kopt.timing import cupti
 
     B, S, Hkv, Hq, D = 1, 32768, 8, 64, 128
     q = torch.randn(B, 1, Hq, D, device=dev, dtype=torch.float16)

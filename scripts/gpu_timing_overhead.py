@@ -32,8 +32,8 @@ if sys.argv[1] == "after_kernel":
     run_kernel.run(*w.args()); torch.cuda.synchronize()
 t3 = time.perf_counter()
 from kopt.timing import TimingOptions
-from kopt.cupti import CUPTI_START_S
-from kopt.timing_cuda import CudaTimer
+from kopt.timing.cupti import CUPTI_START_S
+from kopt.timing.cuda import CudaTimer
 CudaTimer("cuda", TimingOptions())
 t4 = time.perf_counter()
 print(f"import_torch={t1-t0:.3f} cuda_init={t2-t1:.3f} before_probe={t3-t2:.3f} probe={t4-t3:.3f} cupti_start={CUPTI_START_S.get('cuda', -1):.3f}")
@@ -52,7 +52,7 @@ def _variants(tc) -> dict:
     """CudaTimer subclasses that each change one thing about a sample."""
     import torch
 
-    from kopt import cupti
+    from kopt.timing import cupti
 
     class NoEvents(tc.CudaTimer):
         def _batch(self, fn, n, use_cupti):
@@ -105,8 +105,8 @@ def per_sample(samples: int) -> None:
     """Host µs per timed sample for each sampling variant (flushed, a tiny kernel as the call)."""
     import torch
 
-    from kopt import timing_cuda as tc
-    from kopt.stats import StopRule
+    from kopt.timing import cuda as tc
+    from kopt.timing.stats import StopRule
     from kopt.timing import TimingOptions
 
     x = torch.zeros(1 << 20, device="cuda")

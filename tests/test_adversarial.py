@@ -1,4 +1,4 @@
-"""Cheating and broken candidates (tests/adversarial/) through kopt.bench.evaluate: each gets its status.
+"""Cheating and broken candidates (tests/adversarial/) through kopt.eval.bench.evaluate: each gets its status.
 
 One child process per evaluation (~2 s each on the CPU); the cases are tiny and timing is off
 except where a check only runs after timing (the spot and refill checks).
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kopt.bench import BenchOptions, evaluate
+from kopt.eval.bench import BenchOptions, evaluate
 from kopt.cases import Case, load_cases
-from kopt.results import CaseResult, Status, TimingStats
+from kopt.records import CaseResult, Status, TimingStats
 
 from conftest import SHIPPED
 
@@ -99,7 +99,7 @@ def test_shape_special_casing_caught_by_hidden_variant():
 def test_verdict_hidden_cases_catch_shape_special_casing():
     import random
 
-    from kopt.verdict import hidden_cases
+    from kopt.eval.verdict import hidden_cases
 
     (h,) = hidden_cases([load_cases()[0]], 1, random.Random(0))
     assert _eval("shape_table", case=h).status == S.incorrect_numerical
@@ -158,7 +158,8 @@ def _timed_row(runtime_ms: float, cold: bool = True) -> CaseResult:
 
 @pytest.fixture
 def fake_ceiling(monkeypatch):
-    from kopt import calibrate, roofline
+    from kopt import roofline
+    from kopt.eval import calibrate
 
     roof = roofline.Roofline(read_gbps=1000.0, copy_gbps=900.0, floor_ms=0.002)
     monkeypatch.setattr(roofline, "for_device", lambda *a, **k: roof)
@@ -166,7 +167,7 @@ def fake_ceiling(monkeypatch):
 
 
 def test_implausible_when_faster_than_the_read_ceiling(fake_ceiling):
-    from kopt import bench
+    from kopt.eval import bench
     from kopt.workload import bytes_moved
 
     case = load_cases()[8]
@@ -189,7 +190,7 @@ def test_poisoned_empty_fills_new_float_buffers_and_restores():
     """Unwritten output is NaN whatever block the allocator reuses; torch is untouched afterwards."""
     import torch
 
-    from kopt import guards
+    from kopt.integrity import guards
 
     before = (torch.empty, torch.empty_like, torch.Tensor.new_empty)
     stale = torch.ones(64)  # a block holding a plausible answer

@@ -6,8 +6,8 @@ import re
 from typer.testing import CliRunner
 
 from kopt.cli.main import app
-from kopt.ledger import load
-from kopt.results import CaseResult, parse_line
+from kopt.workspace.ledger import load
+from kopt.records import CaseResult, parse_line
 
 from conftest import CANDIDATES, SHIPPED
 
@@ -78,10 +78,10 @@ def test_honest_torch_candidate_ok(workspace):
 
 def test_baseline_failure_is_baseline_error_not_a_candidate_failure():
     """The child reports a failed baseline explicitly; the row stays correct with SPEEDUP NA."""
-    from kopt import bench
+    from kopt.eval import bench
     from kopt.cases import load_cases
-    from kopt.isolate import Outcome, WorkerResult
-    from kopt.results import Status, TimingStats
+    from kopt.eval.child import Outcome, WorkerResult
+    from kopt.records import Status, TimingStats
 
     t = TimingStats(method="host", median_ms=1.0, q1_ms=1.0, q3_ms=1.0, min_ms=1.0, n=3, rel_iqr=0.0)
     res = WorkerResult(phase="done", status=Status.ok, timing=t, baseline_failed=True,
@@ -111,7 +111,7 @@ def test_candidate_id_covers_imported_sibling_modules(tmp_path):
 
 def test_device_detection_without_torch_import():
     """`--device auto` asks the driver and torch/version.py before importing torch (seconds on some hosts)."""
-    from kopt import bench
+    from kopt.eval import bench
 
     assert bench._version_says_cuda("cuda: Optional[str] = '13.0'\n") is True
     assert bench._version_says_cuda("debug = False\ncuda = '12.1'\n") is True

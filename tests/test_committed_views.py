@@ -16,8 +16,8 @@ def _report_meta(path) -> dict:
 
 
 def test_committed_plots_and_report_match_the_ledger(tmp_path):
-    from kopt.campaign import load_campaign
-    from kopt.plot import make_plots, png_text
+    from kopt.report.campaign import load_campaign
+    from kopt.report.plot import make_plots, png_text
     from kopt.report import build
 
     c = load_campaign(REPO)

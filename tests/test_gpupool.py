@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from kopt import gpupool
+from kopt.executor import pool as gpupool
 from kopt.errors import UsageError
 
 FAKE = ["3", "5", "7"]
@@ -79,10 +79,10 @@ def test_run_needs_gpus():
 
 def test_spread_verdict_has_the_same_groups(workspace):
     """The Verdict over a pool (fake GPU ids, CPU runs): perf, matrix and hidden rows, in order, recorded."""
-    from kopt.bench import BenchOptions
+    from kopt.eval.bench import BenchOptions
     from kopt.cases import CaseFile, MatrixEntry, VerifySpec, load_cases, select
-    from kopt.ledger import load
-    from kopt.results import CaseResult
+    from kopt.workspace.ledger import load
+    from kopt.records import CaseResult
 
     from conftest import CANDIDATES
 

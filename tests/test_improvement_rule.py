@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from kopt import ledger, loop, ranking
-from kopt.results import CaseResult
+from kopt.workspace import ledger, status as loop, ranking
+from kopt.records import CaseResult
 
 THR = 0.01
 
@@ -80,7 +80,7 @@ def test_status_judges_iterations_by_both_geomeans(tmp_path, monkeypatch):
     """Iteration 2 gains on the uniform cases but loses the ragged ones: not improved, and status says why;
     iteration 3 gains on both; a re-verified candidate is judged by its latest verdict."""
     from conftest import kopt as run
-    from kopt.vcs import candidate_hash
+    from kopt.workspace.vcs import candidate_hash
 
     ws = tmp_path / "w"
     assert run("init", ws).exit_code == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kopt import journal
+from kopt.workspace import journal
 from kopt.cli.main import app
 from kopt.errors import KoptError
 from kopt.paths import TEMPLATES
@@ -95,8 +95,8 @@ def test_init_refuses_a_file(tmp_path):
 
 
 def test_templates_match_the_project():
-    """kopt init ships the project's own workspace files; on drift run kopt.scaffold.sync_templates."""
-    from kopt.scaffold import synced_sources
+    """kopt init ships the project's own workspace files; on drift run kopt.workspace.scaffold.sync_templates."""
+    from kopt.workspace.scaffold import synced_sources
 
     tpl = TEMPLATES / "solution" / "tilelang"
     names = sorted(p.name for p in tpl.glob("*.py"))
@@ -111,4 +111,4 @@ def test_templates_match_the_project():
              if not (TEMPLATES / rel).is_file() or (TEMPLATES / rel).read_bytes() != src.read_bytes()]
     drift += [f"solution/tilelang/{n}" for n in names if f"solution/tilelang/{n}" not in sources]
     assert not drift, ("templates out of date: PYTHONPATH=src python3 -c "
-                       "'import kopt.scaffold as s; s.sync_templates(\".\")'  -> " + ", ".join(drift))
+                       "'import kopt.workspace.scaffold as s; s.sync_templates(\".\")'  -> " + ", ".join(drift))

@@ -15,14 +15,14 @@ SLEEPY = ("import time\nBACKEND = 'torch'\n"
 
 
 def _workers(parent: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(parent), "-f", "kopt.worker"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-P", str(parent), "-f", "kopt.eval.worker"], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
 
 
 def _alive(pid: int) -> bool:
     """A live evaluation child (a reaped one has no /proc entry, a zombie an empty command line)."""
     try:
-        return b"kopt.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"kopt.eval.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 

@@ -1,4 +1,4 @@
-"""Evaluation children (kopt.isolate.Child): started before their jobs, replaced after a crash, and
+"""Evaluation children (kopt.eval.child.Child): started before their jobs, replaced after a crash, and
 never left running when the parent sends no jobs or dies. Real children on the CPU, tiny cases."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from kopt import bench
-from kopt.bench import BenchOptions
+from kopt.eval import bench
+from kopt.eval.bench import BenchOptions
 from kopt.cases import Case
-from kopt.isolate import Child, Job, run_jobs
-from kopt.results import Status
+from kopt.eval.child import Child, Job, run_jobs
+from kopt.records import Status
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 TINY = Case(id=1, batch=2, seqlen_k=9, kv_heads=2, gqa=2, kind="edge")
@@ -30,7 +30,7 @@ def _job(name: str, tmp_path: Path) -> Job:
 def _alive(pid: int) -> bool:
     """A live evaluation child (a reaped one has no /proc entry, a zombie an empty command line)."""
     try:
-        return b"kopt.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"kopt.eval.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
@@ -103,7 +103,7 @@ def test_evaluate_ends_the_child_it_never_sends_jobs(monkeypatch, abort):
 
 def test_child_exits_when_its_parent_dies_before_sending_jobs(tmp_path):
     """SIGKILL runs no cleanup; the closed pipe still ends the waiting child."""
-    code = "import os\nfrom kopt.isolate import Child\nprint(Child().popen.pid, flush=True)\nos._exit(0)\n"
+    code = "import os\nfrom kopt.eval.child import Child\nprint(Child().popen.pid, flush=True)\nos._exit(0)\n"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "TMPDIR": str(tmp_path)}
     pid = int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                              check=True).stdout)

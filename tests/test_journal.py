@@ -11,13 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kopt import atomic, journal, ledger
+from kopt import atomic
+from kopt.workspace import journal, ledger
 from kopt.errors import UsageError
-from kopt.journal import Entry
-from kopt.results import CaseResult
+from kopt.workspace.journal import Entry
+from kopt.records import CaseResult
 
 from conftest import failure, kopt
-from kopt.vcs import candidate_hash
+from kopt.workspace.vcs import candidate_hash
 
 
 pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)

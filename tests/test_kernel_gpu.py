@@ -21,7 +21,8 @@ def kernel():
 def _check(kernel, case, seed=0, config=None):
     import torch
 
-    from kopt import baselines, verify
+    from kopt import baselines
+    from kopt.eval import checks
     from kopt.reference import reference
     from kopt.workload import make_workload
 
@@ -29,7 +30,7 @@ def _check(kernel, case, seed=0, config=None):
     out = kernel.run(*w.args(), **w.kwargs(config))
     torch.cuda.synchronize()
     ref = reference(w)
-    chk = verify.check_output(out, ref, baselines.torch_attention(w), w.q)
+    chk = checks.check_output(out, ref, baselines.torch_attention(w), w.q)
     assert chk.status.value == "ok", f"case {case.id} {case.variant.label()}: {chk.detail}"
 
 
@@ -93,7 +94,8 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
     clamped into the pool, the keys masked), and neither variant may let them reach the output."""
     import torch
 
-    from kopt import baselines, verify
+    from kopt import baselines
+    from kopt.eval import checks
     from kopt.reference import reference
     from kopt.workload import make_workload
 
@@ -112,7 +114,7 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
         assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
         out = kernel.run(*w.args(), **w.kwargs(cfg))
         torch.cuda.synchronize()
-        chk = verify.check_output(out, ref, base, w.q)
+        chk = checks.check_output(out, ref, base, w.q)
         assert chk.status.value == "ok", f"case {cid} page {page} eager {eager} {dtype}: {chk.detail}"
 
 
@@ -219,7 +221,8 @@ def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
     reference, so the launch depends on shapes only and the plan is made on the device from the lengths."""
     import torch
 
-    from kopt import baselines, verify
+    from kopt import baselines
+    from kopt.eval import checks
     from kopt.reference import reference
     from kopt.workload import make_workload
 
@@ -246,5 +249,5 @@ def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
         got = out.clone()
         got = torch.where(w.cache_seqlens.view(-1, 1, 1, 1) == 0, torch.zeros_like(got), got)  # L = 0: any finite
         ref = torch.where(w.cache_seqlens.view(-1, 1, 1, 1).to(ref.device) == 0, torch.zeros_like(ref), ref)
-        chk = verify.check_output(got, ref, torch.nan_to_num(base.float()).to(base.dtype), w.q)
+        chk = checks.check_output(got, ref, torch.nan_to_num(base.float()).to(base.dtype), w.q)
         assert chk.status.value == "ok", f"case {cid} page {page} replay {i} lengths {lens.tolist()[:8]}: {chk.detail}"

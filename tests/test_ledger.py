@@ -2,8 +2,8 @@
 
 import json
 
-from kopt.ledger import append, load, load_dicts
-from kopt.results import CaseResult, Status
+from kopt.workspace.ledger import append, load, load_dicts
+from kopt.records import CaseResult, Status
 
 
 def test_append_and_load_roundtrip(tmp_path):
@@ -38,7 +38,7 @@ def test_unwritable_ledger_fails_before_any_work(tmp_path):
     import pytest
 
     from kopt.errors import LedgerError
-    from kopt.ledger import check_writable
+    from kopt.workspace.ledger import check_writable
 
     (tmp_path / "c.jsonl").mkdir()
     with pytest.raises(LedgerError, match="cannot write ledger"):

@@ -9,16 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-from kopt.ledger import append, load, load_dicts
-from kopt.results import CaseResult
+from kopt.workspace.ledger import append, load, load_dicts
+from kopt.records import CaseResult
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 _WRITER = """
 import sys
 from pathlib import Path
-from kopt.ledger import append
-from kopt.results import CaseResult
+from kopt.workspace.ledger import append
+from kopt.records import CaseResult
 path, wid, n = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 for i in range(n):
     append(path, [CaseResult(row_id=f"w{wid}-{i:05d}", case=wid + 1, message="m" * (i % 97))])
@@ -27,8 +27,8 @@ for i in range(n):
 _BIG_WRITER = """
 import sys
 from pathlib import Path
-from kopt.ledger import append
-from kopt.results import CaseResult
+from kopt.workspace.ledger import append
+from kopt.records import CaseResult
 row = CaseResult(row_id="big", message="x" * int(sys.argv[2]))
 print(len(row.model_dump_json()) + 1, flush=True)
 while True:

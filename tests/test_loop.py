@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kopt import journal, ledger, loop
+from kopt.workspace import journal, ledger, status as loop
 from kopt.cli.main import app
-from kopt.results import CaseResult
-from kopt.vcs import candidate_hash
+from kopt.records import CaseResult
+from kopt.workspace.vcs import candidate_hash
 
 CASES = (1, 2, 3)
 #: KOPT_TEST_REAL_VERDICT=1 runs the real `kopt verify` (CPU, quick) instead of writing verdict rows.
@@ -176,7 +176,7 @@ def test_changes_count_from_the_last_iteration_commit(tmp_path, monkeypatch):
     shows in the next entry's Changes: the diff runs from the last [iter N] commit."""
     import git
 
-    from kopt import vcs
+    from kopt.workspace import vcs
 
     ws = tmp_path / "chg"
     kopt("init", ws)
@@ -193,7 +193,7 @@ def test_changes_count_from_the_last_iteration_commit(tmp_path, monkeypatch):
 def test_bench_section_names_noisy_timings(tmp_path, monkeypatch):
     """A verdict row whose baseline (or candidate) timing was flagged noisy says so in the Bench table and
     in a line under it: a speedup resting on a noisy timing is not one to bet on."""
-    from kopt.results import TimingStats
+    from kopt.records import TimingStats
 
     ws = tmp_path / "noisy"
     kopt("init", ws)

@@ -7,7 +7,9 @@ import types
 
 import pytest
 
-from kopt import baselines, baselines_hopper, verify
+from kopt import baselines
+from kopt.baselines import hopper as baselines_hopper
+from kopt.eval import checks
 from kopt.baselines import torch_attention
 from kopt.cases import load_cases
 from kopt.reference import reference
@@ -26,7 +28,7 @@ def _attend(q, k, v, lens, table, scale):
 
 
 def _ok(out, w):
-    return verify.check_output(out, reference(w), torch_attention(w), w.q).status.value == "ok"
+    return checks.check_output(out, reference(w), torch_attention(w), w.q).status.value == "ok"
 
 
 @pytest.fixture
@@ -211,15 +213,15 @@ def test_timed_calls_rotate_prepared_inputs():
 # ---------------------------------------------------------------- the child and the parent
 
 def _job(tmp_path, case, peers):
-    from kopt.isolate import Job
+    from kopt.eval.child import Job
 
     return Job(candidate_path="x", case=case, device="cpu", seeds_correct=[7], seeds_timing=[7, 8],
                out_dir=str(tmp_path), peers=peers)
 
 
 def test_time_peers_na_failed_and_timed(tmp_path, monkeypatch):
-    from kopt import peers
-    from kopt.isolate import WorkerResult
+    from kopt.eval import peers
+    from kopt.eval.child import WorkerResult
     from kopt.timing import TimingOptions, rotating
 
     c = _case(2)
@@ -245,8 +247,8 @@ def test_time_peers_na_failed_and_timed(tmp_path, monkeypatch):
 def test_settle_reports_a_wrong_peer_and_never_picks_it(tmp_path):
     import torch
 
-    from kopt import peers
-    from kopt.results import CaseResult, PeerResult, Status, TimingStats
+    from kopt.eval import peers
+    from kopt.records import CaseResult, PeerResult, Status, TimingStats
 
     c = _case(2)
     w = make_workload(c, 5)
@@ -292,8 +294,8 @@ def _rows():
 
 
 def test_panel_best_peer_geomeans_and_na_reasons():
-    from kopt import peers_panel
-    from kopt.stats import geomean
+    from kopt.report import panel as peers_panel
+    from kopt.timing.stats import geomean
 
     p = peers_panel.build(_rows(), {1: "edge", 7: "perf", 15: "ragged"})
     assert p.peers == ["fa2", "fa2-paged", "fa3", "torch"]
@@ -315,7 +317,7 @@ def test_panel_csv_and_report_section():
     import csv
     import io
 
-    from kopt import peers_panel
+    from kopt.report import panel as peers_panel
 
     p = peers_panel.build(_rows())
     rows = list(csv.DictReader(io.StringIO(peers_panel.csv_text(p))))
@@ -336,8 +338,8 @@ def test_peers_cli_cpu_end_to_end(workspace):
     r = kopt("peers", "--device", "cpu", "--case", "2", "--quick", "--candidate", SHIPPED)
     assert r.exit_code == 0, r.output
     assert "| 2 | edge |" in r.stdout and "NA fa3 on case(s) 2: needs CUDA" in r.stdout
-    from kopt.ledger import load
-    from kopt.results import CaseResult
+    from kopt.workspace.ledger import load
+    from kopt.records import CaseResult
 
     row = load(CaseResult, workspace / "candidates.jsonl").rows[-1]
     assert row.mode == "peers" and row.correct and row.ref.startswith("torch-cpu-") and row.speedup
@@ -345,7 +347,7 @@ def test_peers_cli_cpu_end_to_end(workspace):
     assert row.peers[-1].correct and all(p.na == "needs CUDA" for p in row.peers[:-1])
     csvs = list((workspace / "results" / "tilelang").glob("peers-cpu-*.csv"))
     assert len(csvs) == 1 and csvs[0].with_suffix(".md").is_file()
-    from kopt import peers_panel
+    from kopt.report import panel as peers_panel
 
     html = peers_panel.report_section(workspace, "cpu")
     assert "<h2>Peers</h2>" in html and "needs CUDA" in html
@@ -363,7 +365,7 @@ def test_peers_cli_usage_and_json(workspace):
 
 
 def test_bench_baseline_peer_na_is_baseline_error(workspace):
-    from kopt.results import parse_line
+    from kopt.records import parse_line
 
     r = kopt("bench", "--case", "2", "--device", "cpu", "--machine", "--quick", "--no-record", "--baseline", "fa3",
              "--candidate", CANDIDATES / "torch_honest.py")

@@ -7,10 +7,10 @@ import uuid
 
 from typer.testing import CliRunner
 
-from kopt import ledger
+from kopt.workspace import ledger
 from kopt.cli.main import app
 from kopt.paths import ledger_file
-from kopt.results import CaseResult
+from kopt.records import CaseResult
 
 PNG = b"\x89PNG\r\n\x1a\n"
 runner = CliRunner()
@@ -38,7 +38,7 @@ def write_ledger(ws) -> None:
 
 
 def test_load_campaign(workspace):
-    from kopt.plot import load_campaign
+    from kopt.report.plot import load_campaign
 
     write_ledger(workspace)
     c = load_campaign(workspace)
@@ -58,7 +58,7 @@ def test_load_campaign(workspace):
 
 
 def test_plot_writes_pngs_naming_the_candidate(workspace):
-    from kopt.plot import png_text
+    from kopt.report.plot import png_text
 
     write_ledger(workspace)
     plots = workspace / "results" / "tilelang" / "plots"
@@ -82,7 +82,7 @@ def test_plot_writes_pngs_naming_the_candidate(workspace):
 
 def test_peer_rows_get_a_panel(workspace):
     """The newest `kopt peers` run of each device: its panel redrawn as peers-<device>.png, stamped."""
-    from kopt.plot import load_campaign, png_text
+    from kopt.report.plot import load_campaign, png_text
 
     write_ledger(workspace)
 

@@ -126,10 +126,10 @@ def test_tail_from_the_plan_alone_and_its_na_reason():
 
 
 def test_profile_reads_the_plan_from_the_ledger(workspace):
-    from kopt import ledger
+    from kopt.workspace import ledger
     from kopt.cases import load_cases
     from kopt.profile.runner import _balance
-    from kopt.results import CaseResult
+    from kopt.records import CaseResult
 
     c18 = next(c for c in load_cases() if c.id == 18)
     b, why = _balance(workspace, "abc", c18, 0, 132, "H200")

@@ -19,10 +19,10 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import REPO
-from kopt import tuning
+from kopt.tune import table
 from kopt.cli.main import app
-from kopt.ledger import load
-from kopt.results import CaseResult
+from kopt.workspace.ledger import load
+from kopt.records import CaseResult
 from test_tune import CANDIDATE
 
 TASK_TITLE = "ray::node_task"   # the process title Ray gives a worker while it runs kopt's task
@@ -127,7 +127,7 @@ def test_tune_on_ray_matches_local(cluster, workspace):
         assert a["config"]["passes"] == b["config"]["passes"] == 1
         assert a["gain_ci"][0] > 1 and b["gain_ci"][0] > 1 and b["gain"] > 1.5
     here = socket.gethostname()
-    lt, rt = tuning.read(workspace / "local.csv").rows, tuning.read(workspace / "ray.csv").rows
+    lt, rt = table.read(workspace / "local.csv").rows, table.read(workspace / "ray.csv").rows
     assert [x.key for x in lt] == [x.key for x in rt] and all(x.config["passes"] == 1 for x in lt + rt)
     assert all(x.host == here and x.device == "cpu" and x.units > 0 for x in rt)
     led = load(CaseResult, workspace / "candidates.jsonl")
@@ -219,7 +219,7 @@ def test_killed_worker_shard_is_retried(cluster, workspace):
 
 def test_stale_copy_is_refused_not_measured(cluster, workspace, monkeypatch):
     """A node whose copy of the candidate hashes differently refuses the shard (retried once); nothing is written."""
-    from kopt.ray_executor import RayExecutor
+    from kopt.executor.ray import RayExecutor
 
     cand = _candidate(workspace)
     real = RayExecutor.checkout
@@ -257,7 +257,7 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_the_ledger_whole(cluster, workspace
         tune(cand, select(load_cases(), [2, 3, 4]), opts, on_case=interrupt, log=logs.append)
     assert any(m.startswith("kopt: ray: cancelled ") for m in logs), logs
     led = load(CaseResult, workspace / "candidates.jsonl")
-    assert not led.skipped and len(led.rows) == 1 and len(tuning.read(workspace / "t.csv").rows) == 1
+    assert not led.skipped and len(led.rows) == 1 and len(table.read(workspace / "t.csv").rows) == 1
     assert not ray.is_initialized()                                     # the head left the cluster
 
 
@@ -287,8 +287,8 @@ def test_dead_address_and_candidate_outside_a_shipped_workspace(workspace, tmp_p
     pytest.importorskip("ray")
     from kopt.candidate import content_hash
     from kopt.errors import UsageError
-    from kopt.ray_executor import RayExecutor, _probe
-    from kopt.ray_node import stale_copy
+    from kopt.executor.ray import RayExecutor, _probe
+    from kopt.executor.node import stale_copy
 
     with pytest.raises(UsageError, match="no Ray cluster answers"):
         _probe(f"127.0.0.1:{_free_port()}")

@@ -60,7 +60,7 @@ def test_report_without_data(workspace, tmp_path):
 
 
 def test_screenshot_without_a_browser_is_a_usage_error(workspace, monkeypatch):
-    from kopt import browser
+    from kopt.report import browser
 
     monkeypatch.setattr(browser, "find", lambda: None)
     r = runner.invoke(app, ["report", "--screenshot"])

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kopt import browser, ledger
+from kopt.report import browser
+from kopt.workspace import ledger
 from kopt.paths import ledger_file
-from kopt.results import CaseResult
-from kopt.vcs import candidate_hash
+from kopt.records import CaseResult
+from kopt.workspace.vcs import candidate_hash
 
 from conftest import REPO, kopt
 

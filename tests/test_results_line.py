@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from kopt.results import CaseResult, Status, TimingStats, machine_line, parse_line
+from kopt.records import CaseResult, Status, TimingStats, machine_line, parse_line
 
 GRAMMAR = re.compile(
     r"^COMPILED:(?P<compiled>True|False) CORRECT:(?P<correct>True|False) BACKEND:(?P<backend>\S+) "

@@ -1,4 +1,4 @@
-"""The shown-candidate rule (kopt.shown): the shipped candidate with its latest verdict and bench rows
+"""The shown-candidate rule (kopt.report.shown): the shipped candidate with its latest verdict and bench rows
 for the cases the verdict did not time; the rule's best beside it, with the reason, only when another."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from kopt import ledger
+from kopt.workspace import ledger
 from kopt.paths import ledger_file
-from kopt.results import CaseResult, TimingStats
-from kopt.shown import ranges, shown_candidate
-from kopt.vcs import candidate_hash
+from kopt.records import CaseResult, TimingStats
+from kopt.report.shown import ranges, shown_candidate
+from kopt.workspace.vcs import candidate_hash
 
 PERF = range(4, 15)
 VARIANT = "fp16-d128-contig-full"

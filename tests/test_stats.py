@@ -1,4 +1,4 @@
-"""kopt.stats on synthetic samples with known answers."""
+"""kopt.timing.stats on synthetic samples with known answers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from kopt import stats
-from kopt.stats import StopRule
+from kopt.timing import stats
+from kopt.timing.stats import StopRule
 
 
 def _normal(n, med=10.0, sd=0.5, seed=0):

@@ -7,8 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from kopt import cupti, timing
-from kopt.stats import StopRule
+from kopt import timing
+from kopt.timing import cupti
+from kopt.timing.stats import StopRule
 from kopt.timing import CALL_RANGE, Samples, TimingOptions
 
 
@@ -128,7 +129,7 @@ def test_call_facts_side_stream_needs_a_join_after_the_last_side_launch():
 
 
 def test_device_only_batch_drops_host_bound_calls_and_counts_side_streams():
-    from kopt.timing_cuda import CudaTimer
+    from kopt.timing.cuda import CudaTimer
 
     t = CudaTimer.__new__(CudaTimer)
     t.clock = type("C", (), {"low": staticmethod(lambda mhz: False)})()
@@ -185,7 +186,7 @@ def test_options_for_device():
 def test_make_flush_reads_or_zeroes_the_buffer():
     import torch
 
-    from kopt.timing_cuda import make_flush
+    from kopt.timing.cuda import make_flush
 
     buf = torch.zeros((1 << 16) + 3, dtype=torch.uint8)   # a length that is not a multiple of 4
     read = make_flush(buf, "read")
@@ -263,7 +264,7 @@ def test_gpu_two_kernel_span_covers_both():
     t1, t2 = timing.time_fn(one, "cuda", opts), timing.time_fn(two, "cuda", opts)
     assert t1.method == t2.method == "cupti"
     assert t2.median_ms >= 1.8 * t1.median_ms
-    from kopt import timing_cuda
+    from kopt.timing import cuda as timing_cuda
 
     spans, ev, _ = timing_cuda.CudaTimer("cuda", opts)._batch(two, 17, cupti=True)
     assert len(spans) == 17 and all(x is not None for x in spans)
@@ -293,7 +294,7 @@ def test_gpu_capped_pair_runs_every_round_in_one_session():
     # in one profiler session (sample_all), every call still gets its own CUPTI span.
     import torch
 
-    from kopt import timing_cuda
+    from kopt.timing import cuda as timing_cuda
 
     a = torch.randn(4 << 20, device="cuda")
     one, two = (lambda: a.mul_(1.0001)), (lambda: (a.mul_(1.0001), a.mul_(1.0001)))  # noqa: E731

@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 
-from kopt import tuning
+from kopt.tune import table as tuning
 from kopt.errors import LedgerError
-from kopt.tuning import TuningRow
+from kopt.tune.table import TuningRow
 
 from conftest import REPO
 

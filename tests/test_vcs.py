@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kopt import ledger, vcs
+from kopt.workspace import ledger, vcs
 from kopt.cli.main import app, main
-from kopt.results import CaseResult
+from kopt.records import CaseResult
 
 from conftest import failure, kopt
 
@@ -207,7 +207,7 @@ def test_commit_regenerates_plots_and_report(ws):
     """The committed views match the committed data: kopt commit regenerates them into the same commit."""
     import git
 
-    from kopt.plot import png_text
+    from kopt.report.plot import png_text
 
     repo = git.Repo(ws)
     edit(ws)

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from kopt.bench import hidden_variant, reshaped
+from kopt.eval.bench import hidden_variant, reshaped
 from kopt.cases import load_file
-from kopt.results import CaseResult
-from kopt.verdict import Verdict, hidden_cases, plan
+from kopt.records import CaseResult
+from kopt.eval.verdict import Verdict, hidden_cases, plan
 
 
 def row(case: int, kind: str, speedup, pct=None, correct=True) -> CaseResult:
@@ -48,7 +48,7 @@ def test_a_missing_value_makes_its_geomean_na(rows, na):
 
 
 def test_the_verdict_times_the_perf_and_ragged_cases():
-    from kopt.bench import BenchOptions
+    from kopt.eval.bench import BenchOptions
 
     cf = load_file()
     perf, _, hidden = plan(cf, BenchOptions(device="cpu"))
@@ -68,7 +68,7 @@ def test_hidden_shapes_of_ragged_cases_drop_their_lengths():
 
 
 def test_rows_record_their_case_kind():
-    from kopt.results import machine_line
+    from kopt.records import machine_line
 
     assert CaseResult(row_id="x").case_kind is None  # older rows: uniform
     r = row(15, "ragged", 1.0)

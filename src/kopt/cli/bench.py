@@ -36,11 +36,11 @@ def command(
 ) -> None:
     """Compile, check and time a candidate against flash_attn_with_kvcache on one or more cases."""
     from kopt.baselines import BASELINE_CHOICES
-    from kopt.bench import BenchOptions, evaluate
+    from kopt.eval.bench import BenchOptions, evaluate
     from kopt.candidate import resolve
-    from kopt.cli.render import emit_results
+    from kopt.cli.output import emit_results
     from kopt.paths import default_candidate
-    from kopt.results import FLUSH_KINDS
+    from kopt.records import FLUSH_KINDS
 
     t0 = time.perf_counter()
     cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)

@@ -19,12 +19,12 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
 ) -> None:
     """Time the baseline and the candidate against themselves; store the A/A spread in results/."""
-    from kopt import calibrate
-    from kopt.bench import BenchOptions
+    from kopt.eval import calibrate
+    from kopt.eval.bench import BenchOptions
     from kopt.candidate import resolve
     from kopt.cli.common import out_console
     from kopt.paths import default_candidate
-    from kopt.stats import min_effect
+    from kopt.timing.stats import min_effect
 
     cases = resolve_cases(CaseSelection(case, False))
     cal = calibrate.run(resolve(candidate or default_candidate()), cases,

@@ -36,12 +36,12 @@ def command(
 ) -> None:
     """Rank candidates.jsonl: geomean speedup per candidate, uniform and ragged cases apart (verdict rows
     preferred), with the % of the roofline limit; best per case."""
-    from kopt import ranking
+    from kopt.workspace import ranking
     from kopt.cli.common import err_console, out_console
     from kopt.errors import UsageError
     from kopt.paths import ledger_file, workspace
-    from kopt.results import fmt_na
-    from kopt.shown import shown_candidate
+    from kopt.records import fmt_na
+    from kopt.report.shown import shown_candidate
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")

@@ -12,7 +12,7 @@ def command(
     with the plots and report regenerated from them."""
     import sys
 
-    from kopt import vcs
+    from kopt.workspace import vcs
     from kopt.paths import relative, workspace
 
     ws = workspace()

@@ -12,7 +12,7 @@ def command(
     force: bool = typer.Option(False, "--force", help="Use a non-empty folder; existing files are kept."),
 ) -> None:
     """Create a workspace (README, SKILL, bench/cases.yaml, solution/, ledger, ITERATIONS.md...) as a git repo."""
-    from kopt.scaffold import init_workspace
+    from kopt.workspace.scaffold import init_workspace
 
     res = init_workspace(directory, force=force)
     print(f"initialized kopt workspace in {res.path} ({len(res.created)} files"

@@ -16,7 +16,7 @@ def command(
     replace: bool = typer.Option(False, "--replace", help="Rewrite the logged, not yet committed entry."),
 ) -> None:
     """Append `## Iteration N — title` to ITERATIONS.md; with no flags in a terminal, write it in $EDITOR."""
-    from kopt import journal
+    from kopt.workspace import journal
     from kopt.errors import UsageError
     from kopt.paths import workspace
 

@@ -29,9 +29,9 @@ def command(
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for results)."),
 ) -> None:
     """Time the candidate against every available peer (FA2, FA2 paged-256, FA3, FlashInfer, torch SDPA), per case."""
-    from kopt import peers as lib
-    from kopt import peers_panel
-    from kopt.bench import BenchOptions
+    from kopt.eval import peers as lib
+    from kopt.report import panel as peers_panel
+    from kopt.eval.bench import BenchOptions
     from kopt.candidate import resolve
     from kopt.cli.common import err_console
     from kopt.paths import default_candidate, workspace

@@ -17,7 +17,7 @@ def command(
     """Per-case speedup (with CI) beside C500 reference times, % of copy bandwidth, trajectory."""
     from kopt.cli.common import err_console
     from kopt.paths import workspace
-    from kopt.plot import make_plots
+    from kopt.report.plot import make_plots
 
     ws = workspace()
     with err_console().status("plotting..."):

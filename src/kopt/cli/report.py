@@ -17,7 +17,7 @@ def command(
                                     help="Also write a PNG of the rendered page beside it (headless Chromium)."),
 ) -> None:
     """The shown candidate, every case, plots, peers, trajectory and the latest diagnosis, plots inlined."""
-    from kopt import browser
+    from kopt.report import browser
     from kopt.cli.common import err_console
     from kopt.errors import BrowserError
     from kopt.paths import workspace

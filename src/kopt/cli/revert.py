@@ -9,7 +9,7 @@ def command(
     target: str = typer.Argument("best", help="Iteration number, or 'best' (best geomean in the ledger)."),
 ) -> None:
     """Restore solution/ from snapshot N (or the best candidate's) as a new revert commit, never a reset."""
-    from kopt import vcs
+    from kopt.workspace import vcs
     from kopt.paths import workspace
 
     res = vcs.revert(workspace(), target.strip().lower())

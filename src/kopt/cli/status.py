@@ -14,8 +14,8 @@ def _x(v) -> str:
 
 
 def shown_lines(con, shown: dict) -> None:
-    """The shown candidate and, when it is another one, the best by the improvement rule (kopt.shown)."""
-    from kopt.shown import Shown
+    """The shown candidate and, when it is another one, the best by the improvement rule (kopt.report.shown)."""
+    from kopt.report.shown import Shown
 
     s = Shown.model_validate(shown)
     con.print(f"shown: {s.summary()}", highlight=False, soft_wrap=True)
@@ -35,7 +35,7 @@ def command(
     device: Optional[str] = typer.Option(None, "--device", help="Rank and list best-per-case rows of one device only."),
 ) -> None:
     """Where the loop stands; after 3 non-improving iterations, the re-profile protocol."""
-    from kopt import loop
+    from kopt.workspace import status as loop
     from kopt.cli.common import out_console
     from kopt.paths import workspace
 

@@ -43,13 +43,14 @@ def command(
 ) -> None:
     """Per case: compile, check and quick-time every config of configs(case), pair the fastest against the
     default; upsert the winner (a paired improvement over the default, else the default)."""
-    from kopt import gpupool, tune
+    from kopt import tune
+    from kopt.executor import pool
     from kopt.candidate import resolve
     from kopt.paths import default_candidate
-    from kopt.stats import geomean
+    from kopt.timing.stats import geomean
 
     t0 = time.perf_counter()
-    gpupool.parse_spec(gpus)  # a bad --gpus is a usage error before any work
+    pool.parse_spec(gpus)  # a bad --gpus is a usage error before any work
     cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, None)
     path = resolve(candidate or default_candidate())
     opts = tune.TuneOptions(device=device, gpus=gpus, max_configs=max_configs, quick=quick, hot=hot,

@@ -32,15 +32,15 @@ def command(
 ) -> None:
     """Time every perf and ragged case cold, run the correctness matrix and hidden variants; record verdict rows."""
     from kopt import executor as executors
-    from kopt import verdict
-    from kopt.bench import BenchOptions
+    from kopt.eval import verdict
+    from kopt.eval.bench import BenchOptions
     from kopt.candidate import resolve
     from kopt.cases import load_file, select
     from kopt.baselines import BASELINE_CHOICES
     from kopt.cli.bench import _choice, _json
     from kopt.cli.common import err_console, parse_ids
     from kopt.paths import default_candidate, ledger_file
-    from kopt.results import machine_line
+    from kopt.records import machine_line
 
     t0 = time.perf_counter()
     cf = load_file()
@@ -69,7 +69,7 @@ def command(
                           "wall_s": round(time.perf_counter() - t0, 2)}))
     else:
         if not machine:
-            from kopt.cli.render import table
+            from kopt.cli.output import table
 
             table(v.rows)
         print(v.line(), flush=True)
@@ -81,7 +81,7 @@ def _current_best(ledger: Path) -> Optional[str]:
     """The top-ranked candidate id of the ledger, if any."""
     if not ledger.exists():
         return None
-    from kopt import ranking
+    from kopt.workspace import ranking
 
     top = ranking.best(ranking.load_frame(ledger)[0])
     return str(top["candidate_id"]) if top else None

@@ -1,4 +1,4 @@
-"""Integrity of candidates: static source checks (this package) next to the dynamic guards (kopt.guards)."""
+"""Integrity of candidates: static source checks (this package) next to the dynamic guards (kopt.integrity.guards)."""
 
 from kopt.integrity.rules import RULES, Finding
 from kopt.integrity.static import static_check

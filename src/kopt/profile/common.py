@@ -69,7 +69,7 @@ class Proc:
 def run_logged(cmd: list[str], log: Path, timeout_s: float, cwd: Optional[Path] = None,
                env: Optional[dict] = None) -> Proc:
     """Run a command with a wall-clock limit; stdout+stderr go to `log` (appended) and are returned."""
-    from kopt.isolate import kill_group
+    from kopt.eval.child import kill_group
 
     log.parent.mkdir(parents=True, exist_ok=True)
     try:

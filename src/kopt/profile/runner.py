@@ -117,7 +117,7 @@ def _merge_metax(counters: list[KernelMetrics], launches: list[KernelMetrics]) -
 def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = None) -> ProfileSummary:
     """Run one profile end to end; returns the summary it also wrote to disk."""
     from kopt import hardware
-    from kopt.bench import resolve_device
+    from kopt.eval.bench import resolve_device
     from kopt.candidate import candidate_id, resolve
     from kopt.cases import load_cases, select
     from kopt.paths import default_candidate, relative, workspace
@@ -233,7 +233,7 @@ def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_n
     """(geometry.Balance of the candidate's plan on the profiled lengths, why None). The plan is the one the
     candidate reported (its plan_info hook) in its latest ledger row of this case and variant on this
     device: the profiled process is not asked, so a case never benched there has none."""
-    from kopt.ledger import load_dicts
+    from kopt.workspace.ledger import load_dicts
     from kopt.paths import ledger_file
     from kopt.profile.geometry import plan_balance
     from kopt.workload import seqlens_for

@@ -1,0 +1,191 @@
+"""Baselines and peers: the decode kernels a candidate is timed against, each labelled with its version.
+
+`pick(case, device, "auto")` is the default baseline: flash_attn_with_kvcache where it runs, else a
+torch implementation labelled as such. Named peers (`fa2`, `fa2-paged`, `fa3`, `flashinfer`, `torch`)
+never fall back: a peer that cannot run a case is returned with `na` set to the reason, and calling
+it raises NotAvailable. The Hopper peers (FA3, FlashInfer) live in kopt.baselines.hopper.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import itertools
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from kopt.cases import Case
+from kopt.workload import Workload
+
+#: The named peers, in the order the panel shows them.
+PEERS = ("fa2", "fa2-paged", "fa3", "flashinfer", "torch")
+#: What --baseline accepts.
+BASELINE_CHOICES = ("auto",) + PEERS
+#: The page of the re-paged cache FA2 is also timed on (its paged kernel needs page_size % 256 == 0).
+FA2_PAGE = 256
+
+
+class NotAvailable(RuntimeError):
+    """Raised by calling a peer that cannot run the case (its reason is the message)."""
+
+
+@dataclass
+class Baseline:
+    """A named callable with the candidate contract's signature, and how to prepare it outside a timed call."""
+
+    name: str           # what ran, with its version, e.g. flash_attn-2.8.3, fa3_fwd-0.0.3, torch-cpu
+    fn: Callable[[Workload], object]
+    note: str = ""      # why this baseline was chosen (e.g. flash-attn missing)
+    prepare: Optional[Callable[[Workload], Callable[[], object]]] = None
+    """Builds a no-argument call on one input set (re-paging, planning) so the timed call is the kernel only."""
+    na: Optional[str] = None
+    """Why this peer cannot run the case (None: it can); `fn` then raises NotAvailable."""
+
+    def bind(self, w: Workload) -> Callable[[], object]:
+        """A no-argument call on w, its preparation done now, outside any timed span."""
+        return self.prepare(w) if self.prepare else functools.partial(self.fn, w)
+
+    def timed(self, inputs: list) -> Callable[[], object]:
+        """Calls over rotated input sets, inputs[1], inputs[2], ... as kopt.timing.rotating, each prepared once."""
+        calls = [self.bind(w) for w in inputs]
+        counter = itertools.count(1)
+        return lambda: calls[next(counter) % len(calls)]()
+
+
+def unavailable(name: str, why: str) -> Baseline:
+    """A peer that cannot run the case: NA with the reason, never a substitute."""
+    def fn(w):
+        raise NotAvailable(f"NA: {why}")
+
+    return Baseline(name, fn, note=why, na=why)
+
+
+def prepared(name: str, prepare: Callable[[Workload], Callable[[], object]], note: str = "") -> Baseline:
+    """A baseline whose every input set is prepared first (the untimed `fn` prepares and calls at once)."""
+    return Baseline(name, lambda w: prepare(w)(), note=note, prepare=prepare)
+
+
+def dist_version(*names: str) -> Optional[str]:
+    """The installed version of the first of these distributions that has package metadata, else None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for n in names:
+        try:
+            return version(n)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def flash_attn_version() -> Optional[str]:
+    """flash-attn's version when it imports, else None."""
+    try:
+        flash_attn = importlib.import_module("flash_attn")
+    except Exception:
+        return None
+    return getattr(flash_attn, "__version__", "unknown")
+
+
+def _fa_supports(case: Case) -> Optional[str]:
+    """None when flash-attn 2 handles the case, else the reason it does not."""
+    v = case.variant
+    if v.head_dim not in (64, 128):
+        return f"head_dim {v.head_dim} not in this flash-attn build"
+    if v.page_size is not None and v.page_size % 256:
+        return f"flash-attn 2 paged KV needs page_size % 256 == 0 (got {v.page_size})"
+    return None
+
+
+def pick(case: Case, device: str, prefer: str = "auto") -> Baseline:
+    """The baseline `prefer` names. auto: flash_attn_with_kvcache(num_splits=0) on CUDA when possible,
+    else torch, labelled so (never silently); a named peer: that peer, or NA with the reason."""
+    from kopt.errors import UsageError
+
+    if prefer == "auto":
+        if device == "cpu":
+            return Baseline("torch-cpu", torch_attention, "CPU run: torch reference implementation")
+        fa2 = _fa2(case, device)
+        return fa2 if fa2.na is None else Baseline("torch-sdpa", torch_attention, fa2.na)
+    make = _ADAPTERS.get(prefer)
+    if make is None:
+        raise UsageError(f"unknown baseline {prefer!r}; use one of {', '.join(BASELINE_CHOICES)}")
+    return make(case, device)
+
+
+def tolerance_baseline(case: Case, device: str, prefer: str = "auto") -> Baseline:
+    """The baseline whose error sets the correctness tolerance: the default one unless torch was asked
+    for. A peer never does: one that is NA (or wrong) must not loosen or tighten the candidate's check."""
+    return pick(case, device, "torch" if prefer == "torch" else "auto")
+
+
+def _fa2(case: Case, device: str) -> Baseline:
+    ver = flash_attn_version() if device == "cuda" else None
+    why = ("needs CUDA" if device != "cuda" else "flash-attn not importable" if ver is None
+           else _fa_supports(case))
+    return unavailable("fa2", why) if why else Baseline(f"flash_attn-{ver}", flash_attn_kvcache)
+
+
+def _fa2_paged(case: Case, device: str) -> Baseline:
+    """FA2 on the same logical cache laid out in shuffled pages of 256 (built outside the timed call);
+    a case already paged by 256 is run on its own pages."""
+    from kopt.workload import _page
+
+    base = _fa2(case.with_variant(page_size=FA2_PAGE), device)
+    if base.na:
+        return replace(base, name="fa2-paged")
+    name = f"{base.name}-paged{FA2_PAGE}"
+    if case.variant.page_size == FA2_PAGE:
+        return Baseline(name, flash_attn_kvcache, note="the case's own pages")
+
+    def prepare(w: Workload):
+        k, v = w.logical_kv()
+        kp, vp, table = _page(k, v, FA2_PAGE, w.seed, k.device)
+        return functools.partial(flash_attn_kvcache, replace(w, k_cache=kp, v_cache=vp, block_table=table))
+
+    return prepared(name, prepare, note=f"the logical cache re-laid in pages of {FA2_PAGE}")
+
+
+def _torch(case: Case, device: str) -> Baseline:
+    import torch
+
+    kind = "cpu" if device == "cpu" else "sdpa"
+    return Baseline(f"torch-{kind}-{torch.__version__}", torch_attention, "torch SDPA peer")
+
+
+def _hopper(kind: str) -> Callable[[Case, str], Baseline]:
+    def make(case: Case, device: str) -> Baseline:
+        from kopt.baselines import hopper
+
+        return getattr(hopper, kind)(case, device)
+
+    return make
+
+
+_ADAPTERS: dict[str, Callable[[Case, str], Baseline]] = {
+    "fa2": _fa2, "fa2-paged": _fa2_paged, "fa3": _hopper("fa3"), "flashinfer": _hopper("flashinfer"),
+    "torch": _torch,
+}
+
+
+def flash_attn_kvcache(w: Workload):
+    """FlashAttention 2's decode entry point with its own split heuristic (num_splits=0)."""
+    flash_attn_with_kvcache = importlib.import_module("flash_attn").flash_attn_with_kvcache
+
+    return flash_attn_with_kvcache(
+        w.q, w.k_cache, w.v_cache, cache_seqlens=w.cache_seqlens, block_table=w.block_table,
+        softmax_scale=w.softmax_scale, causal=False, num_splits=0)
+
+
+def torch_attention(w: Workload):
+    """SDPA in the input dtype over the (gathered) logical cache, masked to each sequence's length."""
+    import torch
+    import torch.nn.functional as F
+
+    k, v = w.logical_kv()
+    s = k.shape[1]
+    q = w.q.transpose(1, 2)                       # [B, Hq, 1, D]
+    kt, vt = k.transpose(1, 2), v.transpose(1, 2)  # [B, Hkv, S, D]
+    mask = torch.arange(s, device=k.device)[None, :] < w.cache_seqlens[:, None].to(k.device)
+    out = F.scaled_dot_product_attention(q, kt, vt, attn_mask=mask[:, None, None, :],
+                                         scale=w.softmax_scale, enable_gqa=True)
+    return out.transpose(1, 2)

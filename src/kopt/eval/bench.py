@@ -1,0 +1,345 @@
+"""The bench library: evaluate a candidate on cases in isolated children, verify, record.
+
+`evaluate` is the one call behind `kopt bench` and `kopt verify`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from kopt.cases import Case
+from kopt.eval.child import Child, Job, Outcome, run_jobs
+from kopt.records import CaseResult, FlushKind, Status
+
+#: A kernel reaching more than this share of the measured copy ceiling is not believed.
+IMPLAUSIBLE_FRACTION = 1.15
+
+
+@dataclass
+class BenchOptions:
+    """Everything one evaluation run needs besides the candidate and the cases."""
+
+    device: str = "auto"
+    cold: bool = True
+    flush: FlushKind = "read"
+    """How the cold flush evicts L2 (kopt.timing.TimingOptions.flush)."""
+    graph: bool = False
+    timeout_s: float = 600.0
+    record: bool = True
+    mode: str = "signal"
+    seeds: int = 1
+    quick: bool = False
+    timing: bool = True
+    baseline: str = "auto"
+    pair: str = "ab"
+    config: Optional[dict] = None
+    parent_id: Optional[str] = None
+    technique: Optional[str] = None
+    hypothesis: Optional[str] = None
+    tag: str = ""
+    """Appended to each row's variant label (e.g. `matrix`; `hidden-b{batch}-s{seqlen_k}` names each case's shape)."""
+    run_id: Optional[str] = None
+    progress: Optional[Callable[[int], None]] = None
+    """Called with the number of cases the child has finished (for progress bars)."""
+    peers: tuple[str, ...] = ()
+    """kopt peers: time the candidate against each of these peers (kopt.eval.peers) instead of `baseline`."""
+    hidden: bool = False
+    """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
+    Verdicts add hidden rows of their own (kopt.eval.verdict), so they leave this off."""
+
+
+def resolve_device(device: str) -> str:
+    """auto -> cuda when a GPU is visible, else cpu; cuda without a GPU is a usage error."""
+    from kopt.errors import UsageError
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise UsageError(f"unknown device {device!r}; use auto, cuda or cpu")
+    if device == "cpu":
+        return "cpu"
+    if _driver_gpu_count() > 0 and _torch_cuda_build() is True:  # no torch import on the way to the child
+        return "cuda"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if device == "cuda":
+        raise UsageError("--device cuda but no CUDA device is visible")
+    return "cpu"
+
+
+def _driver_gpu_count() -> int:
+    """CUDA devices the driver sees (honours CUDA_VISIBLE_DEVICES), through libcuda alone; 0 when there
+    is no NVIDIA driver (CPU hosts, other vendors' runtimes), so the caller falls back to torch.
+    Importing torch costs seconds on some hosts; the evaluation child pays it anyway."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        n = ctypes.c_int(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
+            return 0
+        return n.value
+    except (OSError, AttributeError):
+        return 0
+
+
+def _torch_cuda_build() -> Optional[bool]:
+    """Whether the installed torch is a CUDA build, read from torch/version.py without importing
+    torch; None when that file cannot be read (the caller then imports torch)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except (AttributeError, TypeError, IndexError, OSError, ValueError):
+        return None
+    return _version_says_cuda(text)
+
+
+def _version_says_cuda(text: str) -> Optional[bool]:
+    """torch/version.py's `cuda` entry: a version string (True), None (False), absent (None)."""
+    import re
+
+    m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(\S+)", text, re.M)
+    return None if m is None else m.group(1) != "None"
+
+
+def _preload(device: str) -> None:
+    """Import what checking the child's outputs needs (torch, the reference) while the child runs; on
+    CUDA also create this process's context (~0.15 s on an H200; no kernel runs, so the child's
+    timing is undisturbed)."""
+    try:
+        import torch
+
+        from kopt import baselines
+        from kopt.eval import checks as verify  # noqa: F401
+
+        if device == "cuda":
+            torch.cuda.mem_get_info()  # needs the context, so creates it (torch.cuda.init() alone does not)
+    except Exception:  # the main thread imports again and reports whatever failed
+        pass
+
+
+def warm_hints(path: Path, device: str) -> tuple[str, ...]:
+    """What an evaluation child may prepare before its jobs arrive: its CUDA context unless the run is
+    on the CPU, and the tilelang import when the candidate's sources name tilelang (a cheap text test;
+    a wrong guess costs time, never correctness)."""
+    from kopt import candidate
+
+    hints = [] if device == "cpu" else ["cuda"]
+    try:  # the candidate file alone first: parsing its imports (~25 ms) would delay the child's start
+        names = lambda f: "tilelang" in Path(f).read_text(errors="replace")  # noqa: E731
+        if names(path) or any(names(f) for f in candidate.sources(path)[1:]):
+            hints.append("tilelang")
+    except OSError:  # a missing candidate: the run reports it in one line
+        pass
+    return tuple(hints)
+
+
+def _fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little") % 1_000_000_007
+
+
+def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
+             on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
+    """Evaluate one candidate on each case in isolated children; rows are appended to the ledger."""
+    # first: its start-up (the interpreter, `import torch`, its CUDA context) overlaps the preparation below
+    child = Child(warm=warm_hints(path, opts.device))
+    try:
+        return _evaluate(path, cases, opts, on_result, child)
+    finally:
+        child.close()  # a run that never sent it jobs (a static violation, an error, Ctrl-C) ends it here
+
+
+def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
+              on_result: Optional[Callable[[CaseResult], None]], child: Child) -> list[CaseResult]:
+    from kopt import candidate, paths
+    from kopt.workspace import ledger
+    from kopt.integrity import static_check
+    from kopt.workspace.vcs import head_short
+
+    path = candidate.resolve(path)
+    led = paths.ledger_file()
+    if opts.record:
+        ledger.check_writable(led)
+    device = resolve_device(opts.device)
+    chash = candidate.content_hash(path)
+    findings = static_check(path)
+    commit = head_short(path.parent)
+    errors = [f for f in findings if f.severity == "error"]
+    warns = [f"{f.code} {Path(f.file).name if f.file else ''}:{f.line}: {f.message}" for f in findings
+             if f.severity != "error"]
+    run_id = opts.run_id or uuid.uuid4().hex[:12]
+    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=paths.relative(path),
+                       candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
+                       technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
+                       case=case.id, case_kind=case.kind, variant=_label(case, opts.tag),
+                       commit=commit, device=device, static_warnings=warns) for case in cases]
+    if errors:
+        for r in rows:
+            r.status, r.message = Status.static_violation, "; ".join(f"{f.code}: {f.message}" for f in errors)[:500]
+    else:
+        _run_cases(path, cases, device, opts, rows, child)
+    for case, r in zip(cases, rows):
+        if not errors and opts.hidden and r.correct:
+            _check_hidden(path, case, device, opts, r)  # records overhead_s["hidden"]
+        if opts.record:
+            ledger.append(led, [r])
+        if on_result:
+            on_result(r)
+    return rows
+
+
+def _label(case: Case, tag: str) -> str:
+    """A row's variant label: the case variant plus the tag, whose {batch} / {seqlen_k} are this case's."""
+    return case.variant.label() + (f"-{tag.format(batch=case.batch, seqlen_k=case.seqlen_k)}" if tag else "")
+
+
+def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> Job:
+    seeds = [_fresh_seed() for _ in range(max(opts.seeds, 1))]
+    r.seed = seeds[0]
+    work = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
+    return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
+               seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
+               do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, quick=opts.quick,
+               baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work),
+               peers=list(opts.peers))
+
+
+def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, rows: list[CaseResult],
+               child: Optional[Child] = None) -> None:
+    """Children evaluate the cases (`child`, started early, for all unless one dies); then each is verified here."""
+    import threading
+
+    jobs = [_make_job(path, c, device, opts, r) for c, r in zip(cases, rows)]
+    try:
+        outcomes = run_jobs(jobs, opts.timeout_s, opts.progress, child=child,
+                            on_start=lambda: threading.Thread(target=_preload, args=(device,), daemon=True).start())
+        for case, r, job, oc in zip(cases, rows, jobs, outcomes):
+            t0 = time.perf_counter()
+            r.overhead_s["child_wall"] = round(oc.wall_s, 3)
+            _fill_from_child(r, oc, device)
+            if oc.result and oc.failure() is None:
+                _verify_outputs(r, case, device, Path(job.out_dir), oc.result.outputs, opts.baseline)
+                if job.peers:  # each peer's output checked too; the best correct one sets REF and SPEEDUP
+                    from kopt.eval.peers import settle
+
+                    settle(r, case, device, Path(job.out_dir))
+            _derive(r, case, device)
+            r.overhead_s["verify"] = round(time.perf_counter() - t0, 3)
+    finally:
+        for job in jobs:
+            shutil.rmtree(job.out_dir, ignore_errors=True)
+
+
+def hidden_variant(case: Case) -> Case:
+    """A shape the candidate has never been shown: 3 more sequences, 13 more cache slots, ragged lengths."""
+    return reshaped(case, case.batch + 3, case.seqlen_k + 13).with_variant(seqlens="ragged")
+
+
+def reshaped(case: Case, batch: int, seqlen_k: int) -> Case:
+    """The case at another batch and cache length. A ragged case's own lengths fit only its own shape,
+    so its reshaped copy drops them and becomes a perf case (callers ask for seeded ragged lengths);
+    the copy is validated, never a silently inconsistent model_copy."""
+    data = case.model_dump() | {"batch": batch, "seqlen_k": seqlen_k}
+    if case.kind == "ragged":
+        data |= {"kind": "perf", "lengths": None}
+    return Case.model_validate(data)
+
+
+def _check_hidden(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
+    """Correctness (untimed) on the hidden variant; a candidate special-casing the table shapes fails here."""
+    from dataclasses import replace
+
+    hc = hidden_variant(case)
+    h = CaseResult(row_id=r.row_id, case=case.id, variant=hc.variant.label())
+    _run_cases(path, [hc], device, replace(opts, timing=False), [h])  # its own child
+    r.overhead_s["hidden"] = round(h.overhead_s.get("child_wall", 0.0) + h.overhead_s.get("verify", 0.0), 3)
+    if not h.correct:
+        r.status, r.correct, r.improvement = h.status, False, None
+        r.message = (f"hidden variant (batch {hc.batch}, seqlen_k {hc.seqlen_k}, {hc.variant.label()}): "
+                     f"{h.status.value}: {h.message}")[:500]
+
+
+def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
+    res = oc.result
+    r.device = res.device_name if res else device
+    if res:
+        r.backend, r.compile_s, r.versions, r.plan = res.backend, res.compile_s, res.versions, res.plan
+        r.timing, r.ref_timing, r.ref = res.timing, res.ref_timing, res.ref_name
+        r.speedup_ci, r.peers = res.speedup_ci, res.peers
+        r.overhead_s.update({k: round(v, 3) for k, v in res.overhead_s.items()})
+        if res.timing:
+            r.runtime_ms, r.eager_ms = res.timing.median_ms, res.timing.eager_median_ms
+        if res.ref_timing:
+            r.ref_runtime_ms, r.ref_eager_ms = res.ref_timing.median_ms, res.ref_timing.eager_median_ms
+        r.speedup = res.speedup
+        r.message = res.message
+    fail = oc.failure()
+    if fail:
+        r.status, r.message = fail[0], fail[1]
+    elif res and res.baseline_failed:
+        r.status = Status.baseline_error  # the candidate ran; SPEEDUP is NA because the baseline did not
+    # Compilation happens on first use: a candidate whose first call (or `prepare`) failed did not compile.
+    first_call_failed = fail is not None and res is not None and res.compile_s is None
+    r.compiled = r.status.compiled and res is not None and res.phase not in ("start", "import") \
+        and not first_call_failed
+
+
+def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, outputs, prefer: str) -> None:
+    """Check every saved output against the fp32 reference of the same seed (kopt.eval.checks.check_saved)."""
+    import torch
+
+    from kopt import baselines
+    from kopt.eval import checks as verify
+
+    base = baselines.tolerance_baseline(case, device, prefer)
+    if r.ref == "NA":  # untimed runs: the baseline still ran, to set the tolerance
+        r.ref = base.name
+    checks, base_failed = verify.check_saved(case, device, base, outputs,
+                                             lambda so: torch.load(work / so.file, weights_only=True))
+    for name in base_failed:
+        r.message = (r.message + f"; tolerance baseline {base.name} failed ({name}),"
+                     " used the reference rounded to the dtype").strip("; ")
+    status, r.validation = verify.summarize(checks)
+    if status != Status.ok:
+        r.status, r.message = status, r.validation.detail
+    elif not checks:
+        r.status, r.message = Status.runtime_error, "no output was produced"
+    if device == "cuda":
+        torch.cuda.empty_cache()  # check_saved's workloads are gone with its frame
+
+
+def implausible(gbps: float, ceiling: Optional[float]) -> bool:
+    """Faster than a decode call can be: more than IMPLAUSIBLE_FRACTION x the measured read ceiling."""
+    return bool(ceiling) and gbps > IMPLAUSIBLE_FRACTION * ceiling
+
+
+def _derive(r: CaseResult, case: Case, device: str) -> None:
+    """Correct flag, bandwidth, % of the read ceiling and of the limit, the implausibility guard, improvement."""
+    from kopt import roofline
+    from kopt.eval import calibrate
+    from kopt.timing import stats
+    from kopt.workload import bytes_moved, gbps
+
+    r.correct = r.status in (Status.ok, Status.baseline_error) and r.compiled
+    if r.runtime_ms:
+        r.gbps = gbps(case, r.runtime_ms)
+        roof = roofline.for_device(device) if device == "cuda" else None
+        if roof:
+            r.pct_peak = 100.0 * r.gbps / roof.read_gbps
+            r.limit_ms = roofline.limit_ms(bytes_moved(case), roof)
+            r.pct_limit = roofline.pct_limit(r.limit_ms, r.runtime_ms)
+            if r.correct and r.timing and r.timing.cold and implausible(r.gbps, roof.read_gbps):
+                r.status, r.correct = Status.implausible, False
+                r.message = (f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured read ceiling "
+                             f"{roof.read_gbps:.0f} GB/s")
+    if r.correct and r.speedup is not None and r.speedup_ci is not None:
+        r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, calibrate.aa_spread(r.device))

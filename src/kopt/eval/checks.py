@@ -1,0 +1,100 @@
+"""Correctness: candidate error against the fp32 reference, tolerance from the baseline's own error."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kopt.records import Status, Validation
+
+#: Unit roundoff of the output dtypes; the floor allows two ulps at the output's scale.
+_EPS = {"torch.float16": 2.0 ** -10, "torch.bfloat16": 2.0 ** -7, "torch.float32": 2.0 ** -23}
+
+
+@dataclass
+class Check:
+    """Outcome of one output check."""
+
+    status: Status
+    err: float | None = None
+    base_err: float | None = None
+    tol: float | None = None
+    detail: str = ""
+
+
+def tolerance(ref, base_err: float, dtype) -> float:
+    """2 x the baseline's error + a floor of two ulps of the dtype at the reference's max magnitude."""
+    eps = _EPS.get(str(dtype), 2.0 ** -10)
+    return 2.0 * base_err + 2.0 * eps * float(ref.abs().max()) + 1e-6
+
+
+def check_output(out, ref, base_out, like) -> Check:
+    """Compare one candidate output to the reference; `like` is the query tensor (shape/dtype expected)."""
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        return Check(Status.incorrect_shape, detail=f"run returned {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(like.shape):
+        return Check(Status.incorrect_shape, detail=f"shape {tuple(out.shape)} != {tuple(like.shape)}")
+    if out.dtype != like.dtype:
+        return Check(Status.incorrect_dtype, detail=f"dtype {out.dtype} != {like.dtype}")
+    outf = out.detach().float().to(ref.device)
+    bad = ~torch.isfinite(outf)
+    if bool(bad.any()):
+        return Check(Status.nan_inf, detail=f"{int(bad.sum())} NaN/Inf elements (unwritten output is poisoned with NaN)")
+    base_err = float((base_out.float().to(ref.device) - ref).abs().max())
+    err = float((outf - ref).abs().max())
+    tol = tolerance(ref, base_err, like.dtype)
+    if err > tol:
+        return Check(Status.incorrect_numerical, err, base_err, tol,
+                     f"max abs err {err:.3g} > tolerance {tol:.3g} (baseline err {base_err:.3g})")
+    return Check(Status.ok, err, base_err, tol)
+
+
+def summarize(checks: list[Check]) -> tuple[Status, Validation]:
+    """Fold several trials into one status (the first failure wins) and a Validation record."""
+    failed = next((c for c in checks if c.status != Status.ok), None)
+    errs = [c.err for c in checks if c.err is not None]
+    bases = [c.base_err for c in checks if c.base_err is not None]
+    tols = [c.tol for c in checks if c.tol is not None]
+    v = Validation(
+        correct=failed is None and bool(checks),
+        trials=len(checks),
+        max_abs_err=max(errs) if errs else None,
+        baseline_err=max(bases) if bases else None,
+        tolerance=min(tols) if tols else None,
+        detail=failed.detail if failed else "",
+    )
+    return (failed.status if failed else Status.ok), v
+
+
+def check_saved(case, device: str, base, outputs, load, cache: dict | None = None) -> tuple[list[Check], list[str]]:
+    """Each saved output (seed, kind, file) against the fp32 reference of its seed, computed here.
+
+    load(saved) returns the output tensor. The tolerance comes from the baseline `base` on the same
+    inputs, or from the reference rounded to the dtype where the baseline fails (the exception type
+    names are returned). A wrong output of a timed input (`spot`) or of the refilled buffers
+    (`refill`) is stale_output. `cache` (seed -> (workload, reference, baseline output)) may be
+    shared between calls; None keeps only the latest seed (one workload in memory)."""
+    from kopt.reference import reference
+    from kopt.workload import make_workload
+
+    memo = {} if cache is None else cache
+    checks, base_failed = [], []
+    for so in outputs:
+        if so.seed not in memo:
+            w = make_workload(case, so.seed, device)
+            ref = reference(w)
+            try:
+                b = base.fn(w)
+            except Exception as e:  # the baseline failing must not pass or fail the candidate silently
+                b = ref.to(w.q.dtype)
+                base_failed.append(type(e).__name__)
+            if cache is None:
+                memo.clear()
+            memo[so.seed] = (w, ref, b)
+        w, ref, b = memo[so.seed]
+        chk = check_output(load(so), ref, b, w.q)
+        if chk.status == Status.incorrect_numerical and so.kind in ("spot", "refill"):
+            chk.status, chk.detail = Status.stale_output, f"{so.kind} output wrong: {chk.detail}"
+        checks.append(chk)
+    return checks, base_failed

@@ -1,0 +1,171 @@
+"""`kopt peers`: the candidate against every available peer kernel, side by side, in one evaluation.
+
+One evaluation child per run (kopt.eval.bench.evaluate with BenchOptions.peers): it checks the candidate
+once, then times it against each peer in turn with ABBA rounds (kopt.timing.time_pair, cold, device
+spans as every bench), and saves each peer's output on the timed inputs. The parent checks those
+outputs against the fp32 reference (a wrong peer is reported, never the best peer); the best correct
+peer of a case sets its row's REF / SPEEDUP. Rows go to the ledger with mode=peers; the panel
+(kopt.report.panel) is rendered from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from kopt.eval.bench import BenchOptions
+from kopt.cases import Case
+from kopt.records import CaseResult, PeerResult, Status
+
+
+def output_file(peer: str) -> str:
+    """Name of the file the child saves a peer's output on the first timed input set to."""
+    return f"peer-{peer}.pt"
+
+
+def check_names(names: list[str]) -> list[str]:
+    """Peer names in panel order, unknown ones a usage error."""
+    from kopt.baselines import PEERS
+    from kopt.errors import UsageError
+
+    bad = [n for n in names if n not in PEERS]
+    if bad or not names:
+        raise UsageError(f"unknown peer {bad[0] if bad else '(none)'!r}; use some of {', '.join(PEERS)}")
+    return [p for p in PEERS if p in names]
+
+
+def run(path: Path, cases: list[Case], opts: BenchOptions, peers: Optional[list[str]] = None,
+        on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
+    """Evaluate the candidate against every peer (default: all of kopt.baselines.PEERS) on each case."""
+    from kopt.baselines import PEERS
+    from kopt.eval.bench import evaluate
+
+    names = check_names(list(peers) if peers else list(PEERS))
+    return evaluate(path, cases, replace(opts, mode="peers", peers=tuple(names), hidden=False), on_result)
+
+
+# ---------------------------------------------------------------- in the evaluation child
+
+def time_peers(res, cand: Callable[[], object], timed: list, job, opts) -> None:
+    """Time the candidate against each peer of the job (ABBA); fill res.peers and, provisionally, the
+    row's figures from the fastest peer (the parent re-picks it among the peers that were correct)."""
+    from kopt import baselines
+    from kopt.timing import time_fn, time_pair
+
+    for name in job.peers:
+        base = baselines.pick(job.case, job.device, name)
+        p = PeerResult(peer=name, ref=base.name, na=base.na)
+        res.peers.append(p)
+        if base.na:
+            continue
+        try:
+            fn = _first_call(name, base, timed, job)
+        except Exception as e:  # a library that rejects the shape at run time: NA with its words
+            p.na = f"failed: {type(e).__name__}: {str(e)[:200]}"
+            continue
+        try:  # the candidate's own failures propagate from here as in any bench
+            pair = time_pair(cand, fn, job.device, opts)
+        except _PeerFailed as e:
+            p.na = f"failed while timed: {e}"
+            continue
+        p.timing, p.ref_timing, p.speedup, p.speedup_ci = pair.a, pair.b, pair.speedup, pair.ci
+    ran = [p for p in res.peers if p.na is None]
+    if not ran:
+        res.baseline_failed = True
+        res.message = "no peer ran: " + "; ".join(f"{p.peer}: {p.na}" for p in res.peers)
+        res.timing = time_fn(cand, job.device, opts)
+        return
+    _adopt(res, min(ran, key=lambda p: p.ref_timing.median_ms))
+
+
+class _PeerFailed(Exception):
+    """A peer's timed call raised (told apart from the candidate's failures, which end the job)."""
+
+
+def _first_call(name: str, base, timed: list, job) -> Callable[[], object]:
+    """The peer's first call (a library's JIT or set-up, outside the timed rounds), its output saved for
+    the parent's check; then its timed calls over the rotated inputs, each prepared once."""
+    import torch
+
+    from kopt.integrity import guards
+
+    first = base.fn(timed[0])
+    guards.sync(job.device)
+    torch.save(first.detach().cpu(), Path(job.out_dir) / output_file(name))
+    calls = base.timed(timed)
+
+    def call():
+        try:
+            return calls()
+        except Exception as e:
+            raise _PeerFailed(f"{type(e).__name__}: {str(e)[:200]}") from None
+
+    return call
+
+
+def _adopt(row, p: PeerResult) -> None:
+    """Give a row (WorkerResult or CaseResult) the figures of its pairing with peer p."""
+    row.timing, row.ref_timing, row.speedup, row.speedup_ci = p.timing, p.ref_timing, p.speedup, p.speedup_ci
+    if isinstance(row, CaseResult):
+        row.ref, row.runtime_ms, row.ref_runtime_ms = p.ref, p.timing.median_ms, p.ref_timing.median_ms
+        row.eager_ms, row.ref_eager_ms = p.timing.eager_median_ms, p.ref_timing.eager_median_ms
+    else:
+        row.ref_name = p.ref
+
+
+# ---------------------------------------------------------------- in the parent
+
+def settle(r: CaseResult, case: Case, device: str, work: Path) -> None:
+    """Check each peer's saved output against the fp32 reference (tolerance from the default baseline,
+    as for the candidate); the fastest correct peer sets the row's REF, RUNTIME pair and SPEEDUP."""
+    import torch
+
+    from kopt import baselines
+    from kopt.eval import checks as verify
+    from kopt.eval.child import SavedOutput
+
+    ran = [p for p in r.peers if p.na is None]
+    saved = [p for p in ran if (work / output_file(p.peer)).is_file()]
+    for p in ran:
+        if p not in saved:
+            p.correct, p.message = False, "no output was saved"
+    if saved and r.seed is not None:
+        outs = [SavedOutput(file=output_file(p.peer), seed=r.seed, kind="peer") for p in saved]
+        checks, _ = verify.check_saved(case, device, baselines.tolerance_baseline(case, device), outs,
+                                       lambda so: torch.load(work / so.file, weights_only=True))
+        for p, c in zip(saved, checks):
+            p.correct = c.status == Status.ok
+            p.message = "" if p.correct else f"{c.status.value}: {c.detail}"
+    good = [p for p in ran if p.correct and p.timing and p.ref_timing]
+    if good:
+        _adopt(r, min(good, key=lambda p: p.ref_timing.median_ms))
+        return
+    r.ref, r.ref_runtime_ms, r.ref_eager_ms, r.ref_timing, r.speedup, r.speedup_ci = "NA", None, None, None, None, None
+    if r.status == Status.ok:
+        r.status = Status.baseline_error  # the candidate ran; there is no peer to compare it with
+        r.message = "no peer ran correctly: " + "; ".join(
+            f"{p.peer}: {p.na or p.message}" for p in r.peers)[:480]
+
+
+# ---------------------------------------------------------------- the files of a run
+
+def write_results(rows: list[CaseResult], cases: list[Case], ws: Path, out: Optional[Path] = None) -> list[Path]:
+    """results/<backend>/peers-<device>-<date>.csv (appended: the run id tells runs apart), the panel as
+    markdown beside it (this run's), and plots/peers-<device>.png; returns the paths written."""
+    from kopt.report import panel as peers_panel
+
+    if not rows:
+        return []
+    p = peers_panel.build([r.model_dump(mode="json") for r in rows], {c.id: c.kind for c in cases})
+    backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
+    dev = p.device.lower().replace(" ", "_")
+    out = Path(out) if out else ws / "results" / backend / f"peers-{dev}-{p.date}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not out.is_file() or not out.read_text().startswith(",".join(peers_panel.CSV_COLUMNS) + "\n")
+    with open(out, "w" if fresh else "a") as f:
+        f.write(peers_panel.csv_text(p, header=fresh))
+    md = out.with_suffix(".md")
+    md.write_text(peers_panel.markdown(p))
+    png = peers_panel.plot(p, ws / "results" / backend / "plots" / f"peers-{dev}.png")
+    return [out, md, png]

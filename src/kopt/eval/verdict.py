@@ -1,0 +1,140 @@
+"""The Verdict: every perf case timed cold, a correctness matrix with fresh seeds, hidden variants.
+
+Two aggregates: GEOMEAN_SPEEDUP over the uniform perf cases (every sequence at full length, the
+seed's cases) and GEOMEAN_SPEEDUP_RAGGED over the ragged ones, each with its PCT_LIMIT geomean. They
+are kept apart so a gain on one kind cannot hide a loss on the other (kopt.workspace.status's rule reads both).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+from kopt.eval.bench import BenchOptions, evaluate, reshaped
+from kopt.cases import Case, CaseFile
+from kopt.records import CaseResult, fmt_na
+from kopt.timing.stats import geomean
+
+#: Kinds of case the Verdict times by default: the uniform perf cases and the ragged ones.
+PERF_KINDS = ("perf", "ragged")
+
+
+@dataclass
+class Verdict:
+    """All rows of one verdict and the aggregate."""
+
+    perf: list[CaseResult]
+    matrix: list[CaseResult]
+    hidden: list[CaseResult]
+
+    @property
+    def rows(self) -> list[CaseResult]:
+        """Every row, perf first."""
+        return self.perf + self.matrix + self.hidden
+
+    @property
+    def uniform(self) -> list[CaseResult]:
+        """The timed rows of uniform cases (every sequence at full length): GEOMEAN_SPEEDUP's set."""
+        return [r for r in self.perf if r.case_kind != "ragged"]
+
+    @property
+    def ragged(self) -> list[CaseResult]:
+        """The timed rows of ragged cases: GEOMEAN_SPEEDUP_RAGGED's set."""
+        return [r for r in self.perf if r.case_kind == "ragged"]
+
+    @property
+    def geomean(self) -> Optional[float]:
+        """Geometric-mean SPEEDUP over the uniform perf cases (NA if any is missing)."""
+        return _all_or_none(self.uniform, "speedup")
+
+    @property
+    def geomean_ragged(self) -> Optional[float]:
+        """Geometric-mean SPEEDUP over the ragged perf cases (NA if any is missing or none was timed)."""
+        return _all_or_none(self.ragged, "speedup")
+
+    @property
+    def geomean_pct_limit(self) -> Optional[float]:
+        """Geometric mean of PCT_LIMIT over the uniform perf cases (NA if any is missing)."""
+        return _all_or_none(self.uniform, "pct_limit")
+
+    @property
+    def geomean_pct_limit_ragged(self) -> Optional[float]:
+        """Geometric mean of PCT_LIMIT over the ragged perf cases (NA if any is missing)."""
+        return _all_or_none(self.ragged, "pct_limit")
+
+    @property
+    def min_speedup(self) -> Optional[float]:
+        """The slowest perf case's SPEEDUP."""
+        sp = [r.speedup for r in self.perf if r.speedup]
+        return min(sp) if sp else None
+
+    @property
+    def passed(self) -> bool:
+        """Every row compiled and correct."""
+        return bool(self.rows) and all(r.compiled and r.correct for r in self.rows)
+
+    def line(self) -> str:
+        """The aggregate machine line."""
+        n_ok = sum(r.correct for r in self.rows)
+        x = lambda v: fmt_na(v, "{:.4f}x")  # noqa: E731
+        pct = lambda v: fmt_na(v, "{:.1f}")  # noqa: E731
+        # The first fields keep their order and names (agents parse them); new ones only follow.
+        return (f"VERDICT:{'pass' if self.passed else 'fail'} GEOMEAN_SPEEDUP:{x(self.geomean)} "
+                f"MIN_SPEEDUP:{x(self.min_speedup)} CORRECT:{n_ok}/{len(self.rows)} "
+                f"PERF_CASES:{len(self.perf)} MATRIX:{len(self.matrix)} HIDDEN:{len(self.hidden)} "
+                f"GEOMEAN_SPEEDUP_RAGGED:{x(self.geomean_ragged)} GEOMEAN_PCT_LIMIT:{pct(self.geomean_pct_limit)} "
+                f"GEOMEAN_PCT_LIMIT_RAGGED:{pct(self.geomean_pct_limit_ragged)}")
+
+
+def _all_or_none(rows: list[CaseResult], attr: str) -> Optional[float]:
+    """Geomean of one positive field over correct rows; None unless every row has it (a partial geomean
+    would flatter a candidate that failed or was not timed on some case)."""
+    vals = [getattr(r, attr) for r in rows if r.correct and getattr(r, attr)]
+    return geomean(vals) if vals and len(vals) == len(rows) else None
+
+
+def hidden_cases(perf: list[Case], n: int, rng: random.Random) -> list[Case]:
+    """Shapes the candidate has not seen: another batch, a perturbed seqlen, seeded ragged lengths, either
+    dtype (a ragged source case loses its own lengths: kopt.eval.bench.reshaped)."""
+    out = []
+    for c in rng.sample(perf, min(n, len(perf))):
+        s = max(1, c.seqlen_k + rng.randint(-max(1, c.seqlen_k // 8), max(1, c.seqlen_k // 8)))
+        h = reshaped(c, c.batch + rng.randint(1, 3), s)
+        out.append(h.with_variant(seqlens="ragged", dtype=rng.choice(["fp16", "bf16"])))
+    return out
+
+
+def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None) -> list[list[tuple[Case, BenchOptions]]]:
+    """The Verdict's three groups (perf, matrix, hidden) as (case, options) pairs, all under one run_id."""
+    import uuid
+
+    by_id = {c.id: c for c in cf.cases}
+    perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind in PERF_KINDS]
+    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12])
+    check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
+    matrix = replace(check, tag="matrix")
+    groups: list[list[tuple[Case, BenchOptions]]] = [[(c, base) for c in perf], [], []]
+    for m in cf.verify.matrix:
+        groups[1] += [(by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size,
+                                             seqlens=m.seqlens), matrix) for i in m.cases]
+    rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
+    hidden = replace(check, tag="hidden-b{batch}-s{seqlen_k}")  # one options object: one child for all
+    groups[2] = [(h, hidden) for h in hidden_cases(perf, cf.verify.hidden, rng)]
+    return groups
+
+
+def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
+        on_result: Optional[Callable[[CaseResult], None]] = None) -> Verdict:
+    """Run the whole Verdict; every row goes to the ledger with mode=verdict."""
+    from itertools import groupby
+
+    rows: list[list[CaseResult]] = []
+    for group in plan(cf, opts, perf_ids):
+        out: list[CaseResult] = []
+        # Consecutive cases with the same options share one evaluation (one child process).
+        for o, items in groupby(group, key=lambda it: it[1]):
+            out += evaluate(path, [c for c, _ in items], o, on_result)
+        rows.append(out)
+    return Verdict(*rows)

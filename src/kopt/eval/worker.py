@@ -1,0 +1,369 @@
+"""The evaluation child: `python -m kopt.eval.worker`, the path of jobs.json coming on its stdin.
+
+It imports the candidate, runs it on fresh inputs, times it against the baseline (ABBA, rotated
+inputs) and saves outputs for the parent to check. The fp32 reference and the baseline's outputs
+never live in this process: the parent computes them after this process has exited.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import traceback
+from pathlib import Path
+
+from kopt.integrity import guards
+from kopt.eval.child import CUDA_FAULTS, Job, SavedOutput, WorkerResult, write_result
+from kopt.records import Status
+
+
+#: Identity of the watched entry points before any candidate was imported in this process.
+PRISTINE: dict | None = None
+THREADS: set | None = None  # Python threads alive before any candidate was imported
+
+
+class Reject(Exception):
+    """Stop the evaluation with a status."""
+
+    def __init__(self, status: Status, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _classify(e: BaseException) -> Status:
+    import torch
+
+    text = f"{type(e).__name__}: {e}"
+    # CPU allocation failures say "can't allocate memory" (DefaultCPUAllocator) or are MemoryError.
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)) or any(
+            s in text.lower() for s in ("out of memory", "can't allocate memory")):
+        return Status.oom
+    if any(s in text for s in CUDA_FAULTS):
+        return Status.crash
+    if isinstance(e, ValueError):
+        return Status.unsupported
+    return Status.runtime_error
+
+
+class Evaluation:
+    """One candidate on one case, phase by phase; every phase updates result.json."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.out = Path(job.out_dir)
+        self.res = WorkerResult()
+        self.held = []  # earlier outputs kept alive so a reused buffer is detectable
+        self.threads = THREADS or guards.thread_idents()  # the harness's own threads, before any candidate
+
+    def save(self, phase: str | None = None) -> None:
+        """Record progress so a crash still tells the parent how far we got."""
+        if phase:
+            self.res.phase = phase
+        write_result(self.out, self.res)
+
+    def call(self, w, poison: bool = True):
+        """One candidate call (allocator poisoned first, except when timed); exceptions become a Reject."""
+        kw = w.kwargs(self.job.config)
+        try:
+            if not poison:  # the timed calls: nothing between the harness and run
+                return self.mod.run(*w.args(), **kw)
+            guards.poison_allocator(w.q, w.q.numel())
+            with guards.poisoned_empty():
+                return self.mod.run(*w.args(), **kw)
+        except Exception as e:
+            raise Reject(_classify(e), f"run raised {type(e).__name__}: {str(e)[:300]}") from None
+
+    def checked_call(self, w, kind: str) -> None:
+        """Call, then check mutation, aliasing, buffer reuse and unfinished side work; save the output."""
+        import torch
+
+        guard = guards.InputGuard(w.tensors)
+        out = self.call(w)
+        if isinstance(out, torch.Tensor):
+            early = out.detach().clone()  # ordered on the current stream only
+        guards.settle_threads(self.threads)  # CPU has no device sync: wait for threads the candidate left
+        guards.sync(self.job.device)
+        if not isinstance(out, torch.Tensor):
+            raise Reject(Status.incorrect_shape, f"run returned {type(out).__name__}, not a tensor")
+        if guard.mutated():
+            raise Reject(Status.mutated_input, "an input tensor was modified in place")
+        if guards.aliases(out, w.tensors):
+            raise Reject(Status.stale_output, "output shares memory with an input")
+        if any(guards.aliases(out, [h]) for h in self.held):
+            raise Reject(Status.stale_output, "output reuses the buffer of an earlier call")
+        if out.shape == early.shape and not torch.equal(early.nan_to_num(0.5), out.detach().nan_to_num(0.5)):
+            raise Reject(Status.side_stream, "output still changing after run returned (work on another stream or thread)")
+        self.held.append(out)
+        f = self.out / f"{kind}-{w.seed}.pt"
+        # Save what `run` had produced when it returned (stream-ordered on CUDA): work finishing later,
+        # on a native thread or a stream nothing here can see, leaves this copy incomplete.
+        torch.save(early.cpu(), f)
+        self.res.outputs.append(SavedOutput(file=f.name, seed=w.seed, kind=kind))
+
+    def run(self) -> None:
+        """All phases in order."""
+        t_start = guards.now()
+        job = self.job
+        import torch
+
+        self.res.overhead_s.update(START_S)  # the first job of this child only
+        START_S.clear()
+
+        from kopt import candidate
+        from kopt.hardware import detect
+        from kopt.workload import make_workload
+
+        self.res.device_name = detect(job.device).name
+        self.res.versions = _versions()
+        before = PRISTINE or guards.snapshot()
+        self.save("import")
+        t = guards.now()
+        try:
+            self.mod = candidate.load(Path(job.candidate_path))
+        except Exception as e:
+            raise Reject(Status.compile_error, str(e)) from None
+        self.res.backend = candidate.backend_of(self.mod)
+        self.res.overhead_s["import"] = guards.now() - t
+        if guards.changed(before):
+            raise Reject(Status.tampered, f"import patched {', '.join(guards.changed(before))}")
+
+        self.save("compile")
+        t = guards.now()
+        w0 = make_workload(job.case, job.seeds_correct[0], job.device)
+        prep = getattr(self.mod, "prepare", None)
+        if callable(prep):
+            try:
+                prep(*w0.args(), **w0.kwargs(job.config))
+            except Exception as e:
+                raise Reject(_classify(e) if not isinstance(e, ValueError) else Status.unsupported,
+                             f"prepare raised {type(e).__name__}: {str(e)[:300]}") from None
+        first = self.call(w0)
+        if isinstance(first, torch.Tensor):
+            self.held.append(first)  # a candidate returning this same buffer again is stale
+        guards.sync(job.device)
+        self.res.compile_s = guards.now() - t
+        self.res.plan = _plan_info(self.mod, w0, job.config)
+
+        self.save("correctness")
+        t = guards.now()
+        sets = {w0.seed: w0}
+        for seed in job.seeds_correct:
+            w = sets.get(seed) or make_workload(job.case, seed, job.device)
+            self.checked_call(w, "correct")
+            sets[seed] = w
+        self.res.overhead_s["correctness"] = guards.now() - t
+        if guards.changed(before):
+            raise Reject(Status.tampered, f"run patched {', '.join(guards.changed(before))}")
+
+        if job.do_timing:
+            self.save("timing")
+            t = guards.now()
+            timed = [sets.get(s) or make_workload(job.case, s, job.device) for s in job.seeds_timing]
+            cuda = job.device.startswith("cuda")
+            if cuda:
+                from kopt.timing.cupti import CUPTI_START_S
+                from kopt.timing.cuda import PHASE_S
+
+                PHASE_S.update(dict.fromkeys(PHASE_S, 0.0))  # this job's timing loop only
+            self.time(timed)
+            self.res.overhead_s["timing"] = guards.now() - t
+            side = self.res.timing.side_stream if self.res.timing and job.pair != "aa_base" else 0
+            if side:  # seen in the device records: kernels on another stream, never joined to the caller's
+                raise Reject(Status.side_stream, f"{side} timed calls left kernels on a stream other than the "
+                             "caller's without making the caller's stream wait for them before run returned")
+            if cuda:  # CUPTI's one-off start-up, and the timing loop's host parts
+                if job.device in CUPTI_START_S:
+                    self.res.overhead_s["cupti_start"] = CUPTI_START_S[job.device]
+                self.res.overhead_s.update({f"timing_{k}": v for k, v in PHASE_S.items()})
+            if guards.changed(before):
+                raise Reject(Status.tampered, f"timing saw patched {', '.join(guards.changed(before))}")
+            self.save("spot-check")
+            for w in timed:  # outputs of timed inputs, checked by the parent like the others
+                self.checked_call(w, "spot")
+            if job.refill_seed is not None:  # same pointers, new contents: pointer-keyed caches fail
+                fresh = make_workload(job.case, job.refill_seed, job.device)
+                w = timed[0]
+                for dst, src in zip(w.tensors, fresh.tensors):
+                    dst.copy_(src)
+                w.seed = job.refill_seed
+                self.checked_call(w, "refill")
+        if guards.changed(before):  # a patch that undoes itself when the timer reads it is left by the last call
+            raise Reject(Status.tampered, f"spot checks left patched {', '.join(guards.changed(before))}")
+        del torch
+        self.res.overhead_s["worker_total"] = guards.now() - t_start
+        self.res.status = Status.ok
+        self.save("done")
+
+    def time(self, timed) -> None:
+        """ABBA timing of candidate against the baseline over rotated input sets."""
+        from kopt import baselines
+        from kopt.timing import TimingOptions, rotating, time_fn, time_pair
+
+        job = self.job
+        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph, flush=job.flush)
+
+        def call(w):
+            return self.call(w, poison=False)
+
+        cand = rotating(call, timed)
+        if job.peers:  # kopt peers: the candidate against each peer in turn
+            from kopt.eval.peers import time_peers
+
+            return time_peers(self.res, cand, timed, job, opts)
+        base = baselines.pick(job.case, job.device, job.baseline)
+        self.res.ref_name, self.res.ref_note = base.name, base.note
+        try:
+            base.fn(timed[0])
+            guards.sync(job.device)
+        except Exception as e:
+            self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
+            self.res.baseline_failed = True
+            self.res.timing = time_fn(cand, job.device, opts)
+            return
+        # ab: candidate vs baseline; A/A pairs time one function against itself (calibration).
+        fn_a = base.timed(timed) if job.pair == "aa_base" else cand  # prepared outside the timed calls
+        fn_b = rotating(call, timed) if job.pair == "aa_cand" else base.timed(timed)
+        pair = time_pair(fn_a, fn_b, job.device, opts)
+        self.res.timing, self.res.ref_timing = pair.a, pair.b
+        self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci
+
+
+def _plan_info(mod, w, config) -> dict | None:
+    """The candidate's own account of the plan it ran (optional hook); informational, so failures are NA."""
+    hook = getattr(mod, "plan_info", None)
+    if not callable(hook):
+        return None
+    try:
+        info = hook(*w.args(), **w.kwargs(config))
+    except Exception as e:  # a report, not a result: never fails the evaluation
+        return {"error": f"{type(e).__name__}: {str(e)[:120]}"}
+    return {str(k): v for k, v in info.items() if isinstance(v, (int, float, str, bool, type(None)))} \
+        if isinstance(info, dict) else None
+
+
+def _versions() -> dict[str, str]:
+    """Library versions of this process (a copy: they cannot change while it runs)."""
+    return dict(_versions_once())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions_once() -> dict[str, str]:
+    import platform
+
+    import torch
+
+    import kopt
+    from kopt.baselines import flash_attn_version
+
+    v = {"python": platform.python_version(), "torch": torch.__version__, "kopt": kopt.__version__}
+    try:
+        from importlib.metadata import version
+
+        v["tilelang"] = version("tilelang")
+    except Exception:
+        v["tilelang"] = "NA"
+    v["flash_attn"] = flash_attn_version() or "NA"
+    if torch.cuda.is_available():
+        v["cuda"] = str(torch.version.cuda)
+    return v
+
+
+#: Start-up seconds of this child (reported in its first job's overhead_s): "child_warm" from the parent's
+#: start of the process to the end of _warm, "child_wait" waiting for the jobs after that.
+START_S: dict[str, float] = {}
+
+
+def _warm() -> None:
+    """Import what every evaluation needs (torch, the harness, the baseline library) and read the
+    versions while the parent still prepares the jobs; as the parent asks ($KOPT_CHILD_WARM), create
+    the CUDA context and import tilelang too. Library code only: no candidate code runs here, and
+    PRISTINE and THREADS are still taken after the wait, before any candidate import."""
+    import os
+
+    import torch
+    import torch.profiler  # noqa: F401
+
+    from kopt import baselines, candidate, hardware, timing, workload  # noqa: F401
+    from kopt.eval.child import ENV_WARM
+
+    _versions_once()
+    want = set(filter(None, os.environ.get(ENV_WARM, "").split(",")))
+    if "cuda" in want and torch.cuda.is_available():
+        try:
+            torch.cuda.mem_get_info()  # creates the context (torch.cuda.init() alone does not)
+        except Exception:  # a broken device: the job's own phases report it
+            pass
+    if "tilelang" in want:
+        try:
+            import tilelang  # noqa: F401
+        except Exception:  # not installed or broken: the candidate's import reports it
+            pass
+
+
+def _since_parent_start() -> float | None:
+    import os
+    import time
+
+    from kopt.eval.child import ENV_T0
+
+    try:
+        return time.time() - float(os.environ[ENV_T0])
+    except (KeyError, ValueError):
+        return None
+
+
+def main() -> int:
+    """Entry point of the child process: warm up, wait for the path of jobs.json (one line on stdin),
+    evaluate each of its jobs in order. End of file instead means the parent gave up: exit."""
+    import json
+
+    global PRISTINE, THREADS
+    import time
+
+    _warm()
+    warm_s, t = _since_parent_start(), time.perf_counter()
+    line = sys.stdin.readline().strip()
+    if not line:
+        return 0
+    if warm_s is not None:
+        START_S.update(child_warm=warm_s, child_wait=time.perf_counter() - t)
+    jobs = [Job.model_validate(j) for j in json.loads(Path(line).read_text())]
+    PRISTINE = guards.snapshot()  # before any candidate is imported: later jobs compare against this
+    THREADS = guards.thread_idents()
+    for job in jobs:
+        _evaluate(job)
+    return 0
+
+
+def run_to_result(ev, device: str) -> None:
+    """Run an evaluation (`.run()`, `.res`, `.save()`); every failure still ends as a saved result."""
+    try:
+        if device == "cuda":
+            import torch
+
+            torch.cuda.init()
+        ev.run()
+    except Reject as r:
+        ev.res.status, ev.res.message = r.status, str(r)
+        ev.save("done")
+    except Exception as e:  # a harness bug or a candidate escaping `call`: still a result, never silence
+        ev.res.status = _classify(e)
+        ev.res.message = f"{type(e).__name__}: {str(e)[:300]}"
+        traceback.print_exc()
+        ev.save("done")
+
+
+def _evaluate(job: Job) -> None:
+    ev = Evaluation(job)
+    try:
+        run_to_result(ev, job.device)
+    finally:
+        ev.held.clear()
+        if job.device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

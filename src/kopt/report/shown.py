@@ -1,0 +1,282 @@
+"""Which candidate the report, the plots, `kopt status` and `kopt candidates` show: one rule, here.
+
+The rule:
+
+1. The shipped candidate: solution/tilelang/run_kernel.py of the workspace (what HEAD holds in a
+   clean checkout, and what `kopt commit` is about to commit). Without one (a bare ledger), the
+   top-ranked candidate of the ledger, labelled so.
+2. Per case of the matrix (bench/cases.yaml, every kind), its row in the case's own variant: the
+   candidate's latest verdict when that verdict timed the case, else its latest bench row on the
+   verdict's device (the verdict times perf cases only), else none (NA, with the reason).
+3. Beside it, only when it is another candidate: the best by the improvement rule (the last
+   improving iteration, kopt.workspace.status), with the reason it ranks there: the cases it leads on by more
+   than the rule's threshold and whether those timings were noisy.
+
+The improvement rule itself lives in kopt.workspace.status; this module only reads its outcome.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, Field
+
+from kopt.timing.stats import geomean
+
+
+class CaseView(BaseModel):
+    """The shown candidate on one case of the matrix."""
+
+    case: int
+    kind: str
+    variant: str
+    basis: Optional[Literal["verdict", "bench"]] = None
+    """Where the row comes from; None when the case was not measured."""
+    row: Optional[dict] = None
+    """The raw ledger row (None = not measured)."""
+    note: str = ""
+    """Why the row is from a bench, or why there is none; a later bench figure when there is one."""
+
+
+class BestByRule(BaseModel):
+    """The best candidate by the improvement rule, when it is not the shown one."""
+
+    candidate_id: str
+    iteration: Optional[int] = None
+    geomean: Optional[float] = None
+    cases: list[int] = Field(default_factory=list)
+    """Cases it leads the shown candidate on by more than the threshold."""
+    reason: str
+
+
+class Shown(BaseModel):
+    """What every view shows: the candidate, its verdict, one row per case, the rule's best beside it."""
+
+    candidate_id: Optional[str] = None
+    source: Literal["shipped", "ledger best", "none"] = "none"
+    device: Optional[str] = None
+    verdict_run: Optional[str] = None
+    verdict_geomean: Optional[float] = None
+    """Geomean speedup of the verdict's timed uniform (edge and perf) cases."""
+    verdict_geomean_ragged: Optional[float] = None
+    """Geomean speedup of the verdict's timed ragged cases (None: none timed)."""
+    verdict_timed: int = 0
+    verdict_rows: int = 0
+    verdict_correct: int = 0
+    commits: list[str] = Field(default_factory=list)
+    """Commits the shown rows were measured at (their `commit` field), oldest row first."""
+    cases: list[CaseView] = Field(default_factory=list)
+    best_by_rule: Optional[BestByRule] = None
+
+    def by_basis(self, basis: Optional[str]) -> list[int]:
+        """Cases whose row comes from `basis` (None: not measured)."""
+        return [c.case for c in self.cases if c.basis == basis]
+
+    def summary(self) -> str:
+        """One line for terminals: which candidate, then `detail()`."""
+        if not self.candidate_id:
+            return "no candidate yet"
+        what = "shipped candidate" if self.source == "shipped" else "top-ranked candidate (no solution/)"
+        return f"{what} {self.candidate_id}: {self.detail()}"
+
+    def detail(self) -> str:
+        """Its device, verdict, and where the rows not from the verdict come from."""
+        rag = f", ragged {_x(self.verdict_geomean_ragged)}" if self.verdict_geomean_ragged else ""
+        v = (f"verdict {self.verdict_run} {_x(self.verdict_geomean)}{rag} over {self.verdict_timed} timed cases, "
+             f"{self.verdict_correct}/{self.verdict_rows} rows correct" if self.verdict_run else "no verdict")
+        parts = [f"on {self.device or 'NA'}, {v}"]
+        if b := self.by_basis("bench"):
+            parts.append(f"bench rows for {_cases(b)}")
+        if n := self.by_basis(None):
+            parts.append(f"{_cases(n)} not measured")
+        return "; ".join(parts)
+
+    def brief(self) -> dict:
+        """JSON-ready form without the raw rows."""
+        return self.model_dump(exclude={"cases": {"__all__": {"row"}}})
+
+
+def _x(v: Optional[float]) -> str:
+    return "NA" if v is None else f"{v:.3f}x"
+
+
+def _cases(ids: list[int]) -> str:
+    return ("case " if len(ids) == 1 else "cases ") + ranges(ids)
+
+
+def ranges(ids: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1-3, 5'."""
+    out, ids = [], sorted(ids)
+    for i in ids:
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _timed(r: dict) -> bool:
+    """A row that says how fast the case ran, or that it failed (untimed correctness rows do not)."""
+    return r.get("runtime_ms") is not None or r.get("status", "ok") != "ok" or r.get("correct") is False
+
+
+def _latest(rows: list[dict], cid: str, case: int, variants: tuple, device: Optional[str], mode: str):
+    """(file index, row) of the candidate's latest timed row of `mode` on one case, or (None, None)."""
+    from kopt.workspace.ranking import row_cid
+
+    for i in range(len(rows) - 1, -1, -1):
+        r = rows[i]
+        if (r.get("mode", "signal") == mode and r.get("kind", "case") == "case" and r.get("case") == case
+                and (r.get("variant") or "") in variants and row_cid(r) == cid and _timed(r)
+                and (device is None or str(r.get("device", "")).lower() == device.lower())):
+            return i, r
+    return None, None
+
+
+def _case_views(ws: Path, rows: list[dict], cid: str, verdict: list[dict], device: Optional[str]) -> list[CaseView]:
+    from kopt.cases import load_cases
+    from kopt.paths import cases_file
+    from kopt.workspace.ranking import row_speedup
+
+    index = {id(r): i for i, r in enumerate(rows)}
+    out = []
+    for c in load_cases(cases_file(ws)):
+        variants = (c.variant.label(), "")  # "" : rows written before variants were labelled
+        v = next((r for r in verdict if r.get("case") == c.id and (r.get("variant") or "") in variants
+                  and _timed(r)), None)
+        view = CaseView(case=c.id, kind=c.kind, variant=c.variant.label())
+        if v is not None:
+            view.basis, view.row = "verdict", v
+            j, later = _latest(rows, cid, c.id, variants, device, "signal")
+            if later is not None and j > index.get(id(v), -1) and later.get("runtime_ms"):
+                view.note = (f"later bench {later['runtime_ms']:.4f} ms, {_x(row_speedup(later))} "
+                             f"(run {later.get('run_id') or 'NA'})")
+        else:
+            _, b = _latest(rows, cid, c.id, variants, device, "signal")
+            if b is not None:
+                view.basis, view.row = "bench", b
+                view.note = (f"bench run {b.get('run_id') or 'NA'} ("
+                             + ("the verdict times perf cases only" if c.kind == "edge" else
+                                "no verdict row for this case" if verdict else "no verdict yet") + ")")
+            else:
+                view.note = (f"not measured: no verdict or bench row of {cid} in the case's variant "
+                             f"({c.variant.label()}) on {device or 'any device'}")
+        out.append(view)
+    return out
+
+
+def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optional[str] = None,
+                    points: Optional[list] = None) -> Shown:
+    """The shown candidate under the module's rule. rows: the ledger's rows when already read;
+    points: the iterations (kopt.report.campaign.iterations) when already computed."""
+    from kopt.workspace import ranking
+    from kopt.workspace.ledger import load_dicts
+    from kopt.workspace.status import current_candidate
+    from kopt.paths import ledger_file
+
+    from kopt.workspace.ledger import Loaded
+
+    ws = Path(ws)
+    rows = rows if rows is not None else load_dicts(ledger_file(ws)).rows
+    everything = rows
+    if device:
+        rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
+    s = Shown()
+    cid = current_candidate(ws)
+    if cid:
+        s.candidate_id, s.source = cid, "shipped"
+    else:
+        df, _ = ranking.load_frame(ledger_file(ws), device, Loaded(rows=everything))  # filtered there
+        top = ranking.best(df)
+        if not top:  # still one row per case: the tables say what is missing, they do not shrink
+            from kopt.cases import load_cases
+            from kopt.paths import cases_file
+
+            s.cases = [CaseView(case=c.id, kind=c.kind, variant=c.variant.label(),
+                                note="not measured: no candidate rows in the ledger yet")
+                       for c in load_cases(cases_file(ws))]
+            return s
+        s.candidate_id, s.source = top["candidate_id"], "ledger best"
+    cid = s.candidate_id
+    verdict = ranking.latest_verdict(rows, cid)
+    mine = [r for r in rows if ranking.row_cid(r) == cid and r.get("kind", "case") == "case"]
+    s.device = device or ranking.verdict_device(verdict) or ranking.verdict_device(reversed(mine))
+    if verdict:
+        s.verdict_run = verdict[0].get("run_id")
+        s.verdict_rows = len(verdict)
+        s.verdict_correct = sum(r.get("correct") is True for r in verdict)
+    s.cases = _case_views(ws, rows, cid, verdict, s.device)
+    timed = [c for c in s.cases if c.basis == "verdict"]
+    s.verdict_timed = len(timed)
+    for ragged in (False, True):  # uniform and ragged cases apart, as the Verdict line has them
+        g = geomean([sp for c in timed if (c.kind == "ragged") == ragged and c.row.get("correct") is True
+                     and (sp := ranking.row_speedup(c.row))])
+        setattr(s, "verdict_geomean_ragged" if ragged else "verdict_geomean", g)
+    s.commits = list(dict.fromkeys(str(c.row["commit"]) for c in s.cases if c.row and c.row.get("commit")))
+    if points is None:
+        from kopt.report.campaign import iterations
+
+        points, _ = iterations(ws, rows, use_git=not device)  # git geomeans mix devices
+    s.best_by_rule = _best_by_rule(ws, rows, s, points)
+    return s
+
+
+def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optional[BestByRule]:
+    """The last improving iteration's candidate on the shown device, when it is another one."""
+    from kopt.workspace.status import threshold
+    from kopt.workspace.ranking import latest_verdict
+
+    best = next((p for p in reversed(points) if p.outcome == "improved" and p.candidate_id
+                 and (s.device is None or p.device is None or str(p.device).lower() == s.device.lower())), None)
+    if best is None or best.candidate_id == s.candidate_id:
+        return None
+    thr = threshold(ws, s.device, rows)
+    mine = {c.case: c.row for c in s.cases if c.basis == "verdict"}
+    ahead = []
+    for r in latest_verdict(rows, best.candidate_id):
+        m = mine.get(r.get("case"))
+        if m is None or (r.get("variant") or "") != (m.get("variant") or ""):
+            continue
+        so, sm = _speed(r), _speed(m)
+        if so and sm and so > sm * (1 + thr):
+            ahead.append((r["case"], so, sm, _noise(r, m)))
+    rag = (f", ragged {_x(best.ragged)} against {_x(s.verdict_geomean_ragged)}"
+           if best.ragged or s.verdict_geomean_ragged else "")
+    head = (f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)} against the shown "
+            f"{_x(s.verdict_geomean)}{rag}" if s.verdict_geomean else
+            f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)}; the shown candidate has no "
+            "verdict geomean")
+    if ahead:
+        cases = "; ".join(f"case {c} {so:.3f}x vs {sm:.3f}x ({n or 'timings not flagged noisy'})"
+                          for c, so, sm, n in ahead)
+        head += f"; ahead by more than the +{thr:.0%} threshold on {cases}"
+        if all(n for *_, n in ahead):
+            head += "; every case it leads on rests on a noisy timing"
+    else:
+        head += f"; no case ahead by more than the +{thr:.0%} threshold (a spread lead)"
+    if best.reason:
+        head += f" (the rule at iteration {best.iteration}: {best.reason})"
+    return BestByRule(candidate_id=best.candidate_id, iteration=best.iteration, geomean=best.geomean,
+                      cases=[c for c, *_ in ahead], reason=head)
+
+
+def _speed(r: dict) -> Optional[float]:
+    from kopt.workspace.ranking import row_speedup
+
+    return row_speedup(r) if r.get("correct") is True else None
+
+
+def _noise(other: dict, mine: dict) -> str:
+    """Which timings behind a comparison were flagged noisy, with their relative IQR."""
+    from kopt.workspace.journal import noisy_sides
+
+    out = []
+    for who, r in (("its", other), ("the shown", mine)):
+        side = noisy_sides(r)
+        for key, name in (("timing", "candidate"), ("ref_timing", "baseline")):
+            if side in (name if name == "candidate" else "ref", "both"):
+                iqr = (r.get(key) or {}).get("rel_iqr")
+                out.append(f"{who} {name} timing noisy, rel IQR {iqr:.1%}" if iqr is not None else
+                           f"{who} {name} timing noisy")
+    return ", ".join(out)

@@ -1,0 +1,302 @@
+"""CUDA timing: the timer (L2 flush, sessions of flushed calls, graph replay) and the NVML clock guard.
+
+The cold flush is max(2 x L2, 256 MiB) of a zeroed buffer before each call, outside every call range.
+By default it is read ("read"): the inputs leave L2 and L2 is left holding clean lines. Zeroing it
+instead ("zero", nvbench's and Triton's way) leaves L2 full of dirty lines that the timed call must write
+back as its reads evict them: on an H200 that added 7-9 µs to every call reading more than L2's 60 MB
+(the candidate, FA2 and a plain read of K and V alike; scripts/gpu_flush_study.py), a cost of the
+harness, not of the kernel.
+
+Per-call device time comes from CUPTI spans (kopt.timing.cupti): a call's time is its first kernel start to
+its last kernel end, so a split kernel and its combine both count and flush kernels, launched outside
+every call range, never do.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from contextlib import nullcontext
+from typing import Callable, Optional
+
+from kopt.timing.cupti import _cupti_ok, _profiler, facts_of
+from kopt.timing.stats import StopRule
+from kopt.timing.api import CALL_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, _clock, _warmup
+
+
+def make_flush(buf, kind: str) -> Callable[[], object]:
+    """The flush of a zeroed uint8 buffer: "zero" writes it again, "read" reads it (a float32 sum
+    into a preallocated 1-element tensor: no allocation per call). Any device (unit-tested on CPU)."""
+    import torch
+
+    if kind == "zero":
+        return buf.zero_
+    words = buf[: buf.numel() // 4 * 4].view(torch.float32)
+    sink = torch.zeros(1, dtype=torch.float32, device=buf.device)
+    return lambda: torch.sum(words, dim=0, keepdim=True, out=sink)
+
+
+class _Clock:
+    """SM clock through NVML (optional); never changes clocks, only reads them."""
+
+    def __init__(self, torch, index: int):
+        self.nvml, self.h, self.ref = None, None, None
+        try:
+            import pynvml as nv
+
+            nv.nvmlInit()
+            p = torch.cuda.get_device_properties(index)
+            try:
+                bus = f"{p.pci_domain_id:08X}:{p.pci_bus_id:02X}:{p.pci_device_id:02X}.0"
+                self.h = nv.nvmlDeviceGetHandleByPciBusId(bus)
+            except Exception:
+                self.h = nv.nvmlDeviceGetHandleByIndex(index)
+            try:
+                self.ref = nv.nvmlDeviceGetDefaultApplicationsClock(self.h, nv.NVML_CLOCK_SM)
+            except Exception:
+                self.ref = nv.nvmlDeviceGetMaxClockInfo(self.h, nv.NVML_CLOCK_SM)
+            self.nvml = nv
+        except Exception:                      # no pynvml, no NVML (MACA), or no permission
+            self.nvml = None
+
+    def read(self) -> Optional[float]:
+        try:
+            return float(self.nvml.nvmlDeviceGetClockInfo(self.h, self.nvml.NVML_CLOCK_SM)) if self.nvml else None
+        except Exception:
+            return None
+
+    def low(self, mhz: Optional[float]) -> bool:
+        return bool(mhz is not None and self.ref and mhz < LOW_CLOCK_FRAC * self.ref)
+
+
+#: With CUPTI, one call in this many is also bracketed by CUDA events (the cross-check).
+EVENT_EVERY = 8
+#: The hold before a device-only batch lasts while the host enqueues this many calls (at twice the
+#: host's measured pace), within [HOLD_MIN_US, HOLD_MAX_US]: after it the flushes (~60 µs of device time
+#: each, more than a call's launches cost the host) keep the device behind the host.
+HOLD_CALLS = 16
+HOLD_MIN_US, HOLD_MAX_US = 100.0, 20_000.0
+#: Host seconds of the timing loop by part (launching, waiting for the device, reading CUPTI records).
+PHASE_S: dict[str, float] = {"launch": 0.0, "wait": 0.0, "records": 0.0, "sessions": 0.0}
+
+
+class CudaTimer:
+    """Cold (flushed) or hot timing of callables on one CUDA device."""
+
+    def __init__(self, device: str, opts: TimingOptions):
+        import torch
+
+        from kopt import hardware
+
+        self.torch, self.opts = torch, opts
+        self.dev = torch.device(device)
+        index = self.dev.index if self.dev.index is not None else torch.cuda.current_device()
+        self.cold = opts.cold and not opts.graph
+        self.flush = hardware.flush_bytes(hardware.detect(device)) if self.cold else 0
+        self.flush_kind = opts.flush if self.cold else None
+        self._flush = None
+        if self.cold:  # the flush closure keeps its buffer alive
+            with torch.cuda.device(index):
+                buf = torch.zeros(self.flush, dtype=torch.uint8, device=self.dev)
+            self._flush = make_flush(buf, opts.flush)
+        self.clock = _Clock(torch, index)
+        self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
+        self.cupti = _cupti_ok(device)         # probed once per process (CUPTI's start-up)
+        self._events: list = []
+        self._call_ms: dict[int, float] = {}
+        self._host_us: dict[int, float] = {}
+        """Host µs to enqueue one flushed call of each function (measured on its last batch)."""
+
+    def method(self, use_dev: bool) -> str:
+        return "graph" if self.opts.graph else ("cupti" if use_dev else "events")
+
+    def _profiler(self):
+        return _profiler()
+
+    def _event_pairs(self, n: int) -> list:
+        """n (start, end) CUDA event pairs, created once and reused (each batch synchronizes before reuse)."""
+        Event = self.torch.cuda.Event
+        while len(self._events) < n:
+            self._events.append((Event(enable_timing=True), Event(enable_timing=True)))
+        return self._events[:n]
+
+    def _batch(self, fn, n: int, cupti: bool):
+        """n flushed calls: (CUPTI facts per call or None, event times, SM clock)."""
+        return self._batches([(fn, n, False)], cupti)[0]
+
+    def _hold(self, calls: int, fn) -> None:
+        """Hold the stream with a spin kernel for as long as the host takes to enqueue `calls` flushed
+        calls of fn (nvbench's blocking kernel, bounded by time): the calls that follow start only once
+        the host is far ahead, so no kernel of a timed call waits for its launch. Launched outside every
+        call range, so no span contains it."""
+        host_us = self._host_us.get(id(fn), 50.0)
+        us = min(HOLD_MAX_US, max(HOLD_MIN_US, 2.0 * calls * host_us))
+        self.torch.cuda._sleep(int(us * (self.clock.ref or 2000)))
+
+    def _batches(self, segments: list, cupti: bool) -> list:
+        """Segments of flushed calls, (fn, n, eager) each, in one profiler session: per segment (CallFacts
+        per call or None, event times, SM clock read at the segment's end).
+
+        A device-only segment (eager False) starts behind a hold (_hold) and its calls are enqueued
+        back to back; an eager segment synchronizes after each flush, so every call starts on an idle GPU
+        and its span holds the host's launches (the host-inclusive figure). With CUPTI the event
+        cross-check brackets every EVENT_EVERY-th call only (two records and a readback cost ~65 µs of
+        host time a call on an H200); without it every call, as events are then the samples."""
+        torch, rf = self.torch, self.torch.profiler.record_function
+        every = EVENT_EVERY if cupti else 1
+        counts = [-(-n // every) for _, n, _ in segments]
+        pairs = self._event_pairs(sum(counts))
+        prof = self._profiler() if cupti else nullcontext()
+        clocks, first = [], 0
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")    # kineto's per-cycle notices
+            with prof:
+                t1 = time.perf_counter()
+                # The flush runs outside every call range: its kernels are never attributed to a call.
+                for (fn, n, eager), k in zip(segments, counts):
+                    seg = pairs[first:first + k]
+                    first += k
+                    if not eager and cupti:
+                        self._hold(min(n, HOLD_CALLS), fn)
+                    ts = time.perf_counter()
+                    for i in range(n):
+                        if self._flush is not None:
+                            self._flush()
+                        if eager:
+                            torch.cuda.synchronize(self.dev)
+                        bracket = i % every == 0
+                        if bracket:
+                            seg[i // every][0].record()
+                        with rf(CALL_RANGE):
+                            fn()
+                        if bracket:
+                            seg[i // every][1].record()
+                    if not eager:
+                        self._host_us[id(fn)] = (time.perf_counter() - ts) * 1e6 / max(n, 1)
+                    clocks.append(self.clock.read())  # read while the queued calls keep the GPU busy
+                t2 = time.perf_counter()
+                torch.cuda.synchronize(self.dev)
+                t3 = time.perf_counter()
+        ev_all = [a.elapsed_time(b) for a, b in pairs[:first]]
+        t4 = time.perf_counter()
+        PHASE_S["launch"] += t2 - t1
+        PHASE_S["wait"] += t3 - t2
+        PHASE_S["sessions"] += (t1 - t0) + (t4 - t3)
+        evs, first = [], 0
+        for k in counts:
+            evs.append(ev_all[first:first + k])
+            first += k
+        total = sum(n for _, n, _ in segments)
+        facts: list = [None] * total
+        if cupti:
+            got = facts_of(prof.events(), total)
+            PHASE_S["records"] += time.perf_counter() - t4
+            if got is not None:
+                facts = got
+        out, first = [], 0
+        for (_, n, _), ev, mhz in zip(segments, evs, clocks):
+            out.append((facts[first:first + n], ev, mhz))
+            first += n
+        return out
+
+    def prepare(self, fn: Callable[[], object]) -> Callable[[], object]:
+        torch = self.torch
+        # Synchronize each call so the warm-up time is device time, not queued launches.
+        _warmup(fn, self.opts, before=self._flush,
+                after=lambda: torch.cuda.synchronize(self.dev))
+        if not self.opts.graph:
+            self._estimate(fn)
+            return fn
+        g, side = torch.cuda.CUDAGraph(), torch.cuda.Stream(self.dev)
+        side.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(side):          # capture wants its first calls on a side stream
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(self.dev).wait_stream(side)
+        with torch.cuda.graph(g):
+            for _ in range(self.opts.graph_calls):
+                fn()
+        g.replay()
+        torch.cuda.synchronize(self.dev)
+        return g.replay
+
+    def _estimate(self, fn, calls: int = 5) -> None:
+        """The median of a few event-timed flushed calls (events over-read: the estimate errs long, so
+        batches sized from it never overshoot the stopping rule's minimum time; one call alone could
+        read a stray long time and size every batch of a short call as if it were long)."""
+        ms = sorted(self._batch(fn, calls, cupti=False)[1])  # event times of flushed calls
+        self._call_ms[id(fn)] = max(ms[len(ms) // 2], 1e-3)
+
+    def _first_batch(self, fn, rule: StopRule) -> int:
+        """Calls in the first profiler session: what the rule's minimum time asks for, so a short
+        call takes one session per round instead of several (a session costs ~40-65 ms of host time)."""
+        ms = self._call_ms.get(id(fn))
+        want = math.ceil(rule.min_time_s * 1e3 / ms) if ms else 0
+        if want * 2 >= rule.max_samples:   # the sample cap will decide: all of it in one session
+            want = rule.max_samples
+        return max(1, self.opts.batch, min(MAX_BATCH, rule.max_samples, want))
+
+    def sample_all(self, fns: list, rule: StopRule, eager: int = 0) -> Optional[list[Samples]]:
+        """Every round of a paired timing in one profiler session, when the sample cap decides each of
+        them (short calls: the first batch is the whole round, so no stopping decision falls between
+        batches); None otherwise (and without CUPTI), and the caller samples round by round. With eager
+        > 0 each distinct function's eager segment of that many calls rides in the same session (its
+        Samples follow the rounds', in first-seen order). The rounds keep their ABBA order inside the one
+        session, so the numbers are those of separate sessions."""
+        if not self.cupti or any(self._first_batch(fn, rule) < rule.max_samples for fn in fns):
+            return None
+        t0 = _clock()
+        distinct = list(dict.fromkeys(fns)) if eager else []
+        segs = self._batches([(fn, rule.max_samples, False) for fn in fns] + [(fn, eager, True) for fn in distinct],
+                             True)
+        share = (_clock() - t0) / max(len(fns), 1)
+        out = []
+        for i, seg in enumerate(segs):
+            out.append(Samples(elapsed_s=share if i < len(fns) else 0.0))
+            self._add(out[-1], *seg, eager=i >= len(fns))
+        return out
+
+    def eager(self, fns: list, n: int) -> list[Samples]:
+        """Host-inclusive samples of each function: n flushed calls, each started on an idle GPU."""
+        if not self.cupti or n <= 0:
+            return [Samples() for _ in fns]
+        out = []
+        for seg in self._batches([(fn, n, True) for fn in fns], True):
+            out.append(Samples())
+            self._add(out[-1], *seg, eager=True)
+        return out
+
+    def _add(self, s: Samples, facts: list, ev: list, mhz: Optional[float], eager: bool = False) -> None:
+        """One batch's samples into s: kept, or set aside when its SM clock read low (throttled). A
+        device-only call whose kernels waited for the host is not a device-only sample: dropped, counted."""
+        if mhz is not None:
+            s.clocks.append(mhz)
+        dev = []
+        for f in facts:
+            if f is not None and f.side_stream:
+                s.side_stream += 1
+            if f is not None and f.host_bound and not eager:
+                s.host_bound += 1
+                continue
+            dev.append(None if f is None or f.span_us is None else f.span_us / 1e3)
+        if self.clock.low(mhz):
+            s.low_dev += dev
+            s.low_ev += ev
+        else:
+            s.dev += dev
+            s.ev += ev
+
+    def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
+        s, t0, size = Samples(), _clock(), self._first_batch(fn, rule)
+        while True:
+            n = max(1, min(size, rule.max_samples - len(s.dev)))
+            self._add(s, *self._batch(fn, n, self.cupti))
+            size = min(MAX_BATCH, size * 2)
+            el = _clock() - t0
+            if rule.should_stop(s.primary(s.use_cupti(self.cupti)), el) or \
+                    rule.capped(len(s.dev) + len(s.low_dev) + s.host_bound, el):
+                break
+        s.elapsed_s = _clock() - t0
+        return s

@@ -1,0 +1,277 @@
+"""The tuning child: `python -m kopt.tune.worker job.json`.
+
+One child evaluates many configs of one case in two stages, so the candidate is imported (and the
+device set up) once:
+
+1. Screen: each config is compiled (prepare + first call), correctness-called through the bench
+   worker's guarded `checked_call` (outputs saved for the parent, which holds the fp32 reference),
+   timed cold with the quick timing options (and, on CUDA, hot by graph replay), and spot-checked
+   on the timed inputs.
+2. Finalists: the `finalists` configs with the fastest screened cold medians (default excluded)
+   are each timed against the default in interleaved ABBA rounds (`time_pair`, full options
+   unless `quick`), in this same process, so the paired speedup compares two kernels measured
+   side by side. A config screened by an earlier child of the shard (`prior`) is compiled again.
+
+result.json is rewritten after every config and every finalist, so a crash or a timeout still
+leaves the finished work and names the config in progress. With `prewarm` set the child only
+compiles its configs (filling TileLang's disk cache for the timing child) and saves nothing else.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+from kopt.eval.child import write_result
+from kopt.records import Status, TimingStats
+from kopt.tune.models import ConfigResult, ShardResult, TuneJob
+from kopt.tune.pick import pick_finalists, select_indices, shard_indices
+
+
+def _status_of(e: BaseException) -> Status:
+    from kopt.eval.worker import _classify
+
+    return _classify(e)
+
+
+class TuneRun:
+    """The child's work: load once, screen each config in turn, then pair the finalists with the default."""
+
+    def __init__(self, job: TuneJob):
+        from kopt.integrity import guards
+
+        self.job, self.out = job, Path(job.out_dir)
+        self.res = ShardResult(results=list(job.prior))
+        self.threads = guards.thread_idents()  # the harness's own threads, before the candidate runs
+        self.evals: dict = {}   # index -> Evaluation of a config screened ok here: finalists reuse its call path
+
+    def save(self, phase: Optional[str] = None) -> None:
+        """Record progress (atomic write of result.json)."""
+        if phase:
+            self.res.phase = phase
+        write_result(self.out, self.res)
+
+    def run(self) -> None:
+        """Load, enumerate, screen (compile / check / quick-time) this child's configs, then pair the finalists."""
+        from kopt import candidate
+        from kopt.integrity import guards
+        from kopt.hardware import detect
+        from kopt.eval.worker import Reject, _versions
+        from kopt.workload import make_workload
+
+        job = self.job
+        info = detect(job.device)
+        self.res.device_name, self.res.units = info.name, int(info.units or 0)
+        self.res.versions = _versions()
+        before = guards.snapshot()
+        self.save("import")
+        try:
+            mod = candidate.load(Path(job.candidate_path))
+        except Exception as e:
+            raise Reject(Status.compile_error, str(e)) from None
+        self.res.backend = candidate.backend_of(mod)
+        if guards.changed(before):
+            raise Reject(Status.tampered, f"import patched {', '.join(guards.changed(before))}")
+        cfgs = self.configs(mod)
+        self.res.n_configs = len(cfgs)
+        self.res.selected = select_indices(len(cfgs), job.max_configs)
+        self.res.indices = job.indices if job.indices is not None else shard_indices(
+            self.res.selected, job.shard, job.shards)
+        self.save("prewarm" if job.prewarm else "inputs")
+        seeds = job.seeds_correct[:1] if job.prewarm else list(dict.fromkeys(job.seeds_correct + job.seeds_timing))
+        sets = {s: make_workload(job.case, s, job.device) for s in seeds}
+        if job.prewarm:
+            for i in self.res.indices[job.part::job.parts]:
+                self.res.current = i
+                self.compile(mod, cfgs[i], sets[job.seeds_correct[0]], ConfigResult(index=i))
+            self.res.current, self.res.status = None, Status.ok
+            self.save("done")
+            return
+        if job.indices is None:  # the first child only: the parent takes the baseline from it, not from a
+            self.time_baseline([sets[s] for s in job.seeds_timing])  # rerun or the finalists' child
+        if self.screen(mod, cfgs, sets, before):
+            self.pair_finalists(mod, cfgs, sets, before)
+        self.res.current, self.res.current_config, self.res.status = None, None, Status.ok
+        self.save("done")
+
+    def screen(self, mod, cfgs: list, sets: dict, before: dict) -> bool:
+        """Stage 1 over this child's configs; False when it stopped early (a fresh child runs the rest)."""
+        for i in self.res.indices:
+            cr = ConfigResult(index=i, config=cfgs[i], shard=self.job.shard, dir=f"cfg{i}")
+            self.res.current, self.res.current_config = i, cfgs[i]
+            self.save("configs")
+            self.one(mod, cr, sets, before)
+            self.res.results.append(cr)
+            self.save()
+            if cr.status in (Status.crash, Status.tampered) or self.res.hot_error:
+                return False     # a broken context or process (or a failed capture)
+        return True
+
+    def configs(self, mod) -> list[Optional[dict]]:
+        """The candidate's config list for this case; the first entry is its default."""
+        from kopt import candidate
+        from kopt.eval.worker import Reject
+
+        fn = getattr(mod, "configs", None)
+        if not callable(fn):
+            raise Reject(Status.unsupported, "the candidate declares no configs(case): nothing to tune")
+        if not candidate.accepts_config(mod):
+            raise Reject(Status.unsupported, "run() takes no config= keyword: nothing to tune")
+        try:
+            cfgs = list(fn(self.job.case.shape_dict()))
+        except Exception as e:
+            raise Reject(Status.runtime_error, f"configs() raised {type(e).__name__}: {str(e)[:300]}") from None
+        bad = [c for c in cfgs if c is not None and not isinstance(c, dict)]
+        if not cfgs or bad:
+            raise Reject(Status.unsupported, "configs() must return a non-empty list of dicts")
+        return cfgs
+
+    def compile(self, mod, cfg, w, cr: ConfigResult) -> Optional[object]:
+        """prepare (when declared) and the first call; returns that output (kept: a reused buffer is stale)."""
+        from kopt.integrity import guards
+
+        kw = w.kwargs(cfg)
+        t = guards.now()
+        prep = getattr(mod, "prepare", None)
+        try:
+            if callable(prep):
+                prep(*w.args(), **kw)
+            out = mod.run(*w.args(), **kw)
+            guards.sync(self.job.device)
+        except Exception as e:
+            cr.status = Status.unsupported if isinstance(e, ValueError) else _status_of(e)
+            cr.message = f"compile/first call raised {type(e).__name__}: {str(e)[:300]}"
+            return None
+        cr.compile_s = guards.now() - t
+        return out
+
+    def evaluation(self, mod, config: Optional[dict], d: Path):
+        """The bench worker's Evaluation of one config: its guarded call path, outputs saved under d."""
+        from kopt.eval.child import Job
+        from kopt.eval.worker import Evaluation
+
+        job = self.job
+        d.mkdir(parents=True, exist_ok=True)
+        ev = Evaluation(Job(candidate_path=job.candidate_path, case=job.case, device=job.device,
+                            seeds_correct=job.seeds_correct, seeds_timing=job.seeds_timing,
+                            config=config, out_dir=str(d)))
+        ev.mod, ev.threads = mod, self.threads
+        return ev
+
+    def one(self, mod, cr: ConfigResult, sets: dict, before: dict) -> None:
+        """Compile, check, time (cold, then hot) and spot-check one config."""
+        from kopt.integrity import guards
+        from kopt.eval.worker import Reject
+
+        job = self.job
+        ev = self.evaluation(mod, cr.config, self.out / cr.dir)
+        first = self.compile(mod, cr.config, sets[job.seeds_correct[0]], cr)
+        if cr.status is not None:
+            return
+        if hasattr(first, "data_ptr"):
+            ev.held.append(first)              # returning this same buffer again would be stale
+        try:
+            for s in job.seeds_correct:
+                ev.checked_call(sets[s], "correct")
+            timed = [sets[s] for s in job.seeds_timing]
+            cr.cold = self.time(lambda w: ev.call(w, poison=False), timed, hot=False)
+            for w in timed:
+                ev.checked_call(w, "spot")
+            if guards.changed(before):
+                raise Reject(Status.tampered, f"run patched {', '.join(guards.changed(before))}")
+            cr.status = Status.ok
+            self.evals[cr.index] = ev
+            # Hot last: a failed graph capture can leave the context unusable, and the config's
+            # verdict and cold time are already in hand.
+            if job.hot and job.device != "cpu" and self.res.hot_error is None:
+                try:
+                    cr.hot = self.time(lambda w: ev.call(w, poison=False), timed, hot=True)
+                except Exception as e:  # not capturable (host sync in run, legacy stream, ...)
+                    self.res.hot_error = f"{type(e).__name__}: {str(e)[:200]}"
+                    print(f"hot timing disabled: {self.res.hot_error}", file=sys.stderr)
+        except Reject as r:
+            cr.status, cr.message = r.status, str(r)
+        except Exception as e:
+            cr.status, cr.message = _status_of(e), f"{type(e).__name__}: {str(e)[:300]}"
+        cr.outputs = list(ev.res.outputs)
+        ev.held.clear()          # only checked calls compare with earlier outputs; the finalists' calls are timed
+
+    def time(self, call, timed, hot: bool) -> TimingStats:
+        """Screen timing of one config, always with the quick options: cold (flushed L2) or hot (graph replay)."""
+        from kopt.timing import TimingOptions, rotating, time_fn
+
+        opts = TimingOptions.for_device(self.job.device, quick=True, cold=not hot, graph=hot)
+        return time_fn(rotating(call, timed), self.job.device, opts)
+
+    def pair_finalists(self, mod, cfgs: list, sets: dict, before: dict) -> None:
+        """Stage 2: ABBA rounds of each finalist (a) against the default (b); result.json after each."""
+        from kopt.integrity import guards
+        from kopt.timing import TimingOptions, rotating, time_pair
+
+        job = self.job
+        self.res.finalists = pick_finalists(self.res.results, job.finalists)
+        self.save("finalists")
+        if not self.res.finalists:
+            return
+        by_index = {r.index: r for r in self.res.results}
+        timed = [sets[s] for s in job.seeds_timing]
+        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=True, graph=False)
+        try:
+            default = rotating(self.caller(mod, cfgs, 0, sets), timed)
+            for i in self.res.finalists:
+                cr = by_index[i]
+                self.res.current, self.res.current_config = i, cr.config
+                self.save()
+                pair = time_pair(rotating(self.caller(mod, cfgs, i, sets), timed), default, job.device, opts)
+                if guards.changed(before):
+                    cr.status, cr.message = Status.tampered, f"run patched {', '.join(guards.changed(before))}"
+                    raise RuntimeError(f"config {i}: {cr.message}")
+                cr.paired_speedup, cr.paired_ci, cr.paired_a, cr.paired_b = pair.speedup, pair.ci, pair.a, pair.b
+                self.save()
+        except Exception as e:  # the screen's verdicts stand; pick_winner uses the pairs that finished
+            self.res.pair_error = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"finalist stage stopped: {self.res.pair_error}", file=sys.stderr)
+
+    def caller(self, mod, cfgs: list, i: int, sets: dict):
+        """A timed call (w -> output) of config i; compiled here first when an earlier child screened it."""
+        ev = self.evals.get(i)
+        if ev is None:
+            cr = ConfigResult(index=i)
+            ev = self.evaluation(mod, cfgs[i], self.out / f"cfg{i}")
+            self.compile(mod, cfgs[i], sets[self.job.seeds_correct[0]], cr)
+            if cr.status is not None:
+                raise RuntimeError(f"config {i} no longer compiles: {cr.message}")
+            self.evals[i] = ev
+        return lambda w: ev.call(w, poison=False)
+
+    def time_baseline(self, timed) -> None:
+        """Cold time of the baseline on the same inputs, once per child (for the reported speedup)."""
+        from kopt import baselines
+        from kopt.integrity import guards
+        from kopt.timing import TimingOptions, rotating, time_fn
+
+        base = baselines.pick(self.job.case, self.job.device, self.job.baseline)
+        self.res.ref_name = base.name
+        opts = TimingOptions.for_device(self.job.device, quick=self.job.quick, cold=True, graph=False)
+        fn = rotating(base.fn, timed)
+
+        try:
+            fn()
+            guards.sync(self.job.device)
+            self.res.ref_cold = time_fn(fn, self.job.device, opts)
+        except Exception as e:
+            self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of the tuning child."""
+    from kopt.eval.worker import run_to_result
+
+    job = TuneJob.model_validate_json(Path(argv[1]).read_text())
+    run_to_result(TuneRun(job), job.device)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

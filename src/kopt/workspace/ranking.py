@@ -1,0 +1,280 @@
+"""Candidate ranking over candidates.jsonl: best per case, geomean per candidate, lineage.
+
+Rows are read as raw dicts (kopt.workspace.ledger.load_dicts) so rows of older schema versions still
+rank: a missing field is NA, never a guess. Two layers:
+
+- small pure-Python helpers (`row_cid`, `latest_verdict`, `geomean_of`, `geomeans`) used by journal/vcs/loop,
+  which must stay fast and pandas-free on every commit;
+- pandas tables (`load_frame`, `rank`, `best_per_case`, `case_ranking`) for `kopt candidates`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from kopt.timing.stats import geomean
+
+#: Ledger fields the ranking reads; anything missing in an old row becomes NA.
+COLUMNS = ["row_id", "timestamp", "mode", "kind", "candidate_id", "candidate_hash", "parent_id",
+           "technique", "case", "case_kind", "variant", "correct", "status", "runtime_ms", "ref_runtime_ms",
+           "speedup", "pct_limit", "device"]
+#: Modes that measure a candidate (calibrate rows measure the harness, not a candidate).
+CANDIDATE_MODES = ("verdict", "signal", "tune")
+
+
+# ---------------------------------------------------------------- pure-Python helpers
+
+def row_cid(row: dict) -> Optional[str]:
+    """Candidate id of a raw row: candidate_id, else the first 12 hex of candidate_hash (old rows)."""
+    cid = row.get("candidate_id") or (row.get("candidate_hash") or "")[:12]
+    return cid or None
+
+
+def row_speedup(row: dict) -> Optional[float]:
+    """SPEEDUP of a raw row, recomputed from REF_RUNTIME / RUNTIME when only the times are stored."""
+    s = row.get("speedup")
+    if isinstance(s, (int, float)) and s > 0:
+        return float(s)
+    rt, ref = row.get("runtime_ms"), row.get("ref_runtime_ms")
+    if isinstance(rt, (int, float)) and isinstance(ref, (int, float)) and rt > 0 and ref > 0:
+        return ref / rt
+    return None
+
+
+def _is_case_row(row: dict) -> bool:
+    return row.get("kind", "case") == "case"
+
+
+def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None, device: Optional[str] = None) -> list[dict]:
+    """The latest verdict row per (case, variant) of candidate `cid` (default: of the last verdict row);
+    with `device`, of its latest verdict on that device."""
+    verdicts = [r for r in rows if r.get("mode") == "verdict" and _is_case_row(r) and row_cid(r)
+                and (device is None or r.get("device") == device)]
+    if not verdicts:
+        return []
+    cid = cid or row_cid(verdicts[-1])
+    mine = [r for r in verdicts if row_cid(r) == cid]
+    run = mine[-1].get("run_id") if mine else None
+    if run:  # rows of one `kopt verify` run share a run_id: the latest run is the verdict
+        mine = [r for r in mine if r.get("run_id") == run]
+    latest: dict[tuple, dict] = {}
+    for r in mine:
+        latest[(r.get("case"), r.get("variant") or "")] = r  # file order is append order
+    return sorted(latest.values(), key=lambda r: (r.get("case") or 0, r.get("variant") or ""))
+
+
+def verdict_device(rows: Iterable[dict]) -> Optional[str]:
+    """The device a set of verdict rows was measured on (the first row's; None when unknown)."""
+    return next((r.get("device") for r in rows if r.get("device") not in (None, "", "NA")), None)
+
+
+def is_ragged(row: dict) -> bool:
+    """Whether a raw row measured a ragged case (rows older than the ragged cases are uniform)."""
+    return row.get("case_kind") == "ragged"
+
+
+def geomean_of(rows: Iterable[dict]) -> tuple[Optional[float], int]:
+    """(geomean speedup over the correct uniform rows, number of such rows); (None, 0) when there are none.
+    Ragged rows are left out: they have their own geomean (`geomeans`)."""
+    sp = [s for r in rows if r.get("correct") is True and not is_ragged(r) and (s := row_speedup(r))]
+    return geomean(sp), len(sp)
+
+
+@dataclass
+class Geomeans:
+    """The aggregates of one set of rows, uniform and ragged cases apart (the Verdict line's four)."""
+
+    uniform: Optional[float] = None
+    n_uniform: int = 0
+    ragged: Optional[float] = None
+    n_ragged: int = 0
+    pct_limit: Optional[float] = None
+    """Geomean of PCT_LIMIT over the correct uniform rows that have one."""
+    pct_limit_ragged: Optional[float] = None
+
+
+def geomeans(rows: Iterable[dict]) -> Geomeans:
+    """Speedup and PCT_LIMIT geomeans over the correct rows, uniform and ragged cases apart."""
+    ok = [r for r in rows if r.get("correct") is True]
+    uni = [r for r in ok if not is_ragged(r)]
+    rag = [r for r in ok if is_ragged(r)]
+    g, n = geomean_of(uni)
+    gr = [s for r in rag if (s := row_speedup(r))]
+
+    def pct(rs: list[dict]) -> Optional[float]:
+        return geomean([p for r in rs if isinstance(p := r.get("pct_limit"), (int, float))])
+
+    return Geomeans(g, n, geomean(gr), len(gr), pct(uni), pct(rag))
+
+
+def failed(rows: Iterable[dict]) -> bool:
+    """Whether a verdict failed: no rows, or any row incorrect / not ok."""
+    rows = list(rows)
+    return not rows or any(r.get("correct") is not True or r.get("status", "ok") != "ok" for r in rows)
+
+
+# ---------------------------------------------------------------- pandas tables
+
+def load_frame(path: Path, device: Optional[str] = None, loaded=None):
+    """Ledger -> (DataFrame of case rows with normalized columns and file order `seq`, skipped lines).
+
+    With `device`, only rows measured on that device (times from different devices never mix in a rank).
+    `loaded`: the ledger already read with kopt.workspace.ledger.load_dicts (not read again).
+    """
+    import pandas as pd
+
+    from kopt.workspace.ledger import load_dicts
+
+    loaded = loaded if loaded is not None else load_dicts(path)
+    df = pd.DataFrame.from_records(loaded.rows, columns=COLUMNS) if loaded.rows else pd.DataFrame(columns=COLUMNS)
+    df["seq"] = range(len(df))
+    df["kind"] = df["kind"].where(df["kind"].notna(), "case")
+    df = df[df["kind"] == "case"].copy()
+    df["mode"] = df["mode"].where(df["mode"].notna(), "signal")
+    cid = df["candidate_id"].where(df["candidate_id"].astype(bool) & df["candidate_id"].notna(), None)
+    df["candidate_id"] = cid.fillna(df["candidate_hash"].astype("string").str[:12]).replace("", None)
+    for col in ("case", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit"):
+        df[col] = pd.to_numeric(df[col], errors="coerce")
+    ratio = df["ref_runtime_ms"] / df["runtime_ms"]
+    df["speedup"] = df["speedup"].where(df["speedup"] > 0, ratio.where(df["runtime_ms"] > 0))
+    df["correct"] = df["correct"].eq(True)
+    # Cast first: an all-missing column is float64, and filling it with a string is deprecated.
+    df["variant"] = df["variant"].astype(object).fillna("").astype(str)
+    df["status"] = df["status"].astype(object).fillna("NA").astype(str)
+    df["device"] = df["device"].astype(object).fillna("NA").astype(str)
+    if device:
+        df = df[df["device"].str.lower() == device.lower()]
+    return df.dropna(subset=["candidate_id", "case"]), loaded.skipped
+
+
+def _basis_rows(df):
+    """Latest row per (candidate, case, variant) of the candidate's best basis: verdict rows when it has
+    any, else signal (bench) rows, else tune rows (each the fastest config of a case, quick timing:
+    labelled so, never mixed with the other two)."""
+    d = df[df["mode"].isin(CANDIDATE_MODES)]
+    rank_of = {m: i for i, m in enumerate(CANDIDATE_MODES)}
+    best = d.assign(_r=d["mode"].map(rank_of)).groupby("candidate_id")["_r"].min()
+    d = d[d["mode"].map(rank_of) == d["candidate_id"].map(best)]
+    d = d.drop_duplicates(["candidate_id", "case", "variant"], keep="last")
+    return d.assign(basis=d["mode"])
+
+
+def parents(df) -> dict[str, str]:
+    """candidate_id -> parent_id (the first non-empty parent recorded for it)."""
+    p = df[df["parent_id"].notna() & (df["parent_id"] != "")].drop_duplicates("candidate_id")
+    return dict(zip(p["candidate_id"], p["parent_id"]))
+
+
+def lineage(parent_of: dict[str, str], cid: str, limit: int = 50) -> list[str]:
+    """The parent chain of a candidate, itself first; stops at a root, a cycle or `limit` steps."""
+    chain = [cid]
+    while (p := parent_of.get(chain[-1])) and p not in chain and len(chain) < limit:
+        chain.append(p)
+    return chain
+
+
+def rank(df):
+    """One row per candidate: geomean speedup over its correct uniform cases and, apart, over its ragged
+    ones, with the PCT_LIMIT geomeans (verdict basis preferred).
+
+    Order: candidates without an incorrect case first, then the uniform geomean, then number of cases.
+    """
+    import numpy as np
+
+    d = _basis_rows(df)
+    rag = d["case_kind"].eq("ragged")
+    g = _log_mean(d[~rag], "speedup", "geomean", "n_cases").join(
+        [_log_mean(d[rag], "speedup", "geomean_ragged", "n_ragged"),
+         _log_mean(d[~rag], "pct_limit", "pct_limit"), _log_mean(d[rag], "pct_limit", "pct_limit_ragged")],
+        how="outer")
+    info = d.groupby("candidate_id").agg(basis=("basis", "first"), n_rows=("case", "size"),
+                                         n_correct=("correct", "sum"), last_seq=("seq", "max"))
+    info["n_incorrect"] = info["n_rows"] - info["n_correct"]
+    tech = df[df["technique"].notna()].drop_duplicates("candidate_id", keep="last").set_index("candidate_id")
+    out = info.join(g, how="left").join(tech[["technique"]], how="left")
+    for col in ("n_cases", "n_ragged"):
+        out[col] = out[col].fillna(0).astype(int)
+    parent_of = parents(df)
+    out["parent_id"] = [parent_of.get(c) for c in out.index]
+    # A candidate that failed a case never outranks one that passed all of its cases.
+    out["clean"] = out["n_incorrect"] == 0
+    out = out.reset_index().sort_values(["clean", "geomean", "n_cases", "last_seq"], ascending=False,
+                                        na_position="last", kind="stable")
+    out.insert(0, "rank", range(1, len(out) + 1))
+    cols = ["rank", "candidate_id", "geomean", "n_cases", "geomean_ragged", "n_ragged", "pct_limit",
+            "pct_limit_ragged", "n_incorrect", "basis", "parent_id", "technique"]
+    return out[cols].reset_index(drop=True)
+
+
+def _log_mean(d, col: str, name: str, count: Optional[str] = None):
+    """Per-candidate geomean of a positive column over the correct rows (and, with `count`, how many)."""
+    import numpy as np
+
+    ok = d[d["correct"] & (d[col] > 0)]
+    agg = {name: ("logs", "mean")} | ({count: ("logs", "size")} if count else {})
+    g = ok.assign(logs=np.log(ok[col])).groupby("candidate_id").agg(**agg)
+    g[name] = np.exp(g[name])
+    return g
+
+
+def best(df) -> Optional[dict]:
+    """The top-ranked candidate's row of rank(df) as a dict, or None for an empty ledger."""
+    top = records(rank(df).head(1))
+    return top[0] if top else None
+
+
+def records(df) -> list[dict]:
+    """DataFrame -> JSON-ready dicts, NaN as None (printed NA)."""
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in df.astype(object).to_dict("records")]
+
+
+def best_per_case(df, case: Optional[int] = None):
+    """The fastest correct row of each (case, variant), any mode but calibrate."""
+    d = df[df["mode"].isin(CANDIDATE_MODES) & df["correct"] & (df["runtime_ms"] > 0)]
+    if case is not None:
+        d = d[d["case"] == case]
+    best = d.sort_values(["runtime_ms", "seq"]).drop_duplicates(["case", "variant"], keep="first")
+    cols = ["case", "variant", "candidate_id", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit", "mode"]
+    return best.sort_values(["case", "variant"])[cols].reset_index(drop=True)
+
+
+def case_ranking(df, case: int):
+    """All candidates on one case: each candidate's fastest correct row, fastest first."""
+    d = df[(df["case"] == case) & df["mode"].isin(CANDIDATE_MODES) & df["correct"] & (df["runtime_ms"] > 0)]
+    d = d.sort_values(["runtime_ms", "seq"]).drop_duplicates(["candidate_id", "variant"], keep="first")
+    cols = ["candidate_id", "variant", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit", "mode"]
+    out = d[cols].reset_index(drop=True)
+    out.insert(0, "rank", range(1, len(out) + 1))
+    return out
+
+
+@dataclass
+class Report:
+    """What `kopt candidates` shows: ranked candidates (or one case's ranking) and the best per case."""
+
+    candidates: Any
+    best_per_case: Any
+    lineage: dict[str, list[str]] = field(default_factory=dict)
+    skipped: list = field(default_factory=list)
+    case: Optional[int] = None
+    rows: list = field(default_factory=list)
+    """The ledger's raw rows, read once (kopt.report.shown reads them too)."""
+
+
+def report(path: Path, top: Optional[int] = None, case: Optional[int] = None,
+           device: Optional[str] = None) -> Report:
+    """The library call behind `kopt candidates`."""
+    from kopt.workspace.ledger import load_dicts
+
+    loaded = load_dicts(path)
+    df, skipped = load_frame(path, device, loaded)
+    table = case_ranking(df, case) if case is not None else rank(df)
+    if top:
+        table = table.head(top)
+    parent_of = parents(df)
+    lin = {c: lineage(parent_of, c) for c in table["candidate_id"]}
+    return Report(table, best_per_case(df, case), lin, skipped, case, loaded.rows)
