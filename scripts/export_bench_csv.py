@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from kopt.workspace.ledger import load_dicts  # noqa: E402
 from kopt.records import fmt_na  # noqa: E402
+from kopt.workspace.ledger import load_dicts  # noqa: E402
 
 COLUMNS = ["device", "date", "commit", "candidate_id", "case", "variant", "runtime_ms", "ref_runtime_ms", "ref",
-           "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_copy_ceiling", "noisy", "method", "flush", "samples",
+           "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_copy_ceiling", "noisy", "method", "flush",
+           "samples",
            "events_median_ms", "mean_clock_mhz", "status", "correct", "run_id"]
 
 
@@ -42,11 +43,15 @@ def to_csv(rows: list[dict]) -> str:
         ci = r.get("speedup_ci") or [None, None]
         w.writerow([r.get("device") or "NA", (r.get("timestamp") or "NA")[:10], r.get("commit") or "NA",
                     r.get("candidate_id") or "NA", r.get("case"), r.get("variant") or "NA",
-                    fmt_na(r.get("runtime_ms"), "{:.6f}"), fmt_na(r.get("ref_runtime_ms"), "{:.6f}"), r.get("ref") or "NA",
-                    fmt_na(r.get("speedup"), "{:.4f}"), fmt_na(ci[0], "{:.4f}"), fmt_na(ci[1], "{:.4f}"), fmt_na(r.get("gbps"), "{:.1f}"),
+                    fmt_na(r.get("runtime_ms"), "{:.6f}"), fmt_na(r.get("ref_runtime_ms"), "{:.6f}"),
+                    r.get("ref") or "NA",
+                    fmt_na(r.get("speedup"), "{:.4f}"), fmt_na(ci[0], "{:.4f}"), fmt_na(ci[1], "{:.4f}"),
+                    fmt_na(r.get("gbps"), "{:.1f}"),
                     fmt_na(r.get("pct_peak"), "{:.1f}"), "NA" if t.get("noisy") is None else int(bool(t["noisy"])),
-                    t.get("method") or "NA", t.get("flush_kind") or "NA", t.get("n", "NA"), fmt_na(t.get("events_median_ms"), "{:.6f}"),
-                    fmt_na(t.get("mean_clock_mhz"), "{:.1f}"), r.get("status") or "NA", r.get("correct"), r.get("run_id")])
+                    t.get("method") or "NA", t.get("flush_kind") or "NA", t.get("n", "NA"),
+                    fmt_na(t.get("events_median_ms"), "{:.6f}"),
+                    fmt_na(t.get("mean_clock_mhz"), "{:.1f}"), r.get("status") or "NA", r.get("correct"),
+                    r.get("run_id")])
     return buf.getvalue()
 
 

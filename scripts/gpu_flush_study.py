@@ -94,7 +94,7 @@ def main() -> int:
             res = {k: [] for k in flushes}
             for i in range(a.samples):
                 w = ws[i % 2]
-                for j, (k, f) in enumerate(flushes.items()):
+                for j, (_k, f) in enumerate(flushes.items()):
                     f()
                     ev[j][0].record()
                     fn(w)

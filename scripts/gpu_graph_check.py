@@ -122,7 +122,7 @@ def main() -> int:
 
     shipped = args.candidate
     mod = candidate.load(shipped)
-    cid = candidate.content_hash(shipped)[:12]
+    cid = candidate.candidate_id(shipped)
     buf = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
     sink = torch.zeros(1, dtype=torch.float32, device="cuda")
     flush = lambda: torch.sum(buf, dim=0, keepdim=True, out=sink)  # noqa: E731
@@ -135,7 +135,7 @@ def main() -> int:
     for c in sel:
         w = make_workload(c, seed=0, device="cuda")
         base = baselines.pick(c, "cuda")
-        fns = {"cand": lambda: mod.run(*w.args(), **w.kwargs()), "ref": lambda: base.fn(w)}
+        fns = {"cand": lambda w=w: mod.run(*w.args(), **w.kwargs()), "ref": lambda w=w, base=base: base.fn(w)}
         med = {}
         for k, fn in fns.items():
             try:

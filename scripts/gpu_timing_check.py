@@ -22,8 +22,8 @@ def main() -> int:
     import torch
 
     from kopt import hardware, timing
-    from kopt.timing import cuda as timing_cuda
     from kopt.timing import TimingOptions
+    from kopt.timing import cuda as timing_cuda
 
     dev = args.device
     info = hardware.detect(dev)
@@ -84,7 +84,8 @@ def main() -> int:
     # Attribution vs kineto's own device-side range (gpu_user_annotation), batch of 20 calls.
     t = timing_cuda.CudaTimer(dev, opts)
     spans, ev, mhz = t._batch(two, 20, cupti=True)
-    print(f"  batch spans(us) {[round(s * 1e3, 1) for s in spans[:5]]} events(us) {[round(e * 1e3, 1) for e in ev[:5]]} clock {mhz}")
+    print(f"  batch spans(us) {[round(s * 1e3, 1) for s in spans[:5]]} events(us) "
+          f"{[round(e * 1e3, 1) for e in ev[:5]]} clock {mhz}")
     check("every call attributed", all(s is not None for s in spans), f"{sum(s is None for s in spans)} missing")
 
     aa = timing.time_pair(one, one, dev, opts)

@@ -36,7 +36,8 @@ from kopt.timing.cupti import CUPTI_START_S
 from kopt.timing.cuda import CudaTimer
 CudaTimer("cuda", TimingOptions())
 t4 = time.perf_counter()
-print(f"import_torch={t1-t0:.3f} cuda_init={t2-t1:.3f} before_probe={t3-t2:.3f} probe={t4-t3:.3f} cupti_start={CUPTI_START_S.get('cuda', -1):.3f}")
+print(f"import_torch={t1-t0:.3f} cuda_init={t2-t1:.3f} before_probe={t3-t2:.3f} probe={t4-t3:.3f} "
+      f"cupti_start={CUPTI_START_S.get('cuda', -1):.3f}")
 """
 
 
@@ -87,7 +88,8 @@ def _variants(tc) -> dict:
         def _batch(self, fn, n, use_cupti):
             return super()._batch(fn, n, False)
 
-    return {"all_ops": AllOps, "no_events": NoEvents, "lowlevel": LowLevel, "cuda_only": CudaOnly, "events_only": EventsOnly}
+    return {"all_ops": AllOps, "no_events": NoEvents, "lowlevel": LowLevel, "cuda_only": CudaOnly,
+            "events_only": EventsOnly}
 
 
 class _NullEvent:
@@ -105,9 +107,9 @@ def per_sample(samples: int) -> None:
     """Host µs per timed sample for each sampling variant (flushed, a tiny kernel as the call)."""
     import torch
 
+    from kopt.timing import TimingOptions
     from kopt.timing import cuda as tc
     from kopt.timing.stats import StopRule
-    from kopt.timing import TimingOptions
 
     x = torch.zeros(1 << 20, device="cuda")
     fn = lambda: x.add_(1)  # noqa: E731

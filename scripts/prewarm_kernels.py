@@ -8,7 +8,8 @@ instead of compiling one after the other (about 10 s each on an H200 host).
 The variants: the kernel each shape resolves to (the candidate's own plan: heuristic, tuning table)
 for the benches' variants, the GPU test matrix, the verify matrix and the tuning configs tried
 first (see _shapes()); with --configs, also each given config on the 14 cases (fp16, contiguous, head
-dim 128), the kernels a `kopt bench --config` screen of those configs needs. Needs a CUDA device (the plan reads its unit count and arch). Prints one line per finished kernel and a summary.
+dim 128), the kernels a `kopt bench --config` screen of those configs needs. Needs a CUDA device (the plan reads its
+unit count and arch). Prints one line per finished kernel and a summary.
 """
 from __future__ import annotations
 
@@ -106,9 +107,8 @@ def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify:
 def _compile(spec: tuple) -> tuple:
     """Build the plan's kernels the way run_kernel does (split, combine), into TileLang's disk cache."""
     sys.path.insert(0, SOL)
-    import torch
-
     import run_kernel as rk
+    import torch
 
     t0 = time.perf_counter()
     p = rk._Plan()
@@ -126,7 +126,8 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
     ap.add_argument("--configs", default="", help="';'-separated JSON configs, each also compiled for the 14 cases")
     ap.add_argument("--cases", default="", help="comma-separated case ids: only these cases (fp16, contiguous)")
-    ap.add_argument("--verify", action="store_true", help="only what bench --all and verify need (the cases, the verify matrix)")
+    ap.add_argument("--verify", action="store_true", help="only what bench --all and verify need (the cases, the "
+                                                          "verify matrix)")
     a = ap.parse_args(argv)
     import json
 

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kopt.eval.bench import BenchOptions, evaluate
-from kopt.cases import Case, load_cases
-from kopt.records import CaseResult, Status, TimingStats
-
 from conftest import SHIPPED
+from kopt.cases import Case, load_cases
+from kopt.eval.bench import BenchOptions, evaluate
+from kopt.records import CaseResult, Status, TimingStats
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 TINY = Case(id=1, batch=2, seqlen_k=9, kv_heads=2, gqa=2, kind="edge")
@@ -159,11 +158,11 @@ def _timed_row(runtime_ms: float, cold: bool = True) -> CaseResult:
 @pytest.fixture
 def fake_ceiling(monkeypatch):
     from kopt import roofline
-    from kopt.eval import calibrate
+    from kopt.eval import noise
 
     roof = roofline.Roofline(read_gbps=1000.0, copy_gbps=900.0, floor_ms=0.002)
     monkeypatch.setattr(roofline, "for_device", lambda *a, **k: roof)
-    monkeypatch.setattr(calibrate, "aa_spread", lambda *a, **k: None)
+    monkeypatch.setattr(noise, "aa_spread", lambda *a, **k: None)
 
 
 def test_implausible_when_faster_than_the_read_ceiling(fake_ceiling):

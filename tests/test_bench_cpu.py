@@ -5,11 +5,10 @@ import re
 
 from typer.testing import CliRunner
 
-from kopt.cli.main import app
-from kopt.workspace.ledger import load
-from kopt.records import CaseResult, parse_line
-
 from conftest import CANDIDATES, SHIPPED
+from kopt.cli.main import app
+from kopt.records import CaseResult, parse_line
+from kopt.workspace.ledger import load
 
 LINE = re.compile(r"^COMPILED:True CORRECT:True BACKEND:tilelang RUNTIME:\d+\.\d{4} REF_RUNTIME:\d+\.\d{4} "
                   r"SPEEDUP:\d+\.\d{4}x CASE:(\d+) DEVICE:cpu REF:torch-cpu STATUS:ok( [A-Z_]+:\S+)*$")
@@ -78,9 +77,9 @@ def test_honest_torch_candidate_ok(workspace):
 
 def test_baseline_failure_is_baseline_error_not_a_candidate_failure():
     """The child reports a failed baseline explicitly; the row stays correct with SPEEDUP NA."""
-    from kopt.eval import bench
     from kopt.cases import load_cases
-    from kopt.eval.child import Outcome, WorkerResult
+    from kopt.eval import bench
+    from kopt.eval.jobs import Outcome, WorkerResult
     from kopt.records import Status, TimingStats
 
     t = TimingStats(method="host", median_ms=1.0, q1_ms=1.0, q3_ms=1.0, min_ms=1.0, n=3, rel_iqr=0.0)
@@ -111,16 +110,16 @@ def test_candidate_id_covers_imported_sibling_modules(tmp_path):
 
 def test_device_detection_without_torch_import():
     """`--device auto` asks the driver and torch/version.py before importing torch (seconds on some hosts)."""
-    from kopt.eval import bench
+    from kopt import hardware
 
-    assert bench._version_says_cuda("cuda: Optional[str] = '13.0'\n") is True
-    assert bench._version_says_cuda("debug = False\ncuda = '12.1'\n") is True
-    assert bench._version_says_cuda("cuda: Optional[str] = None\n") is False
-    assert bench._version_says_cuda("__version__ = '2.13.0'\n") is None
-    assert bench._torch_cuda_build() in (True, False, None)
-    n = bench._driver_gpu_count()
+    assert hardware._version_says_cuda("cuda: Optional[str] = '13.0'\n") is True
+    assert hardware._version_says_cuda("debug = False\ncuda = '12.1'\n") is True
+    assert hardware._version_says_cuda("cuda: Optional[str] = None\n") is False
+    assert hardware._version_says_cuda("__version__ = '2.13.0'\n") is None
+    assert hardware._torch_cuda_build() in (True, False, None)
+    n = hardware._driver_gpu_count()
     assert isinstance(n, int) and n >= 0
     import torch
 
     expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert bench.resolve_device("auto") == expected and bench.resolve_device("cpu") == "cpu"
+    assert hardware.resolve_device("auto") == expected and hardware.resolve_device("cpu") == "cpu"

@@ -16,9 +16,9 @@ def _report_meta(path) -> dict:
 
 
 def test_committed_plots_and_report_match_the_ledger(tmp_path):
+    from kopt.report import build
     from kopt.report.campaign import load_campaign
     from kopt.report.plot import make_plots, png_text
-    from kopt.report import build
 
     c = load_campaign(REPO)
     fresh = make_plots(REPO, tmp_path / "plots", campaign=c)

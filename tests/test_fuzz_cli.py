@@ -18,10 +18,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import REPO
 from kopt.cases import load_cases
 from kopt.errors import CaseError
-
-from conftest import REPO
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 #: 60 examples per test keep the file well under a minute; raise KOPT_FUZZ_EXAMPLES for a deeper local run.

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from kopt.executor import pool as gpupool
 from kopt.errors import UsageError
+from kopt.executor import pool as gpupool
 
 FAKE = ["3", "5", "7"]
 
@@ -79,17 +79,17 @@ def test_run_needs_gpus():
 
 def test_spread_verdict_has_the_same_groups(workspace):
     """The Verdict over a pool (fake GPU ids, CPU runs): perf, matrix and hidden rows, in order, recorded."""
-    from kopt.eval.bench import BenchOptions
-    from kopt.cases import CaseFile, MatrixEntry, VerifySpec, load_cases, select
-    from kopt.workspace.ledger import load
-    from kopt.records import CaseResult
-
     from conftest import CANDIDATES
+    from kopt.cases import CaseFile, MatrixEntry, VerifySpec, load_cases, select
+    from kopt.eval import verdict
+    from kopt.eval.bench import BenchOptions
+    from kopt.records import CaseResult
+    from kopt.workspace.ledger import load
 
     cf = CaseFile(cases=select(load_cases(), [2, 3]),
                   verify=VerifySpec(seeds=1, matrix=[MatrixEntry(cases=[3], dtype="bf16")], hidden=1))
     seen = []
-    v = gpupool.run_verdict(CANDIDATES / "torch_honest.py", cf, BenchOptions(device="cpu", quick=True), [2],
+    v = verdict.run_on_gpus(CANDIDATES / "torch_honest.py", cf, BenchOptions(device="cpu", quick=True), [2],
                             seen.append, ["0", "1"])
     assert [r.case for r in v.perf] == [2] and [r.case for r in v.matrix] == [3] and len(v.hidden) == 1
     assert v.passed and len(seen) == 3 and all(r.mode == "verdict" for r in v.rows)

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from kopt.workspace import ledger, status as loop, ranking
 from kopt.records import CaseResult
+from kopt.workspace import iterations, ledger, ranking
 
 THR = 0.01
 
@@ -23,7 +23,7 @@ THR = 0.01
     (1.005, 1.005, "not improved", "neither gains"),
 ])
 def test_both_geomeans_decide(uni, rag, outcome, words):
-    j = loop.judge(1.5 * uni, 1.2 * rag, False, 1.5, 1.2, THR)
+    j = iterations.judge(1.5 * uni, 1.2 * rag, False, 1.5, 1.2, THR)
     assert j.outcome == outcome and words in j.reason, j.reason
     assert f"uniform {(uni - 1) * 100:+.1f}%" in j.reason and f"ragged {(rag - 1) * 100:+.1f}%" in j.reason
 
@@ -34,17 +34,17 @@ def test_both_geomeans_decide(uni, rag, outcome, words):
     (None, None, "neither verdict has a ragged geomean"),
 ])
 def test_without_a_ragged_geomean_the_uniform_rule_decides_and_says_so(rag, best_rag, words):
-    up = loop.judge(1.52, rag, False, 1.5, best_rag, THR)
-    flat = loop.judge(1.505, rag, False, 1.5, best_rag, THR)
+    up = iterations.judge(1.52, rag, False, 1.5, best_rag, THR)
+    flat = iterations.judge(1.505, rag, False, 1.5, best_rag, THR)
     assert (up.outcome, flat.outcome) == ("improved", "not improved")
     assert words in up.reason and "judged by the uniform geomean alone" in up.reason
 
 
 def test_first_and_failed_verdicts():
-    assert loop.judge(1.0, 1.0, False, None, None, THR).outcome == "improved"
-    assert loop.judge(2.0, 2.0, True, 1.0, 1.0, THR).outcome == "failed"
-    assert loop.judge(None, 2.0, False, 1.0, 1.0, THR).outcome == "failed"
-    assert loop.outcome(1.02, False, 1.0, THR) == "improved"  # the uniform rule, as before
+    assert iterations.judge(1.0, 1.0, False, None, None, THR).outcome == "improved"
+    assert iterations.judge(2.0, 2.0, True, 1.0, 1.0, THR).outcome == "failed"
+    assert iterations.judge(None, 2.0, False, 1.0, 1.0, THR).outcome == "failed"
+    assert iterations.outcome(1.02, False, 1.0, THR) == "improved"  # the uniform rule, as before
 
 
 def _row(cid: str, case: int, kind: str, speedup: float, **kw) -> dict:
@@ -113,4 +113,4 @@ def test_status_judges_iterations_by_both_geomeans(tmp_path, monkeypatch):
     assert "why: iteration 3" in text and "ragged" in text
 
     verdict(1.6, 1.45)  # iteration 3's candidate re-verified: its latest verdict is the one judged
-    assert loop.history(ws)[-1].geomean_ragged == pytest.approx(1.45)
+    assert iterations.history(ws)[-1].geomean_ragged == pytest.approx(1.45)

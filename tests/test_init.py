@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kopt.workspace import journal
 from kopt.cli.main import app
 from kopt.errors import KoptError
 from kopt.paths import TEMPLATES
+from kopt.workspace import journal
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED = ["README.md", "SKILL.md", "HINTS.md", "ITERATIONS.md", "candidates.jsonl", "bench/cases.yaml",

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kopt.integrity import RULES, Finding, static_check
-
 from conftest import SHIPPED
+from kopt.integrity import RULES, Finding, static_check
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 HEAD = ("BACKEND = \"tilelang\"\n\n\n"
@@ -170,7 +169,8 @@ def test_warnings(tmp_path, code, body):
 
 
 def test_reraise_in_handler_is_fine(tmp_path):
-    body = "def f(x):\n    try:\n        return g(x)\n    except Exception as e:\n        raise ValueError('bad') from e\n"
+    body = ("def f(x):\n    try:\n        return g(x)\n    except Exception as e:\n"
+            "        raise ValueError('bad') from e\n")
     assert not _check(tmp_path, body)
 
 

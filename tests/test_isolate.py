@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from kopt.cases import Case
 from kopt.eval import bench
 from kopt.eval.bench import BenchOptions
-from kopt.cases import Case
-from kopt.eval.child import Child, Job, run_jobs
+from kopt.eval.child import Child, run_jobs
+from kopt.eval.jobs import Job
 from kopt.records import Status
 
 ADV = Path(__file__).resolve().parent / "adversarial"

@@ -11,15 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kopt import atomic
-from kopt.workspace import journal, ledger
-from kopt.errors import UsageError
-from kopt.workspace.journal import Entry
-from kopt.records import CaseResult
-
 from conftest import failure, kopt
+from kopt import atomic
+from kopt.errors import UsageError
+from kopt.records import CaseResult
+from kopt.workspace import journal, ledger, log
+from kopt.workspace.journal import Entry
 from kopt.workspace.vcs import candidate_hash
-
 
 pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 
@@ -177,8 +175,8 @@ def test_log_outside_git_falls_back_to_last_entry(tmp_path, monkeypatch):
     ws.mkdir()
     monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
     (ws / "ITERATIONS.md").write_text(journal.render([Entry(number=5, title="old")]))
-    e = journal.log_iteration(ws, hypothesis="h")
+    e = log.log_iteration(ws, hypothesis="h")
     assert e.number == 6 and "not a git repository" in e.sections["Changes"]
     assert "no verdict rows" in e.sections["Bench"]
     with pytest.raises(UsageError, match="editor closed"):
-        journal.log_iteration(ws, hypothesis="h", edit=lambda t: None)
+        log.log_iteration(ws, hypothesis="h", edit=lambda t: None)

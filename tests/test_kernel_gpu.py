@@ -63,7 +63,8 @@ def test_head_dim_64(kernel, cid, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kv_heads,gqa", [(32, 1), (8, 1), (1, 32), (1, 8), (2, 16)], ids=["MHA32", "MHA8", "MQA32", "MQA8", "G16"])
+@pytest.mark.parametrize("kv_heads,gqa", [(32, 1), (8, 1), (1, 32), (1, 8), (2, 16)], ids=["MHA32", "MHA8", "MQA32",
+                                                                                           "MQA8", "G16"])
 @pytest.mark.parametrize("page", [None, 256])
 def test_mha_mqa(kernel, kv_heads, gqa, page):
     c = _case(10, page_size=page or 0, seqlens="ragged")

@@ -2,8 +2,8 @@
 
 import json
 
-from kopt.workspace.ledger import append, load, load_dicts
 from kopt.records import CaseResult, Status
+from kopt.workspace.ledger import append, load, load_dicts
 
 
 def test_append_and_load_roundtrip(tmp_path):

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from kopt.workspace.ledger import append, load, load_dicts
 from kopt.records import CaseResult
+from kopt.workspace.ledger import append, load, load_dicts
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

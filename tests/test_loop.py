@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kopt.workspace import journal, ledger, status as loop
 from kopt.cli.main import app
 from kopt.records import CaseResult
+from kopt.workspace import iterations, journal, ledger, log, ranking
 from kopt.workspace.vcs import candidate_hash
 
 CASES = (1, 2, 3)
@@ -111,7 +111,7 @@ def test_whole_loop(tmp_path, monkeypatch):
     assert "[revert] solution from iter 1" in res.stdout
     assert (ws / "solution" / "tilelang" / "run_kernel.py").read_text() == first
     assert git.Repo(ws).head.commit.summary == "[revert] solution from iter 1"
-    assert loop.history(ws)[-1].iteration == 4, "a revert is not an iteration"
+    assert iterations.history(ws)[-1].iteration == 4, "a revert is not an iteration"
 
 
 def test_status_empty_workspace(tmp_path, monkeypatch):
@@ -127,14 +127,14 @@ def test_threshold_from_calibration(tmp_path, monkeypatch):
     ws = tmp_path / "w"
     kopt("init", ws)
     monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
-    assert loop.threshold(ws) == pytest.approx(0.03)         # no calibration: 3 x DEFAULT_SPREAD
+    assert iterations.threshold(ws) == pytest.approx(0.03)         # no calibration: 3 x DEFAULT_SPREAD
     fake_verdict(ws, 1.0)
     (ws / "results" / "calibration-cpu.json").write_text(json.dumps(
         {"device": "cpu", "timestamp": "t", "entries": [], "spread": 0.002}))
-    assert loop.threshold(ws) == pytest.approx(0.01)         # max(1%, 3 x 0.2%)
+    assert iterations.threshold(ws) == pytest.approx(0.01)         # max(1%, 3 x 0.2%)
     (ws / "results" / "calibration-cpu.json").write_text(json.dumps(
         {"device": "cpu", "timestamp": "t", "entries": [], "spread": 0.02}))
-    assert loop.threshold(ws) == pytest.approx(0.06)
+    assert iterations.threshold(ws) == pytest.approx(0.06)
 
 
 def test_late_verdict_and_no_verdict(tmp_path, monkeypatch):
@@ -145,9 +145,9 @@ def test_late_verdict_and_no_verdict(tmp_path, monkeypatch):
     edit_solution(ws, 1)
     kopt("log", "--hypothesis", "h")
     kopt("commit", "-m", "no verdict yet")
-    assert loop.history(ws)[0].outcome == "failed"
+    assert iterations.history(ws)[0].outcome == "failed"
     fake_verdict(ws, 1.3)
-    it = loop.history(ws)[0]
+    it = iterations.history(ws)[0]
     assert (it.outcome, it.geomean) == ("improved", pytest.approx(1.3))
 
 
@@ -160,15 +160,16 @@ def test_outcomes_compare_iterations_on_one_device(tmp_path, monkeypatch):
         edit_solution(ws, k)
         fake_verdict(ws, speedup, device=device)
         if k == 3:  # the Bench section names the previous best on the same device
-            bench = journal.bench_section(ws)
+            bench = log.bench_section(ws)
             assert "previous best 1.400x (iter 2" in bench and "not improved" in bench, bench
         kopt("log", "--title", f"try {k}", "--hypothesis", f"h {k}", "--analysis", f"a {k}", "--next", f"n {k}")
         kopt("commit", "-m", f"try {k}")
-    hist = loop.history(ws)
+    hist = iterations.history(ws)
     assert [(it.device, it.outcome) for it in hist] == [
         ("cpu", "improved"), ("H200", "improved"), ("H200", "not improved"), ("cpu", "improved")]
     assert hist[1].best_before is None and hist[2].best_before == pytest.approx(1.4)
-    assert loop.best_iteration(hist, "H200").iteration == 2 and loop.best_iteration(hist, "cpu").iteration == 4
+    assert iterations.best_iteration(hist, "H200").iteration == 2 and iterations.best_iteration(hist,
+                                                                                                "cpu").iteration == 4
 
 
 def test_changes_count_from_the_last_iteration_commit(tmp_path, monkeypatch):
@@ -210,9 +211,9 @@ def test_bench_section_names_noisy_timings(tmp_path, monkeypatch):
                        device="H200", backend="tilelang", timing=stats(False), ref_timing=stats(c == 2))
             for c in CASES]
     ledger.append(ws / "candidates.jsonl", rows)
-    bench = journal.bench_section(ws)
+    bench = log.bench_section(ws)
     lines = {ln.split("|")[1].strip(): ln for ln in bench.splitlines() if ln.startswith("| ") and "---" not in ln}
     assert "| ref |" in lines["2"] and "| ref |" not in lines["1"], bench
     assert "Noisy timing" in bench and "case 2 (ref)" in bench
-    assert journal.noisy_sides({"timing": {"noisy": True}, "ref_timing": {"noisy": True}}) == "both"
-    assert journal.noisy_sides({"timing": None}) == ""
+    assert ranking.noisy_sides({"timing": {"noisy": True}, "ref_timing": {"noisy": True}}) == "both"
+    assert ranking.noisy_sides({"timing": None}) == ""

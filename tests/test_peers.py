@@ -7,15 +7,14 @@ import types
 
 import pytest
 
+from conftest import CANDIDATES, SHIPPED, kopt
 from kopt import baselines
 from kopt.baselines import hopper as baselines_hopper
-from kopt.eval import checks
 from kopt.baselines import torch_attention
 from kopt.cases import load_cases
+from kopt.eval import checks
 from kopt.reference import reference
 from kopt.workload import Workload, make_workload
-
-from conftest import CANDIDATES, SHIPPED, kopt
 
 
 def _case(i, **variant):
@@ -57,7 +56,8 @@ def fake_fa3(monkeypatch):
     flags = {"FLASHATTENTION_DISABLE_FP16": True, "FLASHATTENTION_DISABLE_PAGEDKV": True,
              "FLASHATTENTION_DISABLE_HDIM64": False, "FLASHATTENTION_DISABLE_SM8x": False}
     monkeypatch.setitem(sys.modules, "flash_attn_interface", None)  # the hopper build absent: import fails
-    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", types.SimpleNamespace(flash_attn_with_kvcache=flash_attn_with_kvcache))
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface",
+                        types.SimpleNamespace(flash_attn_with_kvcache=flash_attn_with_kvcache))
     monkeypatch.setitem(sys.modules, "flash_attn_config", types.SimpleNamespace(CONFIG={"build_flags": flags}))
     monkeypatch.setattr(baselines_hopper, "_capability", lambda: (9, 0))
     return calls
@@ -169,7 +169,8 @@ def test_fa3_mapping_and_build_flags(fake_fa3, monkeypatch):
     call = fake_fa3[-1]
     assert call["k"] is w.k_cache and call["page_table"] is None and call["num_splits"] == 0 and not call["causal"]
     assert baselines.pick(_case(3), "cuda", "fa3").na == "fp16 compiled out of this FA3 build (bf16 only)"
-    assert baselines.pick(_case(3, dtype="bf16", page_size=64), "cuda", "fa3").na == "paged KV compiled out of this FA3 build"
+    assert baselines.pick(_case(3, dtype="bf16", page_size=64), "cuda",
+                          "fa3").na == "paged KV compiled out of this FA3 build"
     monkeypatch.setattr(baselines_hopper, "dist_version", lambda *n: "0.0.3" if "fa3-fwd" in n else None)
     assert baselines.pick(c, "cuda", "fa3").name == "fa3_fwd-0.0.3"
     monkeypatch.setattr(baselines_hopper, "_capability", lambda: (7, 5))
@@ -213,7 +214,7 @@ def test_timed_calls_rotate_prepared_inputs():
 # ---------------------------------------------------------------- the child and the parent
 
 def _job(tmp_path, case, peers):
-    from kopt.eval.child import Job
+    from kopt.eval.jobs import Job
 
     return Job(candidate_path="x", case=case, device="cpu", seeds_correct=[7], seeds_timing=[7, 8],
                out_dir=str(tmp_path), peers=peers)
@@ -221,7 +222,7 @@ def _job(tmp_path, case, peers):
 
 def test_time_peers_na_failed_and_timed(tmp_path, monkeypatch):
     from kopt.eval import peers
-    from kopt.eval.child import WorkerResult
+    from kopt.eval.jobs import WorkerResult
     from kopt.timing import TimingOptions, rotating
 
     c = _case(2)
@@ -258,8 +259,10 @@ def test_settle_reports_a_wrong_peer_and_never_picks_it(tmp_path):
     def t(ms):
         return TimingStats(method="host", median_ms=ms, q1_ms=ms, q3_ms=ms, min_ms=ms, n=3, rel_iqr=0.0)
 
-    ps = [PeerResult(peer="fa2", ref="flash_attn-2.8.3", timing=t(1.0), ref_timing=t(2.0), speedup=2.0, speedup_ci=(1.9, 2.1)),
-          PeerResult(peer="fa3", ref="fa3_fwd-0.0.3", timing=t(1.0), ref_timing=t(0.5), speedup=0.5, speedup_ci=(0.4, 0.6)),
+    ps = [PeerResult(peer="fa2", ref="flash_attn-2.8.3", timing=t(1.0), ref_timing=t(2.0), speedup=2.0,
+                     speedup_ci=(1.9, 2.1)),
+          PeerResult(peer="fa3", ref="fa3_fwd-0.0.3", timing=t(1.0), ref_timing=t(0.5), speedup=0.5,
+                     speedup_ci=(0.4, 0.6)),
           PeerResult(peer="flashinfer", ref="flashinfer", na="needs CUDA")]
     r = CaseResult(row_id="r", case=2, seed=5, peers=ps, status=Status.ok)
     peers.settle(r, c, "cpu", tmp_path)
@@ -305,7 +308,9 @@ def test_panel_best_peer_geomeans_and_na_reasons():
     assert p.geomean_peer("fa3") == (pytest.approx(3.0), 1)
     head, body = peers_panel.table(p)
     assert head[4:8] == ["fa2 ms (x)", "fa2-paged ms (x)", "fa3 ms (x)", "torch ms (x)"]
-    assert body[1][4:8] == ["0.1890 (1.89x)", "0.1270 (1.27x)", "NA", "NA"] and body[1][-3:] == ["fa2-paged", "1.27x", "1.26-1.28"]
+    assert body[1][4:8] == ["0.1890 "
+                            "(1.89x)", "0.1270 "
+                                       "(1.27x)", "NA", "NA"] and body[1][-3:] == ["fa2-paged", "1.27x", "1.26-1.28"]
     text = "\n".join(peers_panel.notes(p))
     assert "NA fa3 on case(s) 7: wrong: max abs err 1" in text and "NA fa3 on case(s) 15: fp16 compiled out" in text
     assert "ragged: 2.00x (1 cases)" in text and "over fa2 (fa2-1.0): " in text
@@ -338,8 +343,8 @@ def test_peers_cli_cpu_end_to_end(workspace):
     r = kopt("peers", "--device", "cpu", "--case", "2", "--quick", "--candidate", SHIPPED)
     assert r.exit_code == 0, r.output
     assert "| 2 | edge |" in r.stdout and "NA fa3 on case(s) 2: needs CUDA" in r.stdout
-    from kopt.workspace.ledger import load
     from kopt.records import CaseResult
+    from kopt.workspace.ledger import load
 
     row = load(CaseResult, workspace / "candidates.jsonl").rows[-1]
     assert row.mode == "peers" and row.correct and row.ref.startswith("torch-cpu-") and row.speedup

@@ -29,7 +29,8 @@ def score(dim) -> str:
 
 def test_occupancy_small_grid_is_pattern_a():
     d = dg.occupancy(ev(), k(grid_size=32, block_size=128, achieved_occupancy_pct=6))
-    assert score(d) == "limiting" and "A" in d.patterns and d.evidence["grid_per_unit"] == pytest.approx(32 / 132, rel=1e-3)
+    assert score(d) == "limiting" and "A" in d.patterns and d.evidence["grid_per_unit"] == pytest.approx(32 / 132,
+                                                                                                         rel=1e-3)
 
 
 def test_occupancy_nearly_full_grid_is_watch_and_full_grid_ok():
@@ -109,7 +110,8 @@ def test_ragged_case_15_plan_leaves_most_units_idle():
                         c15.seqlen_k, 132)
     assert b.ctas == 2 * 8 * 16 and b.imbalance == pytest.approx(6.79, abs=0.01)
     d = dg.tail(ev(balance=b), k(grid_size=256, waves_per_sm=0.97))
-    assert score(d) == "limiting" and "C" in d.patterns and d.evidence["plan_imbalance"] == pytest.approx(6.788, abs=1e-3)
+    assert score(d) == "limiting" and "C" in d.patterns and d.evidence["plan_imbalance"] == pytest.approx(6.788,
+                                                                                                          abs=1e-3)
     assert "busiest SM reads 6.79x the mean keys" in d.reason and d.evidence["plan"].startswith("block_N 64 x 2")
     # the same grid on uniform lengths is even: the wave score alone (0.97 waves, ok) stays as it was
     u, _ = plan_balance({"block_N": 64, "num_splits": 2}, [32768] * 16, 8, 32768, 132)
@@ -126,10 +128,10 @@ def test_tail_from_the_plan_alone_and_its_na_reason():
 
 
 def test_profile_reads_the_plan_from_the_ledger(workspace):
-    from kopt.workspace import ledger
     from kopt.cases import load_cases
     from kopt.profile.runner import _balance
     from kopt.records import CaseResult
+    from kopt.workspace import ledger
 
     c18 = next(c for c in load_cases() if c.id == 18)
     b, why = _balance(workspace, "abc", c18, 0, 132, "H200")

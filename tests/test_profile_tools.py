@@ -185,7 +185,8 @@ def test_parse_ncu_csv_real_h200():
 
 def test_parse_ncu_details_page():
     text = ('"ID","Kernel Name","Block Size","Grid Size","Section Name","Metric Name","Metric Unit","Metric Value"\n'
-            '"0","k","(128, 1, 1)","(8, 2, 1)","Command line profiler metrics","gpu__time_duration.sum","msecond","0.02"\n'
+            '"0","k","(128, 1, 1)","(8, 2, 1)","Command line profiler '
+            'metrics","gpu__time_duration.sum","msecond","0.02"\n'
             '"0","k","(128, 1, 1)","(8, 2, 1)","Command line profiler metrics","dram__bytes.sum","Kbyte","2.5"\n')
     (k,) = ncu.parse_csv(text)
     assert k.metrics["duration_ns"] == pytest.approx(20000) and k.metrics["dram_bytes"] == pytest.approx(2500)
@@ -260,7 +261,8 @@ def test_metax_adapters_with_fake_tools(tmp_path, monkeypatch):
     assert trace.name == "tracer_out-4242.json" and trace.parent == out / "mctracer"
     merged = _merge_metax(counters, metax.tracer_kernels(load_trace(trace)))
     split = merged[0]
-    assert split.name == "decode_split_kernel" and split.metrics["grid_size"] == 64 and split.metrics["tensor_pct"] == 2.5
+    assert (split.name == "decode_split_kernel" and split.metrics["grid_size"] == 64
+            and split.metrics["tensor_pct"] == 2.5)
     d = dg.diagnose(dg.Evidence(kernels=merged, units=104, unit_name="AP", vendor="metax"))
     dims = {x.key: x for x in d.dimensions}
     assert dims["occupancy"].score.value == "limiting" and "104 APs" in dims["occupancy"].reason

@@ -19,10 +19,10 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import REPO
-from kopt.tune import table
 from kopt.cli.main import app
-from kopt.workspace.ledger import load
 from kopt.records import CaseResult
+from kopt.tune import table
+from kopt.workspace.ledger import load
 from test_tune import CANDIDATE
 
 TASK_TITLE = "ray::node_task"   # the process title Ray gives a worker while it runs kopt's task
@@ -287,8 +287,8 @@ def test_dead_address_and_candidate_outside_a_shipped_workspace(workspace, tmp_p
     pytest.importorskip("ray")
     from kopt.candidate import content_hash
     from kopt.errors import UsageError
-    from kopt.executor.ray import RayExecutor, _probe
     from kopt.executor.node import stale_copy
+    from kopt.executor.ray import RayExecutor, _probe
 
     with pytest.raises(UsageError, match="no Ray cluster answers"):
         _probe(f"127.0.0.1:{_free_port()}")

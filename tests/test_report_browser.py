@@ -6,17 +6,15 @@ Skipped, with a message, where no Chromium is installed (Debian: `apt-get instal
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
-from kopt.report import browser
-from kopt.workspace import ledger
+from conftest import REPO, kopt
 from kopt.paths import ledger_file
 from kopt.records import CaseResult
+from kopt.report import browser
+from kopt.workspace import ledger
 from kopt.workspace.vcs import candidate_hash
-
-from conftest import REPO, kopt
 
 pytestmark = pytest.mark.skipif(browser.find() is None,
                                 reason="no headless Chromium (apt-get install chromium): browser check skipped")

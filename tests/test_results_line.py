@@ -23,7 +23,8 @@ def test_seed_fields_first_in_order():
     line = machine_line(_row())
     m = GRAMMAR.match(line)
     assert m, line
-    assert line.startswith("COMPILED:True CORRECT:True BACKEND:tilelang RUNTIME:0.0623 REF_RUNTIME:0.0618 SPEEDUP:0.9920x ")
+    assert line.startswith("COMPILED:True CORRECT:True BACKEND:tilelang RUNTIME:0.0623 REF_RUNTIME:0.0618 "
+                           "SPEEDUP:0.9920x ")
     assert m["case"] == "10" and m["refname"] == "flash_attn-2.8.3" and m["status"] == "ok"
     assert "\n" not in line
 
@@ -42,7 +43,8 @@ def test_not_measured_is_NA():
 
 
 def test_extras_and_tokens_without_spaces():
-    t = TimingStats(method="cupti", median_ms=0.06, q1_ms=0.059, q3_ms=0.061, min_ms=0.058, n=200, rel_iqr=0.03, noisy=False)
+    t = TimingStats(method="cupti", median_ms=0.06, q1_ms=0.059, q3_ms=0.061, min_ms=0.058, n=200, rel_iqr=0.03,
+                    noisy=False)
     line = machine_line(_row(timing=t, speedup_ci=(0.98, 1.01), device="NVIDIA H200 NVL", gbps=3500.0, pct_peak=82.1))
     f = parse_line(line)
     assert f["DEVICE"] == "NVIDIA_H200_NVL" and f["SPEEDUP_CI"] == "0.9800-1.0100" and f["NOISY"] == "0"

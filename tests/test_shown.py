@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from kopt.workspace import ledger
 from kopt.paths import ledger_file
 from kopt.records import CaseResult, TimingStats
 from kopt.report.shown import ranges, shown_candidate
+from kopt.workspace import ledger
 from kopt.workspace.vcs import candidate_hash
 
 PERF = range(4, 15)

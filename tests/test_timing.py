@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from kopt import timing
-from kopt.timing import cupti
+from kopt.timing import CALL_RANGE, Samples, TimingOptions, cupti
 from kopt.timing.stats import StopRule
-from kopt.timing import CALL_RANGE, Samples, TimingOptions
 
 
 def _busy(ms: float):

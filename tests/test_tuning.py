@@ -9,11 +9,10 @@ import warnings
 
 import pytest
 
-from kopt.tune import table as tuning
-from kopt.errors import LedgerError
-from kopt.tune.table import TuningRow
-
 from conftest import REPO
+from kopt.errors import LedgerError
+from kopt.tune import table as tuning
+from kopt.tune.table import TuningRow
 
 LOOKUP_PY = REPO / "solution" / "tilelang" / "tuning_lookup.py"
 

@@ -10,12 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kopt.workspace import ledger, vcs
+from conftest import failure, kopt
 from kopt.cli.main import app, main
 from kopt.records import CaseResult
-
-from conftest import failure, kopt
-
+from kopt.workspace import ledger, vcs
 
 pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 
@@ -223,12 +221,12 @@ def test_commit_regenerates_plots_and_report(ws):
 
 
 def test_commit_goes_ahead_when_the_views_fail(ws, monkeypatch):
-    from kopt import report
+    from kopt.report import page
 
     def boom(ws, screenshot=None):
         raise RuntimeError("no figures today")
 
-    monkeypatch.setattr(report, "refresh", boom)
+    monkeypatch.setattr(page, "refresh", boom)
     edit(ws)
     res = kopt("commit", "-m", "first try")
     assert res.exit_code == 0 and "plots and report not regenerated: RuntimeError: no figures today" in res.stderr

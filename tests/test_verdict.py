@@ -6,10 +6,9 @@ import random
 
 import pytest
 
-from kopt.eval.bench import hidden_variant, reshaped
-from kopt.cases import load_file
-from kopt.records import CaseResult
+from kopt.cases import hidden_variant, load_file, reshaped
 from kopt.eval.verdict import Verdict, hidden_cases, plan
+from kopt.records import CaseResult
 
 
 def row(case: int, kind: str, speedup, pct=None, correct=True) -> CaseResult:
@@ -64,7 +63,8 @@ def test_hidden_shapes_of_ragged_cases_drop_their_lengths():
         assert h.variant.seqlens.value == "ragged" and h.valid_keys == h.batch * h.seqlen_k  # lengths drawn per seed
     for h in hidden_cases([by_id[15], by_id[16], by_id[17], by_id[18]], 4, random.Random(1)):
         assert h.kind == "perf" and h.lengths is None and h.variant.seqlens.value == "ragged"
-    assert reshaped(by_id[10], 2, 99).model_dump() == by_id[10].model_copy(update={"batch": 2, "seqlen_k": 99}).model_dump()
+    assert reshaped(by_id[10], 2, 99).model_dump() == by_id[10].model_copy(update={"batch": 2,
+                                                                                   "seqlen_k": 99}).model_dump()
 
 
 def test_rows_record_their_case_kind():

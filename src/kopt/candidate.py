@@ -51,8 +51,8 @@ def sources(path: Path) -> list[Path]:
 
 def content_hash(path: Path) -> str:
     """sha256 of the candidate file's bytes, followed by each sibling module it imports (name and
-    bytes): editing tl_decode_cuda.py beside run_kernel.py makes another candidate. The first 12
-    hex digits are the candidate id."""
+    bytes): editing tl_decode_cuda.py beside run_kernel.py makes another candidate. Its first
+    ID_LEN hex digits are the candidate id (short_id)."""
     files = sources(path)
     h = hashlib.sha256(Path(path).read_bytes())
     for f in files[1:]:
@@ -60,9 +60,18 @@ def content_hash(path: Path) -> str:
     return h.hexdigest()
 
 
+#: Hex digits of the content hash that make the candidate id (ledger rows, snapshots, tuning rows, commits).
+ID_LEN = 12
+
+
+def short_id(content_hash_hex: str) -> str:
+    """The candidate id of a content hash: its first ID_LEN hex digits (the one place this rule lives)."""
+    return content_hash_hex[:ID_LEN]
+
+
 def candidate_id(path: Path) -> str:
     """Short id of a candidate: its content hash prefix."""
-    return content_hash(path)[:12]
+    return short_id(content_hash(path))
 
 
 def load(path: Path) -> ModuleType:

@@ -97,7 +97,7 @@ class Case(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _check_lengths(self) -> "Case":
+    def _check_lengths(self) -> Case:
         if (self.kind == "ragged") != (self.lengths is not None):
             raise ValueError("a ragged case needs lengths, and only a ragged case may have them")
         if isinstance(self.lengths, list):
@@ -128,7 +128,7 @@ class Case(BaseModel):
         """Number of query heads."""
         return self.kv_heads * self.gqa
 
-    def with_variant(self, **overrides) -> "Case":
+    def with_variant(self, **overrides) -> Case:
         """A copy with some variant fields replaced (None values are ignored; page_size 0 means contiguous)."""
         upd = {k: v for k, v in overrides.items() if v is not None}
         if upd.get("page_size") == 0:
@@ -244,3 +244,18 @@ def select(cases: list[Case], ids: list[int] | None = None, kind: str | None = N
             raise CaseError(f"unknown case id {bad[0]}; valid ids: {valid}")
         return [by_id[i] for i in ids]
     return [c for c in cases if kind is None or c.kind == kind]
+
+
+def hidden_variant(case: Case) -> Case:
+    """A shape the candidate has never been shown: 3 more sequences, 13 more cache slots, ragged lengths."""
+    return reshaped(case, case.batch + 3, case.seqlen_k + 13).with_variant(seqlens="ragged")
+
+
+def reshaped(case: Case, batch: int, seqlen_k: int) -> Case:
+    """The case at another batch and cache length. A ragged case's own lengths fit only its own shape,
+    so its reshaped copy drops them and becomes a perf case (callers ask for seeded ragged lengths);
+    the copy is validated, never a silently inconsistent model_copy."""
+    data = case.model_dump() | {"batch": batch, "seqlen_k": seqlen_k}
+    if case.kind == "ragged":
+        data |= {"kind": "perf", "lengths": None}
+    return Case.model_validate(data)

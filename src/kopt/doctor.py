@@ -61,8 +61,10 @@ def _plan(d: dict) -> tuple[list[str], list[str]]:
     if d["cuda_available"]:
         yes.append("CUDA candidates on " + d["device"]["name"])
         (yes if d["flash_attn"] else no).append(
-            "flash_attn_with_kvcache baseline" + ("" if d["flash_attn"] else ": flash-attn not importable, torch-sdpa used and labelled"))
-        (yes if d["profilers"]["ncu"] else no).append("kopt profile --tool ncu" + ("" if d["profilers"]["ncu"] else ": ncu not found"))
+            "flash_attn_with_kvcache "
+            "baseline" + ("" if d["flash_attn"] else ": flash-attn not importable, torch-sdpa used and labelled"))
+        (yes if d["profilers"]["ncu"] else no).append("kopt profile --tool "
+                                                      "ncu" + ("" if d["profilers"]["ncu"] else ": ncu not found"))
     else:
         no.append("CUDA timing and the flash-attn baseline: no CUDA device (CPU runs use REF:torch-cpu)")
         no.append("kopt profile --tool ncu: no CUDA device (torch profiler fallback works)")

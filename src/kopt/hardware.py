@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -247,3 +248,61 @@ def copy_ceiling_gbps(
     write_cached(CopyCeiling(device=info.name, raw_name=info.raw_name, copy_gbps=gbps,
                              copy_bytes=COPY_BYTES, torch=tv), cache_dir)
     return gbps
+
+
+# ---------------------------------------------------------------- which device a run uses
+
+def resolve_device(device: str) -> str:
+    """auto -> cuda when a GPU is visible, else cpu; cuda without a GPU is a usage error."""
+    from kopt.errors import UsageError
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise UsageError(f"unknown device {device!r}; use auto, cuda or cpu")
+    if device == "cpu":
+        return "cpu"
+    if _driver_gpu_count() > 0 and _torch_cuda_build() is True:  # no torch import on the way to the child
+        return "cuda"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if device == "cuda":
+        raise UsageError("--device cuda but no CUDA device is visible")
+    return "cpu"
+
+
+def _driver_gpu_count() -> int:
+    """CUDA devices the driver sees (honours CUDA_VISIBLE_DEVICES), through libcuda alone; 0 when there
+    is no NVIDIA driver (CPU hosts, other vendors' runtimes), so the caller falls back to torch.
+    Importing torch costs seconds on some hosts; the evaluation child pays it anyway."""
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        n = ctypes.c_int(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
+            return 0
+        return n.value
+    except (OSError, AttributeError):
+        return 0
+
+
+def _torch_cuda_build() -> Optional[bool]:
+    """Whether the installed torch is a CUDA build, read from torch/version.py without importing
+    torch; None when that file cannot be read (the caller then imports torch)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except (AttributeError, TypeError, IndexError, OSError, ValueError):
+        return None
+    return _version_says_cuda(text)
+
+
+def _version_says_cuda(text: str) -> Optional[bool]:
+    """torch/version.py's `cuda` entry: a version string (True), None (False), absent (None)."""
+    import re
+
+    m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(\S+)", text, re.M)
+    return None if m is None else m.group(1) != "None"

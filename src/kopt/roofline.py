@@ -10,10 +10,11 @@ once per device and cached with the copy ceiling in results/hardware-<device>.js
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from kopt import hardware
 
@@ -95,7 +96,7 @@ def measure_read_gbps(device: str, nbytes: int = READ_BYTES, reps: int = 10) -> 
     for parts in (1, 4):
         buf = torch.zeros(nbytes // 4 // parts, dtype=torch.float32, device=device)
         sink = torch.zeros(1, dtype=torch.float32, device=device)
-        kernels = {"torch-sum": lambda: torch.sum(buf, dim=0, keepdim=True, out=sink)}
+        kernels = {"torch-sum": lambda buf=buf, sink=sink: torch.sum(buf, dim=0, keepdim=True, out=sink)}
         try:
             kernels.update(_triton_reads(buf))
         except Exception:  # no usable Triton: torch's sum alone

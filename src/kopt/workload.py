@@ -14,11 +14,11 @@ _TORCH_DTYPE = {DType.fp16: "float16", DType.bf16: "bfloat16"}
 class Workload:
     """One set of inputs in the candidate contract's layout."""
 
-    q: "object"                 # [B, 1, Hq, D]
-    k_cache: "object"           # [B, S, Hkv, D] or paged [num_blocks, page, Hkv, D]
-    v_cache: "object"
-    cache_seqlens: "object"     # [B] int32
-    block_table: Optional["object"]  # [B, max_pages] int32 or None
+    q: object                 # [B, 1, Hq, D]
+    k_cache: object           # [B, S, Hkv, D] or paged [num_blocks, page, Hkv, D]
+    v_cache: object
+    cache_seqlens: object     # [B] int32
+    block_table: Optional[object]  # [B, max_pages] int32 or None
     softmax_scale: float
     seed: int
 
@@ -81,11 +81,11 @@ def make_workload(case: Case, seed: int = 0, device: str = "cpu") -> Workload:
     seqlens = seqlens_for(case, seed, device)
     block_table = None
     if v.page_size:
-        k, vv, block_table = _page(k, vv, v.page_size, seed, device)
+        k, vv, block_table = page_cache(k, vv, v.page_size, seed, device)
     return Workload(q, k, vv, seqlens, block_table, d ** -0.5, seed)
 
 
-def _page(k, v, page: int, seed: int, device: str):
+def page_cache(k, v, page: int, seed: int, device: str):
     """Scatter contiguous KV into shuffled pages; returns (k_paged, v_paged, block_table int32)."""
     import torch
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Optional
 
-from kopt.baselines import Baseline, dist_version, prepared, unavailable
+from kopt.baselines.base import Baseline, dist_version, prepared, unavailable
 from kopt.cases import Case, DType
 from kopt.workload import Workload
 

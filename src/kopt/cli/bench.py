@@ -2,53 +2,57 @@
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Optional
 
 import typer
 
+from kopt.cli import options
 from kopt.cli.options import CaseSelection, VariantOpts, resolve_cases
 
 
 def command(
-    case: Optional[str] = typer.Option(None, "--case", "-c", help="Case ids: 10, or 1,4-6."),
-    all_: bool = typer.Option(False, "--all", help="Every case of bench/cases.yaml."),
-    candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py)."),
-    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
-    cold_cache: bool = typer.Option(True, "--cold-cache/--warm-cache", help="Flush L2 before each timed call (default)."),
-    flush: str = typer.Option("read", "--flush", help="Cold flush: read (a zeroed 2 x L2 buffer read; L2 left clean) | zero (written, nvbench-style: the call pays the write-back)."),
+    case: options.Case = None,
+    all_: options.AllCases = False,
+    candidate: options.Candidate = None,
+    device: options.Device = "auto",
+    cold_cache: bool = typer.Option(True, "--cold-cache/--warm-cache", help="Flush L2 before each timed call "
+                                                                            "(default)."),
+    flush: str = typer.Option("read", "--flush", help="Cold flush: read (a zeroed 2 x L2 buffer read; L2 left clean) | "
+                                                      "zero (written, nvbench-style: the call pays the write-back)."),
     graph: bool = typer.Option(False, "--graph", help="Hot timing: CUDA-graph replay of many calls."),
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,
     page_size: Optional[int] = VariantOpts.page_size,
     seqlens: Optional[str] = VariantOpts.seqlens,
-    machine: bool = typer.Option(False, "--machine", help="Only machine lines on stdout; logs on stderr."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    machine: options.Machine = False,
+    as_json: options.Json = False,
     no_record: bool = typer.Option(False, "--no-record", help="Do not append rows to candidates.jsonl."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     seeds: int = typer.Option(1, "--seeds", min=1, max=16, help="Fresh-seed correctness trials per case."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for verdicts)."),
-    baseline: str = typer.Option("auto", "--baseline", help="auto (flash-attn where it runs, else torch) | fa2 | fa2-paged | fa3 | flashinfer | torch: a named peer is NA where it cannot run, never replaced."),
-    config: Optional[str] = typer.Option(None, "--config", help="JSON config passed to run(config=...)."),
-    hidden: bool = typer.Option(False, "--hidden", help="Also check an unseen shape per case (batch+3, seqlen+13, ragged; untimed)."),
+    baseline: str = typer.Option("auto", "--baseline", help="auto (flash-attn where it runs, else torch) | fa2 | "
+                                                            "fa2-paged | fa3 | flashinfer | torch: a named peer is NA "
+                                                            "where it cannot run, never replaced."),
+    config: options.Config = None,
+    hidden: bool = typer.Option(False, "--hidden", help="Also check an unseen shape per case (batch+3, seqlen+13, "
+                                                        "ragged; untimed)."),
 ) -> None:
     """Compile, check and time a candidate against flash_attn_with_kvcache on one or more cases."""
     from kopt.baselines import BASELINE_CHOICES
-    from kopt.eval.bench import BenchOptions, evaluate
     from kopt.candidate import resolve
     from kopt.cli.output import emit_results
+    from kopt.eval.bench import BenchOptions, evaluate
     from kopt.paths import default_candidate
     from kopt.records import FLUSH_KINDS
 
     t0 = time.perf_counter()
     cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
     path = resolve(candidate or default_candidate())
-    opts = BenchOptions(device=device, cold=cold_cache, flush=_choice(flush, FLUSH_KINDS, "--flush"), graph=graph,
-                        timeout_s=timeout, record=not no_record, seeds=seeds, quick=quick,
-                        baseline=_choice(baseline, BASELINE_CHOICES, "--baseline"),
-                        config=_json(config), hidden=hidden)
+    opts = BenchOptions(device=device, cold=cold_cache, flush=options.choice(flush, FLUSH_KINDS, "--flush"),
+                        graph=graph, timeout_s=timeout, record=not no_record, seeds=seeds, quick=quick,
+                        baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
+                        config=options.config_json(config), hidden=hidden)
     def go(on_result, on_progress):
         opts.progress = on_progress
         return evaluate(path, cases, opts, on_result=on_result)
@@ -56,25 +60,3 @@ def command(
     results = emit_results(go, machine, as_json, total=len(cases), wall_start=t0)
     if not all(r.compiled and r.correct for r in results):
         raise typer.Exit(1)
-
-
-def _choice(v: str, allowed: tuple, flag: str) -> str:
-    from kopt.errors import UsageError
-
-    if v not in allowed:
-        raise UsageError(f"{flag} must be one of {', '.join(allowed)} (got {v!r})")
-    return v
-
-
-def _json(text: Optional[str]) -> Optional[dict]:
-    from kopt.errors import UsageError
-
-    if text is None:
-        return None
-    try:
-        v = json.loads(text)
-    except ValueError:
-        raise UsageError(f"--config is not valid JSON: {text[:60]!r}") from None
-    if not isinstance(v, dict):
-        raise UsageError("--config must be a JSON object")
-    return v

@@ -7,22 +7,23 @@ from typing import Optional
 
 import typer
 
+from kopt.cli import options
 from kopt.cli.options import CaseSelection, resolve_cases
 
 
 def command(
     case: str = typer.Option("10,12", "--case", "-c", help="Cases for the A/A runs."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate for the candidate-vs-itself run."),
-    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    device: options.Device = "auto",
     quick: bool = typer.Option(False, "--quick", help="Fewer samples (smoke runs)."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     as_json: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
 ) -> None:
     """Time the baseline and the candidate against themselves; store the A/A spread in results/."""
-    from kopt.eval import calibrate
-    from kopt.eval.bench import BenchOptions
     from kopt.candidate import resolve
     from kopt.cli.common import out_console
+    from kopt.eval import calibrate
+    from kopt.eval.bench import BenchOptions
     from kopt.paths import default_candidate
     from kopt.timing.stats import min_effect
 

@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-
 TEXT_TOP = 20
 #: (field, header, format; None = text) of the terminal tables.
 COLUMNS = [("rank", "#", "d"), ("candidate_id", "candidate", None), ("shown_as", "mark", None),
@@ -36,12 +35,12 @@ def command(
 ) -> None:
     """Rank candidates.jsonl: geomean speedup per candidate, uniform and ragged cases apart (verdict rows
     preferred), with the % of the roofline limit; best per case."""
-    from kopt.workspace import ranking
     from kopt.cli.common import err_console, out_console
     from kopt.errors import UsageError
     from kopt.paths import ledger_file, workspace
     from kopt.records import fmt_na
     from kopt.report.shown import shown_candidate
+    from kopt.workspace import ranking
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")

@@ -12,11 +12,11 @@ def command(
     with the plots and report regenerated from them."""
     import sys
 
-    from kopt.workspace import vcs
     from kopt.paths import relative, workspace
+    from kopt.workspace import commit
 
     ws = workspace()
-    res = vcs.commit_iteration(ws, message)
+    res = commit.commit_iteration(ws, message)
     print(f"{res.message}  {res.sha[:10]}  snapshot {res.snapshot.relative_to(ws).as_posix()}")
     if res.refreshed:
         print("refreshed " + ", ".join(relative(p, ws) for p in res.refreshed))

@@ -16,9 +16,9 @@ def command(
     replace: bool = typer.Option(False, "--replace", help="Rewrite the logged, not yet committed entry."),
 ) -> None:
     """Append `## Iteration N — title` to ITERATIONS.md; with no flags in a terminal, write it in $EDITOR."""
-    from kopt.workspace import journal
     from kopt.errors import UsageError
     from kopt.paths import workspace
+    from kopt.workspace import log
 
     edit = None
     if not any((title, hypothesis, analysis, next_)):
@@ -27,6 +27,6 @@ def command(
         from kopt.cli import common
 
         edit = common.edit_text
-    entry = journal.log_iteration(workspace(), title=title, hypothesis=hypothesis, analysis=analysis,
-                                  next_=next_, replace=replace, edit=edit)
+    entry = log.log_iteration(workspace(), title=title, hypothesis=hypothesis, analysis=analysis,
+                              next_=next_, replace=replace, edit=edit)
     print(f"logged iteration {entry.number} — {entry.title} (ITERATIONS.md)")

@@ -1,13 +1,32 @@
-"""Options shared by commands that select cases and variants."""
+"""Options shared by the commands, defined once: case selection, candidate, device, output mode, the
+variant knobs, and the checks of their values (one-line usage errors)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from kopt.errors import UsageError
+
+#: --case N | 1,4-6 (the cases of bench/cases.yaml a command runs).
+Case = Annotated[Optional[str], typer.Option("--case", "-c", help="Case ids: 10, or 1,4-6.")]
+#: --all: every case.
+AllCases = Annotated[bool, typer.Option("--all", help="Every case of bench/cases.yaml.")]
+#: --candidate PATH (default: the workspace's solution/tilelang/run_kernel.py).
+Candidate = Annotated[Optional[Path], typer.Option(
+    "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py).")]
+#: --device auto | cuda | cpu.
+Device = Annotated[str, typer.Option("--device", help="auto | cuda | cpu.")]
+#: --json: one JSON object on stdout instead of the human output.
+Json = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")]
+#: --machine: only machine lines on stdout.
+Machine = Annotated[bool, typer.Option("--machine", help="Only machine lines on stdout; logs on stderr.")]
+#: --config JSON passed to run(config=...).
+Config = Annotated[Optional[str], typer.Option("--config", help="JSON config passed to run(config=...).")]
 
 
 class VariantOpts:
@@ -52,3 +71,23 @@ def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None,
         raise UsageError("--case and --all are exclusive")
     cases = select(load_cases(), parse_ids(sel.case))
     return [c.with_variant(dtype=dtype, head_dim=head_dim, page_size=page_size, seqlens=seqlens) for c in cases]
+
+
+def choice(v: str, allowed: tuple, flag: str) -> str:
+    """v when it is one of `allowed`, else a usage error naming the flag."""
+    if v not in allowed:
+        raise UsageError(f"{flag} must be one of {', '.join(allowed)} (got {v!r})")
+    return v
+
+
+def config_json(text: Optional[str]) -> Optional[dict]:
+    """The --config text as a dict (None when absent); not a JSON object is a usage error."""
+    if text is None:
+        return None
+    try:
+        v = json.loads(text)
+    except ValueError:
+        raise UsageError(f"--config is not valid JSON: {text[:60]!r}") from None
+    if not isinstance(v, dict):
+        raise UsageError("--config must be a JSON object")
+    return v

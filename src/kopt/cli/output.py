@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kopt.records import CaseResult, fmt_na, machine_line
 
@@ -76,7 +76,7 @@ def table(results: list[CaseResult]) -> None:
     for r in results:
         ci = f"{r.speedup_ci[0]:.3f}-{r.speedup_ci[1]:.3f}" if r.speedup_ci else "NA"
         style = "green" if r.correct else "red"
-        t.add_row(str(r.case), r.variant, f"[{style}]{r.status.value}[/{style}]", fmt_na(r.runtime_ms), fmt_na(r.ref_runtime_ms),
-                  fmt_na(r.speedup, "{:.3f}x"), ci, fmt_na(r.gbps, "{:.0f}"), fmt_na(r.pct_peak, "{:.1f}"),
-                  fmt_na(r.pct_limit, "{:.1f}"), r.ref, r.device)
+        t.add_row(str(r.case), r.variant, f"[{style}]{r.status.value}[/{style}]", fmt_na(r.runtime_ms),
+                  fmt_na(r.ref_runtime_ms), fmt_na(r.speedup, "{:.3f}x"), ci, fmt_na(r.gbps, "{:.0f}"),
+                  fmt_na(r.pct_peak, "{:.1f}"), fmt_na(r.pct_limit, "{:.1f}"), r.ref, r.device)
     out_console().print(t)

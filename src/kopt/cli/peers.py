@@ -9,54 +9,59 @@ from typing import Optional
 
 import typer
 
+from kopt.cli import options
 from kopt.cli.options import CaseSelection, VariantOpts, resolve_cases
 
 
 def command(
-    case: Optional[str] = typer.Option(None, "--case", "-c", help="Case ids: 10, or 1,4-6."),
+    case: options.Case = None,
     all_: bool = typer.Option(False, "--all", help="Every case of bench/cases.yaml."),
-    candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py)."),
-    peers: Optional[str] = typer.Option(None, "--peers", help="Comma-separated subset of fa2,fa2-paged,fa3,flashinfer,torch (default: all)."),
-    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    candidate: options.Candidate = None,
+    peers: Optional[str] = typer.Option(None, "--peers", help="Comma-separated subset of "
+                                                              "fa2,fa2-paged,fa3,flashinfer,torch (default: all)."),
+    device: options.Device = "auto",
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,
     page_size: Optional[int] = VariantOpts.page_size,
     seqlens: Optional[str] = VariantOpts.seqlens,
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (the panel's rows and notes)."),
     no_record: bool = typer.Option(False, "--no-record", help="No ledger rows, no files under results/."),
-    out: Optional[Path] = typer.Option(None, "--out", help="CSV file (default results/<backend>/peers-<device>-<date>.csv)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="CSV file (default "
+                                                           "results/<backend>/peers-<device>-<date>.csv)."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for results)."),
 ) -> None:
     """Time the candidate against every available peer (FA2, FA2 paged-256, FA3, FlashInfer, torch SDPA), per case."""
-    from kopt.eval import peers as lib
-    from kopt.report import panel as peers_panel
-    from kopt.eval.bench import BenchOptions
     from kopt.candidate import resolve
     from kopt.cli.common import err_console
+    from kopt.eval import bench
+    from kopt.eval.bench import BenchOptions
+    from kopt.eval.peers import check_names
     from kopt.paths import default_candidate, workspace
+    from kopt.report import panel
 
     t0 = time.perf_counter()
     cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
-    names = lib.check_names([p.strip() for p in peers.split(",")]) if peers is not None else None
+    names = check_names([p.strip() for p in peers.split(",")]) if peers is not None else None
     path = resolve(candidate or default_candidate())
     err = err_console()
     opts = BenchOptions(device=device, timeout_s=timeout, record=not no_record, quick=quick)
 
     def on_result(r):
         if not as_json:
-            err.print(f"[dim]case {r.case}: {r.status.value}[/dim]" + (f" [yellow]{r.message}[/yellow]" if r.message else ""),
+            err.print(f"[dim]case {r.case}: "
+                      f"{r.status.value}[/dim]" + (f" [yellow]{r.message}[/yellow]" if r.message else ""),
                       highlight=False, soft_wrap=True)
 
-    rows = lib.run(path, cases, opts, names, on_result)
-    files = [] if no_record else lib.write_results(rows, cases, workspace(), out)
-    panel = peers_panel.build([r.model_dump(mode="json") for r in rows], {c.id: c.kind for c in cases})
+    rows = bench.evaluate_peers(path, cases, opts, names, on_result)
+    files = [] if no_record else panel.write_results(rows, cases, workspace(), out)
+    p = panel.build([r.model_dump(mode="json") for r in rows], {c.id: c.kind for c in cases})
     if as_json:
-        print(json.dumps({"notes": peers_panel.notes(panel), "files": [str(f) for f in files],
+        print(json.dumps({"notes": panel.notes(p), "files": [str(f) for f in files],
                           "rows": [r.model_dump(mode="json") for r in rows],
                           "wall_s": round(time.perf_counter() - t0, 2)}))
     else:  # markdown: readable in a terminal, and the table results/ keeps
-        print(peers_panel.markdown(panel), end="", flush=True)
+        print(panel.markdown(p), end="", flush=True)
         for f in files:
             err.print(f"[dim]wrote {f}[/dim]", highlight=False)
     if not all(r.compiled and r.correct for r in rows):

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import typer
 
+from kopt.cli import options
 from kopt.cli.options import VariantOpts
 
 
 def command(
     case: int = typer.Option(..., "--case", "-c", help="Case id of bench/cases.yaml."),
     tool: str = typer.Option("auto", "--tool", help="auto | ncu | torch | mcprofiler | mctracer."),
-    candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py)."),
-    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    candidate: options.Candidate = None,
+    device: options.Device = "auto",
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,
     page_size: Optional[int] = VariantOpts.page_size,
@@ -22,7 +22,8 @@ def command(
     seed: int = typer.Option(0, "--seed", help="Input seed."),
     warmup: int = typer.Option(5, "--warmup", min=1, help="Calls before the profiled one (the first compiles)."),
     calls: int = typer.Option(3, "--calls", min=1, max=50, help="Calls recorded in the timeline."),
-    timeline: bool = typer.Option(True, "--timeline/--no-timeline", help="Also record a timeline beside ncu/mcProfiler counters."),
+    timeline: bool = typer.Option(True, "--timeline/--no-timeline", help="Also record a timeline beside ncu/mcProfiler "
+                                                                         "counters."),
     kernel_name: Optional[str] = typer.Option(None, "--kernel-name", help="mcProfiler kernel-name filter."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per profiler run, seconds."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object (summary.json) on stdout."),

@@ -17,11 +17,10 @@ def command(
                                     help="Also write a PNG of the rendered page beside it (headless Chromium)."),
 ) -> None:
     """The shown candidate, every case, plots, peers, trajectory and the latest diagnosis, plots inlined."""
-    from kopt.report import browser
     from kopt.cli.common import err_console
     from kopt.errors import BrowserError
     from kopt.paths import workspace
-    from kopt.report import build
+    from kopt.report import browser, build
 
     if screenshot and browser.find() is None:  # before any work: the page alone is not what was asked
         raise BrowserError("--screenshot needs a headless Chromium (Debian: apt-get install chromium)")

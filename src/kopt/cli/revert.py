@@ -9,8 +9,8 @@ def command(
     target: str = typer.Argument("best", help="Iteration number, or 'best' (best geomean in the ledger)."),
 ) -> None:
     """Restore solution/ from snapshot N (or the best candidate's) as a new revert commit, never a reset."""
-    from kopt.workspace import vcs
     from kopt.paths import workspace
+    from kopt.workspace import vcs
 
     res = vcs.revert(workspace(), target.strip().lower())
     print(f"{res.message}  {res.sha[:10]}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from typing import Optional
 
 import typer
@@ -35,11 +34,11 @@ def command(
     device: Optional[str] = typer.Option(None, "--device", help="Rank and list best-per-case rows of one device only."),
 ) -> None:
     """Where the loop stands; after 3 non-improving iterations, the re-profile protocol."""
-    from kopt.workspace import status as loop
     from kopt.cli.common import out_console
     from kopt.paths import workspace
+    from kopt.workspace import status
 
-    rep = loop.status(workspace(), last=last, record=not no_record, device=device)
+    rep = status.status(workspace(), last=last, record=not no_record, device=device)
     if as_json:
         print(json.dumps(rep.to_dict(), indent=2))
         return

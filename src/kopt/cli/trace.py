@@ -16,8 +16,10 @@ def summarize(
     file: Path = typer.Argument(..., help="Chrome-trace JSON (.json or .json.gz): torch.profiler or mcTracer."),
     top: int = typer.Option(10, "--top", min=1, help="Kernels to show."),
     units: Optional[int] = typer.Option(None, "--units", min=1, help="SM/AP count (default: from the trace)."),
-    device_profile: Optional[str] = typer.Option(None, "--device-profile", help="Units from a hardware.yaml profile, e.g. H200, C500."),
-    blocks_per_unit: Optional[int] = typer.Option(None, "--blocks-per-unit", min=1, help="Resident blocks per unit (default: estimated)."),
+    device_profile: Optional[str] = typer.Option(None, "--device-profile", help="Units from a hardware.yaml profile, "
+                                                                                "e.g. H200, C500."),
+    blocks_per_unit: Optional[int] = typer.Option(None, "--blocks-per-unit", min=1, help="Resident blocks per unit "
+                                                                                         "(default: estimated)."),
     time_unit: str = typer.Option("auto", "--time-unit", help="auto | us | ns (mcTracer is assumed ns)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ) -> None:

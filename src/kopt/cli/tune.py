@@ -9,14 +9,15 @@ from typing import Optional
 
 import typer
 
+from kopt.cli import options
 from kopt.cli.options import CaseSelection, ExecutorOpts, VariantOpts, resolve_cases
 
 
 def command(
-    case: Optional[str] = typer.Option(None, "--case", "-c", help="Case ids: 10, or 1,4-6."),
-    all_: bool = typer.Option(False, "--all", help="Every case of bench/cases.yaml."),
-    candidate: Optional[Path] = typer.Option(None, "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py)."),
-    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    case: options.Case = None,
+    all_: options.AllCases = False,
+    candidate: options.Candidate = None,
+    device: options.Device = "auto",
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the work over N GPUs of this host (or 'all')."),
     executor: str = ExecutorOpts.executor,
     ray_address: Optional[str] = ExecutorOpts.ray_address,
@@ -31,7 +32,8 @@ def command(
                                        "the improvement rule. 0: pick by screened medians."),
     hot: bool = typer.Option(True, "--hot/--no-hot", help="Also time hot (CUDA-graph replay); cold always decides."),
     compile_jobs: Optional[int] = typer.Option(None, "--compile-jobs", min=0,
-                                               help="Parallel compile children per case (default: auto on CUDA, 0 on CPU)."),
+                                               help="Parallel compile children per case (default: auto on CUDA, 0 on "
+                                                    "CPU)."),
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,
     page_size: Optional[int] = VariantOpts.page_size,
@@ -39,13 +41,13 @@ def command(
     no_write: bool = typer.Option(False, "--no-write", help="Do not update the tuning table."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not append mode=tune rows to candidates.jsonl."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per tuning child, seconds."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    as_json: options.Json = False,
 ) -> None:
     """Per case: compile, check and quick-time every config of configs(case), pair the fastest against the
     default; upsert the winner (a paired improvement over the default, else the default)."""
     from kopt import tune
-    from kopt.executor import pool
     from kopt.candidate import resolve
+    from kopt.executor import pool
     from kopt.paths import default_candidate
     from kopt.timing.stats import geomean
 

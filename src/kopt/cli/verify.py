@@ -9,36 +9,38 @@ from typing import Optional
 
 import typer
 
+from kopt.cli import options
 from kopt.cli.options import ExecutorOpts
 
 
 def command(
     path: Optional[Path] = typer.Argument(None, help="Candidate file (default solution/tilelang/run_kernel.py)."),
-    case: Optional[str] = typer.Option(None, "--case", "-c", help="Perf cases to time (default: every perf and ragged case)."),
-    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Perf cases to time (default: every perf and ragged "
+                                                                  "case)."),
+    device: options.Device = "auto",
     parent: Optional[str] = typer.Option(None, "--parent", help="Parent candidate id (default: the current best)."),
     technique: Optional[str] = typer.Option(None, "--technique", help="What this candidate tries (e.g. split-kv)."),
     hypothesis: Optional[str] = typer.Option(None, "--hypothesis", help="The prediction being tested."),
-    config: Optional[str] = typer.Option(None, "--config", help="JSON config passed to run(config=...)."),
+    config: options.Config = None,
     machine: bool = typer.Option(False, "--machine", help="Only machine lines on stdout."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    as_json: options.Json = False,
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per run, seconds."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs only)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the runs over N GPUs of this host (or 'all')."),
-    baseline: str = typer.Option("auto", "--baseline", help="auto | fa2 | fa2-paged | fa3 | flashinfer | torch (kopt bench --baseline)."),
+    baseline: str = typer.Option("auto", "--baseline", help="auto | fa2 | fa2-paged | fa3 | flashinfer | torch (kopt "
+                                                            "bench --baseline)."),
     executor: str = ExecutorOpts.executor,
     ray_address: Optional[str] = ExecutorOpts.ray_address,
     ray_shared: bool = ExecutorOpts.ray_shared,
 ) -> None:
     """Time every perf and ragged case cold, run the correctness matrix and hidden variants; record verdict rows."""
     from kopt import executor as executors
-    from kopt.eval import verdict
-    from kopt.eval.bench import BenchOptions
+    from kopt.baselines import BASELINE_CHOICES
     from kopt.candidate import resolve
     from kopt.cases import load_file, select
-    from kopt.baselines import BASELINE_CHOICES
-    from kopt.cli.bench import _choice, _json
     from kopt.cli.common import err_console, parse_ids
+    from kopt.eval import verdict
+    from kopt.eval.bench import BenchOptions
     from kopt.paths import default_candidate, ledger_file
     from kopt.records import machine_line
 
@@ -48,8 +50,8 @@ def command(
     if ids:
         select(cf.cases, ids)  # unknown ids -> usage error listing the valid ones
     p = resolve(path or default_candidate())
-    opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick, config=_json(config),
-                        baseline=_choice(baseline, BASELINE_CHOICES, "--baseline"),
+    opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick, config=options.config_json(config),
+                        baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
                         parent_id=parent or _current_best(ledger_file()), technique=technique, hypothesis=hypothesis)
     err = err_console()
 
@@ -60,7 +62,7 @@ def command(
             err.print(f"[dim]case {r.case} {r.variant}: {r.status.value}[/dim]")
 
     with executors.make(executor, device, gpus, ray_address, ray_shared) as ex:
-        v = executors.verdict_on(p, cf, opts, ids, on_result, ex)
+        v = verdict.run_on(p, cf, opts, ids, on_result, ex)
     if as_json:
         print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
                           "geomean_speedup_ragged": v.geomean_ragged, "geomean_pct_limit": v.geomean_pct_limit,

@@ -1,1 +1,19 @@
-"""kopt.eval."""
+"""Evaluate a candidate: compile, check and time it in isolated child processes, then judge the outputs here.
+
+- `bench`     : `evaluate`, the one call behind `kopt bench`, `kopt verify` and `kopt peers`: rows of the ledger.
+- `verdict`   : `kopt verify`: every perf case cold, the correctness matrix, hidden shapes; on an executor.
+- `calibrate` : `kopt calibrate`: A/A runs; `noise` stores and reads the device's A/A spread.
+- `peers`     : the candidate against each peer kernel: the child's half and the parent's output check.
+- `child`     : the parent's side of an evaluation child (`python -m kopt.eval.worker`), through kopt.proc.
+- `jobs`      : what parent and child exchange: Job, SavedOutput, WorkerResult, Outcome, fresh seeds.
+- `worker`    : the evaluation child: the phases of one job, each saved in result.json.
+- `session`   : the one candidate session (load, tamper check, compile, checked call, timed call), shared
+                by the evaluation child and the tuning child (kopt.tune.worker).
+- `checks`    : the parent's output check against the fp32 reference, and the plausibility guard.
+
+The fp32 reference and the baselines' outputs never live in a child that runs candidate code.
+"""
+
+from kopt.eval.bench import BenchOptions, evaluate, evaluate_peers
+
+__all__ = ["BenchOptions", "evaluate", "evaluate_peers"]

@@ -5,21 +5,20 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
-from kopt.cases import Case
-from kopt.eval.child import Child, Job, Outcome, run_jobs
+from kopt.cases import Case, hidden_variant
+from kopt.eval.child import Child, run_jobs
+from kopt.eval.jobs import Job, Outcome, fresh_seed
+from kopt.hardware import resolve_device
 from kopt.records import CaseResult, FlushKind, Status
-
-#: A kernel reaching more than this share of the measured copy ceiling is not believed.
-IMPLAUSIBLE_FRACTION = 1.15
 
 
 @dataclass
@@ -55,62 +54,6 @@ class BenchOptions:
     Verdicts add hidden rows of their own (kopt.eval.verdict), so they leave this off."""
 
 
-def resolve_device(device: str) -> str:
-    """auto -> cuda when a GPU is visible, else cpu; cuda without a GPU is a usage error."""
-    from kopt.errors import UsageError
-
-    if device not in ("auto", "cuda", "cpu"):
-        raise UsageError(f"unknown device {device!r}; use auto, cuda or cpu")
-    if device == "cpu":
-        return "cpu"
-    if _driver_gpu_count() > 0 and _torch_cuda_build() is True:  # no torch import on the way to the child
-        return "cuda"
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    if device == "cuda":
-        raise UsageError("--device cuda but no CUDA device is visible")
-    return "cpu"
-
-
-def _driver_gpu_count() -> int:
-    """CUDA devices the driver sees (honours CUDA_VISIBLE_DEVICES), through libcuda alone; 0 when there
-    is no NVIDIA driver (CPU hosts, other vendors' runtimes), so the caller falls back to torch.
-    Importing torch costs seconds on some hosts; the evaluation child pays it anyway."""
-    import ctypes
-
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-        n = ctypes.c_int(0)
-        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
-            return 0
-        return n.value
-    except (OSError, AttributeError):
-        return 0
-
-
-def _torch_cuda_build() -> Optional[bool]:
-    """Whether the installed torch is a CUDA build, read from torch/version.py without importing
-    torch; None when that file cannot be read (the caller then imports torch)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec("torch")
-        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
-    except (AttributeError, TypeError, IndexError, OSError, ValueError):
-        return None
-    return _version_says_cuda(text)
-
-
-def _version_says_cuda(text: str) -> Optional[bool]:
-    """torch/version.py's `cuda` entry: a version string (True), None (False), absent (None)."""
-    import re
-
-    m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(\S+)", text, re.M)
-    return None if m is None else m.group(1) != "None"
-
-
 def _preload(device: str) -> None:
     """Import what checking the child's outputs needs (torch, the reference) while the child runs; on
     CUDA also create this process's context (~0.15 s on an H200; no kernel runs, so the child's
@@ -118,8 +61,8 @@ def _preload(device: str) -> None:
     try:
         import torch
 
-        from kopt import baselines
-        from kopt.eval import checks as verify  # noqa: F401
+        from kopt import baselines  # noqa: F401  (imported here, while the child runs)
+        from kopt.eval import checks  # noqa: F401
 
         if device == "cuda":
             torch.cuda.mem_get_info()  # needs the context, so creates it (torch.cuda.init() alone does not)
@@ -143,10 +86,6 @@ def warm_hints(path: Path, device: str) -> tuple[str, ...]:
     return tuple(hints)
 
 
-def _fresh_seed() -> int:
-    return int.from_bytes(os.urandom(4), "little") % 1_000_000_007
-
-
 def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
              on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
     """Evaluate one candidate on each case in isolated children; rows are appended to the ledger."""
@@ -158,11 +97,23 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
         child.close()  # a run that never sent it jobs (a static violation, an error, Ctrl-C) ends it here
 
 
+def evaluate_peers(path: Path, cases: list[Case], opts: BenchOptions, peers: Optional[list[str]] = None,
+        on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
+    """`kopt peers`: evaluate the candidate against every peer (default: all of kopt.baselines.PEERS) on each case."""
+    from dataclasses import replace
+
+    from kopt.baselines import PEERS
+    from kopt.eval.peers import check_names
+
+    names = check_names(list(peers) if peers else list(PEERS))
+    return evaluate(path, cases, replace(opts, mode="peers", peers=tuple(names), hidden=False), on_result)
+
+
 def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
               on_result: Optional[Callable[[CaseResult], None]], child: Child) -> list[CaseResult]:
     from kopt import candidate, paths
-    from kopt.workspace import ledger
     from kopt.integrity import static_check
+    from kopt.workspace import ledger
     from kopt.workspace.vcs import head_short
 
     path = candidate.resolve(path)
@@ -178,9 +129,9 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
              if f.severity != "error"]
     run_id = opts.run_id or uuid.uuid4().hex[:12]
     rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=paths.relative(path),
-                       candidate_hash=chash, candidate_id=chash[:12], parent_id=opts.parent_id,
+                       candidate_hash=chash, candidate_id=candidate.short_id(chash), parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
-                       case=case.id, case_kind=case.kind, variant=_label(case, opts.tag),
+                       case=case.id, case_kind=case.kind, variant=row_label(case, opts.tag),
                        commit=commit, device=device, static_warnings=warns) for case in cases]
     if errors:
         for r in rows:
@@ -197,17 +148,17 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     return rows
 
 
-def _label(case: Case, tag: str) -> str:
+def row_label(case: Case, tag: str) -> str:
     """A row's variant label: the case variant plus the tag, whose {batch} / {seqlen_k} are this case's."""
     return case.variant.label() + (f"-{tag.format(batch=case.batch, seqlen_k=case.seqlen_k)}" if tag else "")
 
 
 def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> Job:
-    seeds = [_fresh_seed() for _ in range(max(opts.seeds, 1))]
+    seeds = [fresh_seed() for _ in range(max(opts.seeds, 1))]
     r.seed = seeds[0]
     work = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
     return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
-               seeds_timing=[seeds[0], _fresh_seed()], refill_seed=_fresh_seed(),
+               seeds_timing=[seeds[0], fresh_seed()], refill_seed=fresh_seed(),
                do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, quick=opts.quick,
                baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work),
                peers=list(opts.peers))
@@ -237,21 +188,6 @@ def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, r
     finally:
         for job in jobs:
             shutil.rmtree(job.out_dir, ignore_errors=True)
-
-
-def hidden_variant(case: Case) -> Case:
-    """A shape the candidate has never been shown: 3 more sequences, 13 more cache slots, ragged lengths."""
-    return reshaped(case, case.batch + 3, case.seqlen_k + 13).with_variant(seqlens="ragged")
-
-
-def reshaped(case: Case, batch: int, seqlen_k: int) -> Case:
-    """The case at another batch and cache length. A ragged case's own lengths fit only its own shape,
-    so its reshaped copy drops them and becomes a perf case (callers ask for seeded ragged lengths);
-    the copy is validated, never a silently inconsistent model_copy."""
-    data = case.model_dump() | {"batch": batch, "seqlen_k": seqlen_k}
-    if case.kind == "ragged":
-        data |= {"kind": "perf", "lengths": None}
-    return Case.model_validate(data)
 
 
 def _check_hidden(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
@@ -294,38 +230,29 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
 
 
 def _verify_outputs(r: CaseResult, case: Case, device: str, work: Path, outputs, prefer: str) -> None:
-    """Check every saved output against the fp32 reference of the same seed (kopt.eval.checks.check_saved)."""
-    import torch
-
+    """Check every saved output against the fp32 reference of the same seed (kopt.eval.checks.check_outputs)."""
     from kopt import baselines
-    from kopt.eval import checks as verify
+    from kopt.eval import checks
 
     base = baselines.tolerance_baseline(case, device, prefer)
     if r.ref == "NA":  # untimed runs: the baseline still ran, to set the tolerance
         r.ref = base.name
-    checks, base_failed = verify.check_saved(case, device, base, outputs,
-                                             lambda so: torch.load(work / so.file, weights_only=True))
+    status, r.validation, base_failed = checks.check_outputs(case, device, base, outputs, work)
     for name in base_failed:
         r.message = (r.message + f"; tolerance baseline {base.name} failed ({name}),"
                      " used the reference rounded to the dtype").strip("; ")
-    status, r.validation = verify.summarize(checks)
     if status != Status.ok:
         r.status, r.message = status, r.validation.detail
-    elif not checks:
-        r.status, r.message = Status.runtime_error, "no output was produced"
     if device == "cuda":
-        torch.cuda.empty_cache()  # check_saved's workloads are gone with its frame
+        import torch
 
-
-def implausible(gbps: float, ceiling: Optional[float]) -> bool:
-    """Faster than a decode call can be: more than IMPLAUSIBLE_FRACTION x the measured read ceiling."""
-    return bool(ceiling) and gbps > IMPLAUSIBLE_FRACTION * ceiling
+        torch.cuda.empty_cache()  # check_outputs' workloads are gone with its frame
 
 
 def _derive(r: CaseResult, case: Case, device: str) -> None:
     """Correct flag, bandwidth, % of the read ceiling and of the limit, the implausibility guard, improvement."""
     from kopt import roofline
-    from kopt.eval import calibrate
+    from kopt.eval import checks, noise
     from kopt.timing import stats
     from kopt.workload import bytes_moved, gbps
 
@@ -337,9 +264,8 @@ def _derive(r: CaseResult, case: Case, device: str) -> None:
             r.pct_peak = 100.0 * r.gbps / roof.read_gbps
             r.limit_ms = roofline.limit_ms(bytes_moved(case), roof)
             r.pct_limit = roofline.pct_limit(r.limit_ms, r.runtime_ms)
-            if r.correct and r.timing and r.timing.cold and implausible(r.gbps, roof.read_gbps):
+            if r.correct and r.timing and r.timing.cold and checks.implausible(r.gbps, roof.read_gbps):
                 r.status, r.correct = Status.implausible, False
-                r.message = (f"{r.gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the measured read ceiling "
-                             f"{roof.read_gbps:.0f} GB/s")
+                r.message = checks.implausible_message(r.gbps, roof.read_gbps, "measured read ceiling")
     if r.correct and r.speedup is not None and r.speedup_ci is not None:
-        r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, calibrate.aa_spread(r.device))
+        r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, noise.aa_spread(r.device))

@@ -1,58 +1,14 @@
-"""A/A calibration: the noise floor of SPEEDUP per device, stored in results/ and used by the improvement rule."""
+"""`kopt calibrate`: A/A runs (the baseline and the candidate each timed against itself) that measure the
+device's noise floor and store it (kopt.eval.noise)."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
-
-from pydantic import BaseModel, Field
 
 from kopt.cases import Case
-
-#: Spread assumed when a device has no calibration yet (1%: the rule's own minimum effect).
-DEFAULT_SPREAD = 0.01
-
-
-class AAEntry(BaseModel):
-    """One A/A measurement: a function timed against itself on one case."""
-
-    case: int
-    pair: str                      # aa_base | aa_cand
-    speedup: Optional[float] = None
-    ci: Optional[tuple[float, float]] = None
-    spread: Optional[float] = Field(default=None, ge=0)
-    """max(|speedup - 1|, CI half-width): how far an A/A ratio wanders from 1."""
-
-
-class Calibration(BaseModel):
-    """The noise floor of one device."""
-
-    schema_version: int = 1
-    device: str
-    timestamp: str
-    commit: Optional[str] = None
-    ref: str = "NA"
-    entries: list[AAEntry]
-    spread: float = Field(ge=0)
-    """The largest entry spread: 3 x this is the smallest effect called an improvement."""
-
-
-def calibration_file(device: str, root: Path | None = None) -> Path:
-    """results/calibration-<device>.json in the workspace."""
-    from kopt.paths import workspace
-
-    return (root or workspace()) / "results" / f"calibration-{device}.json"
-
-
-def aa_spread(device: str, root: Path | None = None) -> float:
-    """The stored A/A spread of a device, or DEFAULT_SPREAD when it was never calibrated."""
-    f = calibration_file(device, root)
-    try:
-        return Calibration.model_validate_json(f.read_text()).spread
-    except (OSError, ValueError):
-        return DEFAULT_SPREAD
+from kopt.eval.noise import DEFAULT_SPREAD, AAEntry, Calibration, calibration_file
 
 
 def _entry(case: int, pair: str, r) -> AAEntry:

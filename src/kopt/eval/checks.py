@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 from kopt.records import Status, Validation
+
+#: A kernel reaching more than this share of the measured ceiling is not believed.
+IMPLAUSIBLE_FRACTION = 1.15
 
 #: Unit roundoff of the output dtypes; the floor allows two ulps at the output's scale.
 _EPS = {"torch.float16": 2.0 ** -10, "torch.bfloat16": 2.0 ** -7, "torch.float32": 2.0 ** -23}
@@ -40,7 +45,8 @@ def check_output(out, ref, base_out, like) -> Check:
     outf = out.detach().float().to(ref.device)
     bad = ~torch.isfinite(outf)
     if bool(bad.any()):
-        return Check(Status.nan_inf, detail=f"{int(bad.sum())} NaN/Inf elements (unwritten output is poisoned with NaN)")
+        return Check(Status.nan_inf, detail=f"{int(bad.sum())} NaN/Inf elements (unwritten output is poisoned with "
+                                            f"NaN)")
     base_err = float((base_out.float().to(ref.device) - ref).abs().max())
     err = float((outf - ref).abs().max())
     tol = tolerance(ref, base_err, like.dtype)
@@ -98,3 +104,28 @@ def check_saved(case, device: str, base, outputs, load, cache: dict | None = Non
             chk.status, chk.detail = Status.stale_output, f"{so.kind} output wrong: {chk.detail}"
         checks.append(chk)
     return checks, base_failed
+
+
+def check_outputs(case, device: str, base, outputs, folder: Path,
+                  cache: Optional[dict] = None) -> tuple[Status, Validation, list[str]]:
+    """The parent's check of a child's saved outputs (files in `folder`): each against the fp32 reference of
+    its seed (check_saved), folded into (status, Validation, the baseline's failures); none at all is a
+    runtime_error. Used for every bench and every tuned config alike."""
+    import torch
+
+    checks, base_failed = check_saved(case, device, base, outputs,
+                                      lambda so: torch.load(Path(folder) / so.file, weights_only=True), cache)
+    status, v = summarize(checks)
+    if status == Status.ok and not checks:
+        status, v.detail = Status.runtime_error, "no output was produced"
+    return status, v, base_failed
+
+
+def implausible(gbps: float, ceiling: Optional[float]) -> bool:
+    """Faster than a decode call can be: more than IMPLAUSIBLE_FRACTION x the measured ceiling."""
+    return bool(ceiling) and gbps > IMPLAUSIBLE_FRACTION * ceiling
+
+
+def implausible_message(gbps: float, ceiling: float, what: str) -> str:
+    """Why a row is `implausible`: its bandwidth against the ceiling it exceeds (`what` names that ceiling)."""
+    return f"{gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the {what} {ceiling:.0f} GB/s"

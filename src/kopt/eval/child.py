@@ -1,116 +1,18 @@
-"""Run one evaluation in a child process with a wall-clock timeout; survive whatever the child does."""
+"""Run evaluation jobs in child processes (`python -m kopt.eval.worker`) with a wall-clock limit per job;
+survive whatever a child does (kopt.proc starts, kills and reaps them)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
-from pydantic import BaseModel, Field
-
-from kopt.cases import Case
-from kopt.records import FlushKind, PeerResult, Status, TimingStats
-
-
-#: What the child prepares while it waits for its jobs ("cuda": its context, "tilelang": the import).
-ENV_WARM = "KOPT_CHILD_WARM"
-#: The parent's wall clock when it started the child (the child reports its start-up from it).
-ENV_T0 = "KOPT_CHILD_T0"
-
-#: Text of a CUDA fault in an exception or a child's stderr (a crash, whatever raised it).
-CUDA_FAULTS = ("illegal memory access", "CUDA error", "device-side assert")
-
-
-class Job(BaseModel):
-    """What the child evaluates: one candidate on one case, written as job.json."""
-
-    candidate_path: str
-    case: Case
-    device: str
-    seeds_correct: list[int]
-    seeds_timing: list[int]
-    refill_seed: Optional[int] = None
-    do_timing: bool = True
-    cold: bool = True
-    graph: bool = False
-    flush: FlushKind = "read"
-    quick: bool = False
-    baseline: str = "auto"
-    pair: str = "ab"
-    """ab: candidate vs baseline; aa_base / aa_cand: A/A runs of the baseline / candidate against itself."""
-    config: Optional[dict] = None
-    out_dir: str
-    peers: list[str] = Field(default_factory=list)
-    """kopt peers: time the candidate against each of these (kopt.baselines.PEERS) instead of the baseline."""
-
-
-class SavedOutput(BaseModel):
-    """A candidate output the child saved for the parent to check against the reference."""
-
-    file: str
-    seed: int
-    kind: str  # correct | spot | refill
-
-
-class WorkerResult(BaseModel):
-    """What the child reports back in result.json (rewritten after every phase)."""
-
-    phase: str = "start"
-    status: Optional[Status] = None
-    message: str = ""
-    backend: str = "NA"
-    compile_s: Optional[float] = None
-    plan: Optional[dict] = None
-    outputs: list[SavedOutput] = Field(default_factory=list)
-    timing: Optional[TimingStats] = None
-    ref_timing: Optional[TimingStats] = None
-    ratios: list[float] = Field(default_factory=list)
-    speedup: Optional[float] = None
-    speedup_ci: Optional[tuple[float, float]] = None
-    ref_name: str = "NA"
-    baseline_failed: bool = False
-    ref_note: str = ""
-    device_name: str = "NA"
-    versions: dict[str, str] = Field(default_factory=dict)
-    overhead_s: dict[str, float] = Field(default_factory=dict)
-    peers: list[PeerResult] = Field(default_factory=list)
-
-
-@dataclass
-class Outcome:
-    """How the child ended, plus its last reported result (if any)."""
-
-    result: Optional[WorkerResult]
-    returncode: Optional[int]
-    timed_out: bool
-    wall_s: float
-    stderr_tail: str
-
-    def failure(self) -> Optional[tuple[Status, str]]:
-        """(status, message) when the child did not finish normally, else None."""
-        r = self.result
-        phase = r.phase if r else "start"
-        if self.timed_out:
-            return Status.timeout, f"no result within the time limit (phase {phase})"
-        if r and r.phase == "done":
-            return None if r.status in (None, Status.ok) else (r.status, r.message)
-        rc = self.returncode
-        if rc is not None and rc < 0:
-            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
-            return Status.crash, f"child killed by {name} in phase {phase}"
-        tail = self.stderr_tail.strip().splitlines()[-1:] or [""]
-        if "out of memory" in self.stderr_tail.lower():
-            return Status.oom, f"out of memory in phase {phase}"
-        if any(s in self.stderr_tail for s in CUDA_FAULTS):
-            return Status.crash, f"CUDA fault in phase {phase}: {tail[0][:160]}"
-        return Status.crash, f"child exited with code {rc} in phase {phase} without a result {tail[0][:120]}".strip()
+from kopt import proc
+from kopt.eval.jobs import ENV_T0, ENV_WARM, Job, Outcome, WorkerResult, read_result
 
 
 class Child:
@@ -128,13 +30,10 @@ class Child:
         self.dir = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
         self.log = self.dir / "child.log"
         self.started = time.perf_counter()
-        env = child_env()
+        env = proc.child_env()
         env[ENV_WARM] = ",".join(warm)
         env[ENV_T0] = repr(time.time())
-        with open(self.log, "wb") as log:
-            self.popen = subprocess.Popen([sys.executable, "-m", "kopt.eval.worker"], stdin=subprocess.PIPE,
-                                          stdout=log, stderr=subprocess.STDOUT, env=env,
-                                          start_new_session=True)
+        self.popen = proc.spawn(proc.python_module("kopt.eval.worker"), self.log, stdin=subprocess.PIPE, env=env)
 
     def send(self, jobs_file: Path) -> None:
         """Hand the child its jobs; stdin is closed after them (a candidate reading it sees end of file)."""
@@ -150,9 +49,7 @@ class Child:
 
     def close(self) -> None:
         """End the child and what it started unless it has exited; remove its log. Safe to call twice."""
-        if self.popen.poll() is None:
-            kill_group(self.popen)
-        self.popen.wait()
+        proc.kill(self.popen)
         self.popen.stdin.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -207,11 +104,11 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
                 if on_done:
                     on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
             if cur == len(batch):  # every result is written: its interpreter's exit (CUDA teardown) is nobody's wait
-                kill_group(p)
+                proc.kill_group(p)
                 break
             if time.perf_counter() - t_job > timeout_s:
                 timed_out = True
-                kill_group(p)
+                proc.kill_group(p)
                 break
         rc = p.wait()
         wall = time.perf_counter() - child.started  # the child's life until its last result, start-up included
@@ -226,35 +123,3 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
         outcomes[start + i] = Outcome(read_result(Path(j.out_dir)), rc, timed_out, wall, tail)
         return start + i + 1
     return len(jobs)
-
-
-def child_env() -> dict:
-    """The environment of an evaluation child: this kopt first on PYTHONPATH, unbuffered output."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-def kill_group(p: subprocess.Popen) -> None:
-    """SIGKILL a child's whole process group (its own session: a candidate's helpers go too)."""
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        p.kill()
-
-
-def read_result(out_dir: Path) -> Optional[WorkerResult]:
-    """The child's last complete result.json, or None."""
-    f = Path(out_dir) / "result.json"
-    try:
-        return WorkerResult.model_validate_json(f.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def write_result(out_dir: Path, r: WorkerResult) -> None:
-    """Atomic write of result.json (write, then rename) so the parent never reads half a file."""
-    from kopt import atomic
-
-    atomic.write_text(Path(out_dir) / "result.json", r.model_dump_json(), fsync=False)

@@ -1,20 +1,19 @@
 """`kopt peers`: the candidate against every available peer kernel, side by side, in one evaluation.
 
-One evaluation child per run (kopt.eval.bench.evaluate with BenchOptions.peers): it checks the candidate
+One evaluation child per run (kopt.eval.bench.evaluate_peers, BenchOptions.peers): it checks the candidate
 once, then times it against each peer in turn with ABBA rounds (kopt.timing.time_pair, cold, device
 spans as every bench), and saves each peer's output on the timed inputs. The parent checks those
 outputs against the fp32 reference (a wrong peer is reported, never the best peer); the best correct
 peer of a case sets its row's REF / SPEEDUP. Rows go to the ledger with mode=peers; the panel
-(kopt.report.panel) is rendered from them.
+(kopt.report.panel) is rendered and written from them. This module holds the child's half (time_peers)
+and the parent's (settle).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
-from kopt.eval.bench import BenchOptions
 from kopt.cases import Case
 from kopt.records import CaseResult, PeerResult, Status
 
@@ -33,16 +32,6 @@ def check_names(names: list[str]) -> list[str]:
     if bad or not names:
         raise UsageError(f"unknown peer {bad[0] if bad else '(none)'!r}; use some of {', '.join(PEERS)}")
     return [p for p in PEERS if p in names]
-
-
-def run(path: Path, cases: list[Case], opts: BenchOptions, peers: Optional[list[str]] = None,
-        on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
-    """Evaluate the candidate against every peer (default: all of kopt.baselines.PEERS) on each case."""
-    from kopt.baselines import PEERS
-    from kopt.eval.bench import evaluate
-
-    names = check_names(list(peers) if peers else list(PEERS))
-    return evaluate(path, cases, replace(opts, mode="peers", peers=tuple(names), hidden=False), on_result)
 
 
 # ---------------------------------------------------------------- in the evaluation child
@@ -122,8 +111,8 @@ def settle(r: CaseResult, case: Case, device: str, work: Path) -> None:
     import torch
 
     from kopt import baselines
-    from kopt.eval import checks as verify
-    from kopt.eval.child import SavedOutput
+    from kopt.eval import checks
+    from kopt.eval.jobs import SavedOutput
 
     ran = [p for p in r.peers if p.na is None]
     saved = [p for p in ran if (work / output_file(p.peer)).is_file()]
@@ -132,9 +121,9 @@ def settle(r: CaseResult, case: Case, device: str, work: Path) -> None:
             p.correct, p.message = False, "no output was saved"
     if saved and r.seed is not None:
         outs = [SavedOutput(file=output_file(p.peer), seed=r.seed, kind="peer") for p in saved]
-        checks, _ = verify.check_saved(case, device, baselines.tolerance_baseline(case, device), outs,
-                                       lambda so: torch.load(work / so.file, weights_only=True))
-        for p, c in zip(saved, checks):
+        found, _ = checks.check_saved(case, device, baselines.tolerance_baseline(case, device), outs,
+                                      lambda so: torch.load(work / so.file, weights_only=True))
+        for p, c in zip(saved, found):
             p.correct = c.status == Status.ok
             p.message = "" if p.correct else f"{c.status.value}: {c.detail}"
     good = [p for p in ran if p.correct and p.timing and p.ref_timing]
@@ -146,26 +135,3 @@ def settle(r: CaseResult, case: Case, device: str, work: Path) -> None:
         r.status = Status.baseline_error  # the candidate ran; there is no peer to compare it with
         r.message = "no peer ran correctly: " + "; ".join(
             f"{p.peer}: {p.na or p.message}" for p in r.peers)[:480]
-
-
-# ---------------------------------------------------------------- the files of a run
-
-def write_results(rows: list[CaseResult], cases: list[Case], ws: Path, out: Optional[Path] = None) -> list[Path]:
-    """results/<backend>/peers-<device>-<date>.csv (appended: the run id tells runs apart), the panel as
-    markdown beside it (this run's), and plots/peers-<device>.png; returns the paths written."""
-    from kopt.report import panel as peers_panel
-
-    if not rows:
-        return []
-    p = peers_panel.build([r.model_dump(mode="json") for r in rows], {c.id: c.kind for c in cases})
-    backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
-    dev = p.device.lower().replace(" ", "_")
-    out = Path(out) if out else ws / "results" / backend / f"peers-{dev}-{p.date}.csv"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fresh = not out.is_file() or not out.read_text().startswith(",".join(peers_panel.CSV_COLUMNS) + "\n")
-    with open(out, "w" if fresh else "a") as f:
-        f.write(peers_panel.csv_text(p, header=fresh))
-    md = out.with_suffix(".md")
-    md.write_text(peers_panel.markdown(p))
-    png = peers_panel.plot(p, ws / "results" / backend / "plots" / f"peers-{dev}.png")
-    return [out, md, png]

@@ -8,13 +8,15 @@ are kept apart so a gain on one kind cannot hide a loss on the other (kopt.works
 from __future__ import annotations
 
 import random
+import socket
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
-from kopt.eval.bench import BenchOptions, evaluate, reshaped
-from kopt.cases import Case, CaseFile
-from kopt.records import CaseResult, fmt_na
+from kopt.cases import Case, CaseFile, reshaped
+from kopt.eval.bench import BenchOptions, evaluate
+from kopt.records import CaseResult, Status, fmt_na
 from kopt.timing.stats import geomean
 
 #: Kinds of case the Verdict times by default: the uniform perf cases and the ragged ones.
@@ -106,7 +108,8 @@ def hidden_cases(perf: list[Case], n: int, rng: random.Random) -> list[Case]:
     return out
 
 
-def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None) -> list[list[tuple[Case, BenchOptions]]]:
+def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None) -> list[list[tuple[Case,
+                                                                                                    BenchOptions]]]:
     """The Verdict's three groups (perf, matrix, hidden) as (case, options) pairs, all under one run_id."""
     import uuid
 
@@ -138,3 +141,78 @@ def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[in
             out += evaluate(path, [c for c, _ in items], o, on_result)
         rows.append(out)
     return Verdict(*rows)
+
+
+# ---------------------------------------------------------------- the Verdict on an executor (kopt.executor)
+
+def verify_row(path: str, item):
+    """Shard function of a spread Verdict: one row through kopt.eval.bench.evaluate, left unrecorded (the head
+    appends it), naming the host and unit count of the machine that measured it."""
+    from kopt.hardware import detect, resolve_device
+
+    case, opts = item
+    r = evaluate(Path(path), [case], replace(opts, record=False))[0]
+    r.host = socket.gethostname()
+    r.units = int(detect(resolve_device(opts.device)).units or 0)
+    return r
+
+
+def run_spread(path, cf, opts, perf_ids, on_result, ex):
+    """`run` with every row (perf, matrix, hidden) a shard of the executor `ex`: same rows, same order;
+    this process appends each row to the ledger as it arrives (one writer)."""
+    import uuid
+
+    from kopt import candidate, paths
+    from kopt.eval.bench import row_label
+    from kopt.executor import PoolResult
+    from kopt.workspace import ledger
+
+    groups = plan(cf, opts, perf_ids)
+    items = [it for g in groups for it in g]
+    led = paths.ledger_file()
+    if opts.record:
+        ledger.check_writable(led)
+    chash = candidate.content_hash(Path(path))
+    rows: dict[int, CaseResult] = {}
+
+    def row(r: PoolResult) -> CaseResult:
+        if r.index in rows:
+            return rows[r.index]
+        case, o = items[r.index]
+        if r.error is None:
+            rows[r.index] = row_ = r.value
+            if r.retried:
+                row_.message = "; ".join(x for x in (row_.message, f"retried after: {r.retried}") if x)[:500]
+        else:
+            rows[r.index] = row_ = CaseResult(
+                row_id=uuid.uuid4().hex[:16], run_id=o.run_id, mode="verdict", candidate_path=paths.relative(path),
+                candidate_hash=chash, candidate_id=candidate.short_id(chash), case=case.id, case_kind=case.kind,
+                variant=row_label(case, o.tag),
+                status=Status.crash, message=f"{ex.label}: {r.error.splitlines()[0]}"[:500], host=r.host)
+        return row_
+
+    def arrived(r: PoolResult) -> None:
+        if opts.record:
+            ledger.append(led, [row(r)])
+        if on_result:
+            on_result(row(r))
+
+    out = [row(r) for r in ex.run(verify_row, Path(path), items, arrived)]
+    a, b = len(groups[0]), len(groups[0]) + len(groups[1])
+    return Verdict(out[:a], out[a:b], out[b:])
+
+
+def run_on(path, cf, opts, perf_ids, on_result, ex):
+    """The Verdict on an executor (kopt.executor): `run` in this host's order when it runs serially, else spread."""
+    opts = replace(opts, device=ex.device)   # what the executor reserved (a GPU per task, or a CPU)
+    if not ex.parallel:
+        return run(path, cf, opts, perf_ids, on_result)
+    return run_spread(path, cf, opts, perf_ids, on_result, ex)
+
+
+def run_on_gpus(path, cf, opts, perf_ids, on_result, gpus):
+    """`run` with every row (perf, matrix, hidden) spread over these GPUs of this host; same rows, same order."""
+    from kopt.executor.base import LocalExecutor
+    from kopt.hardware import resolve_device
+
+    return run_spread(path, cf, opts, perf_ids, on_result, LocalExecutor(gpus, resolve_device(opts.device)))

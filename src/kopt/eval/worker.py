@@ -7,53 +7,34 @@ never live in this process: the parent computes them after this process has exit
 
 from __future__ import annotations
 
-import functools
 import sys
 import traceback
 from pathlib import Path
 
+from kopt.eval.jobs import Job, WorkerResult, write_result
+from kopt.eval.session import Reject, Session, check_tamper, classify, load, versions
 from kopt.integrity import guards
-from kopt.eval.child import CUDA_FAULTS, Job, SavedOutput, WorkerResult, write_result
 from kopt.records import Status
-
 
 #: Identity of the watched entry points before any candidate was imported in this process.
 PRISTINE: dict | None = None
 THREADS: set | None = None  # Python threads alive before any candidate was imported
 
 
-class Reject(Exception):
-    """Stop the evaluation with a status."""
-
-    def __init__(self, status: Status, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def _classify(e: BaseException) -> Status:
-    import torch
-
-    text = f"{type(e).__name__}: {e}"
-    # CPU allocation failures say "can't allocate memory" (DefaultCPUAllocator) or are MemoryError.
-    if isinstance(e, (torch.OutOfMemoryError, MemoryError)) or any(
-            s in text.lower() for s in ("out of memory", "can't allocate memory")):
-        return Status.oom
-    if any(s in text for s in CUDA_FAULTS):
-        return Status.crash
-    if isinstance(e, ValueError):
-        return Status.unsupported
-    return Status.runtime_error
-
-
 class Evaluation:
-    """One candidate on one case, phase by phase; every phase updates result.json."""
+    """One candidate on one case, phase by phase, in a Session; every phase updates result.json."""
 
     def __init__(self, job: Job):
         self.job = job
         self.out = Path(job.out_dir)
         self.res = WorkerResult()
-        self.held = []  # earlier outputs kept alive so a reused buffer is detectable
+        self.session: Session | None = None
         self.threads = THREADS or guards.thread_idents()  # the harness's own threads, before any candidate
+
+    @property
+    def held(self) -> list:
+        """Earlier outputs kept alive so a reused buffer is detectable (released when the job ends)."""
+        return self.session.held if self.session else []
 
     def save(self, phase: str | None = None) -> None:
         """Record progress so a crash still tells the parent how far we got."""
@@ -61,50 +42,10 @@ class Evaluation:
             self.res.phase = phase
         write_result(self.out, self.res)
 
-    def call(self, w, poison: bool = True):
-        """One candidate call (allocator poisoned first, except when timed); exceptions become a Reject."""
-        kw = w.kwargs(self.job.config)
-        try:
-            if not poison:  # the timed calls: nothing between the harness and run
-                return self.mod.run(*w.args(), **kw)
-            guards.poison_allocator(w.q, w.q.numel())
-            with guards.poisoned_empty():
-                return self.mod.run(*w.args(), **kw)
-        except Exception as e:
-            raise Reject(_classify(e), f"run raised {type(e).__name__}: {str(e)[:300]}") from None
-
-    def checked_call(self, w, kind: str) -> None:
-        """Call, then check mutation, aliasing, buffer reuse and unfinished side work; save the output."""
-        import torch
-
-        guard = guards.InputGuard(w.tensors)
-        out = self.call(w)
-        if isinstance(out, torch.Tensor):
-            early = out.detach().clone()  # ordered on the current stream only
-        guards.settle_threads(self.threads)  # CPU has no device sync: wait for threads the candidate left
-        guards.sync(self.job.device)
-        if not isinstance(out, torch.Tensor):
-            raise Reject(Status.incorrect_shape, f"run returned {type(out).__name__}, not a tensor")
-        if guard.mutated():
-            raise Reject(Status.mutated_input, "an input tensor was modified in place")
-        if guards.aliases(out, w.tensors):
-            raise Reject(Status.stale_output, "output shares memory with an input")
-        if any(guards.aliases(out, [h]) for h in self.held):
-            raise Reject(Status.stale_output, "output reuses the buffer of an earlier call")
-        if out.shape == early.shape and not torch.equal(early.nan_to_num(0.5), out.detach().nan_to_num(0.5)):
-            raise Reject(Status.side_stream, "output still changing after run returned (work on another stream or thread)")
-        self.held.append(out)
-        f = self.out / f"{kind}-{w.seed}.pt"
-        # Save what `run` had produced when it returned (stream-ordered on CUDA): work finishing later,
-        # on a native thread or a stream nothing here can see, leaves this copy incomplete.
-        torch.save(early.cpu(), f)
-        self.res.outputs.append(SavedOutput(file=f.name, seed=w.seed, kind=kind))
-
     def run(self) -> None:
         """All phases in order."""
         t_start = guards.now()
         job = self.job
-        import torch
 
         self.res.overhead_s.update(START_S)  # the first job of this child only
         START_S.clear()
@@ -114,55 +55,41 @@ class Evaluation:
         from kopt.workload import make_workload
 
         self.res.device_name = detect(job.device).name
-        self.res.versions = _versions()
+        self.res.versions = versions()
         before = PRISTINE or guards.snapshot()
         self.save("import")
         t = guards.now()
-        try:
-            self.mod = candidate.load(Path(job.candidate_path))
-        except Exception as e:
-            raise Reject(Status.compile_error, str(e)) from None
-        self.res.backend = candidate.backend_of(self.mod)
+        mod = load(Path(job.candidate_path))
+        self.res.backend = candidate.backend_of(mod)
         self.res.overhead_s["import"] = guards.now() - t
-        if guards.changed(before):
-            raise Reject(Status.tampered, f"import patched {', '.join(guards.changed(before))}")
+        check_tamper(before, "import")
+        s = self.session = Session(mod, job.device, self.out, job.config, self.threads, self.res.outputs)
 
         self.save("compile")
         t = guards.now()
         w0 = make_workload(job.case, job.seeds_correct[0], job.device)
-        prep = getattr(self.mod, "prepare", None)
-        if callable(prep):
-            try:
-                prep(*w0.args(), **w0.kwargs(job.config))
-            except Exception as e:
-                raise Reject(_classify(e) if not isinstance(e, ValueError) else Status.unsupported,
-                             f"prepare raised {type(e).__name__}: {str(e)[:300]}") from None
-        first = self.call(w0)
-        if isinstance(first, torch.Tensor):
-            self.held.append(first)  # a candidate returning this same buffer again is stale
-        guards.sync(job.device)
+        s.compile(w0)
         self.res.compile_s = guards.now() - t
-        self.res.plan = _plan_info(self.mod, w0, job.config)
+        self.res.plan = s.plan_info(w0)
 
         self.save("correctness")
         t = guards.now()
         sets = {w0.seed: w0}
         for seed in job.seeds_correct:
             w = sets.get(seed) or make_workload(job.case, seed, job.device)
-            self.checked_call(w, "correct")
+            s.checked_call(w, "correct")
             sets[seed] = w
         self.res.overhead_s["correctness"] = guards.now() - t
-        if guards.changed(before):
-            raise Reject(Status.tampered, f"run patched {', '.join(guards.changed(before))}")
+        check_tamper(before, "run")
 
         if job.do_timing:
             self.save("timing")
             t = guards.now()
-            timed = [sets.get(s) or make_workload(job.case, s, job.device) for s in job.seeds_timing]
+            timed = [sets.get(x) or make_workload(job.case, x, job.device) for x in job.seeds_timing]
             cuda = job.device.startswith("cuda")
             if cuda:
-                from kopt.timing.cupti import CUPTI_START_S
                 from kopt.timing.cuda import PHASE_S
+                from kopt.timing.cupti import CUPTI_START_S
 
                 PHASE_S.update(dict.fromkeys(PHASE_S, 0.0))  # this job's timing loop only
             self.time(timed)
@@ -175,21 +102,19 @@ class Evaluation:
                 if job.device in CUPTI_START_S:
                     self.res.overhead_s["cupti_start"] = CUPTI_START_S[job.device]
                 self.res.overhead_s.update({f"timing_{k}": v for k, v in PHASE_S.items()})
-            if guards.changed(before):
-                raise Reject(Status.tampered, f"timing saw patched {', '.join(guards.changed(before))}")
+            check_tamper(before, "timing saw")
             self.save("spot-check")
             for w in timed:  # outputs of timed inputs, checked by the parent like the others
-                self.checked_call(w, "spot")
+                s.checked_call(w, "spot")
             if job.refill_seed is not None:  # same pointers, new contents: pointer-keyed caches fail
                 fresh = make_workload(job.case, job.refill_seed, job.device)
                 w = timed[0]
                 for dst, src in zip(w.tensors, fresh.tensors):
                     dst.copy_(src)
                 w.seed = job.refill_seed
-                self.checked_call(w, "refill")
-        if guards.changed(before):  # a patch that undoes itself when the timer reads it is left by the last call
-            raise Reject(Status.tampered, f"spot checks left patched {', '.join(guards.changed(before))}")
-        del torch
+                s.checked_call(w, "refill")
+        # a patch that undoes itself when the timer reads it is left by the last call
+        check_tamper(before, "spot checks left")
         self.res.overhead_s["worker_total"] = guards.now() - t_start
         self.res.status = Status.ok
         self.save("done")
@@ -202,9 +127,7 @@ class Evaluation:
         job = self.job
         opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph, flush=job.flush)
 
-        def call(w):
-            return self.call(w, poison=False)
-
+        call = self.session.timed()
         cand = rotating(call, timed)
         if job.peers:  # kopt peers: the candidate against each peer in turn
             from kopt.eval.peers import time_peers
@@ -228,46 +151,6 @@ class Evaluation:
         self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci
 
 
-def _plan_info(mod, w, config) -> dict | None:
-    """The candidate's own account of the plan it ran (optional hook); informational, so failures are NA."""
-    hook = getattr(mod, "plan_info", None)
-    if not callable(hook):
-        return None
-    try:
-        info = hook(*w.args(), **w.kwargs(config))
-    except Exception as e:  # a report, not a result: never fails the evaluation
-        return {"error": f"{type(e).__name__}: {str(e)[:120]}"}
-    return {str(k): v for k, v in info.items() if isinstance(v, (int, float, str, bool, type(None)))} \
-        if isinstance(info, dict) else None
-
-
-def _versions() -> dict[str, str]:
-    """Library versions of this process (a copy: they cannot change while it runs)."""
-    return dict(_versions_once())
-
-
-@functools.lru_cache(maxsize=1)
-def _versions_once() -> dict[str, str]:
-    import platform
-
-    import torch
-
-    import kopt
-    from kopt.baselines import flash_attn_version
-
-    v = {"python": platform.python_version(), "torch": torch.__version__, "kopt": kopt.__version__}
-    try:
-        from importlib.metadata import version
-
-        v["tilelang"] = version("tilelang")
-    except Exception:
-        v["tilelang"] = "NA"
-    v["flash_attn"] = flash_attn_version() or "NA"
-    if torch.cuda.is_available():
-        v["cuda"] = str(torch.version.cuda)
-    return v
-
-
 #: Start-up seconds of this child (reported in its first job's overhead_s): "child_warm" from the parent's
 #: start of the process to the end of _warm, "child_wait" waiting for the jobs after that.
 START_S: dict[str, float] = {}
@@ -284,9 +167,9 @@ def _warm() -> None:
     import torch.profiler  # noqa: F401
 
     from kopt import baselines, candidate, hardware, timing, workload  # noqa: F401
-    from kopt.eval.child import ENV_WARM
+    from kopt.eval.jobs import ENV_WARM
 
-    _versions_once()
+    versions()
     want = set(filter(None, os.environ.get(ENV_WARM, "").split(",")))
     if "cuda" in want and torch.cuda.is_available():
         try:
@@ -304,7 +187,7 @@ def _since_parent_start() -> float | None:
     import os
     import time
 
-    from kopt.eval.child import ENV_T0
+    from kopt.eval.jobs import ENV_T0
 
     try:
         return time.time() - float(os.environ[ENV_T0])
@@ -347,7 +230,7 @@ def run_to_result(ev, device: str) -> None:
         ev.res.status, ev.res.message = r.status, str(r)
         ev.save("done")
     except Exception as e:  # a harness bug or a candidate escaping `call`: still a result, never silence
-        ev.res.status = _classify(e)
+        ev.res.status = classify(e)
         ev.res.message = f"{type(e).__name__}: {str(e)[:300]}"
         traceback.print_exc()
         ev.save("done")

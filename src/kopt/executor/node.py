@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 
 @dataclass

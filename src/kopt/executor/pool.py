@@ -18,8 +18,9 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional
 
 from kopt.errors import UsageError
 
@@ -190,14 +191,3 @@ def _reap(workers, held, restarts, start, feed, finish, todo) -> None:
             while todo:                              # no GPU left to run them
                 i, _ = todo.pop()
                 finish(PoolResult(i, None, None, "no live GPU worker left"))
-
-
-# ---------------------------------------------------------------- the Verdict over several GPUs
-
-def run_verdict(path, cf, opts, perf_ids, on_result, gpus: Sequence[str]):
-    """kopt.eval.verdict.run with every row (perf, matrix, hidden) spread over GPUs; same rows, same order."""
-    from kopt.executor import LocalExecutor, run_verdict
-
-    from kopt.eval.bench import resolve_device
-
-    return run_verdict(path, cf, opts, perf_ids, on_result, LocalExecutor(gpus, resolve_device(opts.device)))

@@ -26,13 +26,14 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from kopt.errors import UsageError
-from kopt.executor import Executor
-from kopt.executor.pool import PoolResult
+from kopt.executor.base import Executor
 from kopt.executor.node import Checkout, NodeResult, Tracker, node_task
+from kopt.executor.pool import PoolResult
 
 #: Seconds between looks at the tasks while waiting (Ctrl-C is handled at least this often).
 POLL_S = 0.5
@@ -81,7 +82,7 @@ class RayExecutor(Executor):
         self._runs = 0
         self._stdout = None
 
-    def __enter__(self) -> "RayExecutor":
+    def __enter__(self) -> RayExecutor:
         import logging
 
         import ray

@@ -198,7 +198,8 @@ class Checker(ast.NodeVisitor):
             elif any(p in low for p in R.HARNESS_PATH_PARTS):
                 self.add("KS217", node, f"path {node.value[:60]!r}: workspace output")
             if node.value in self.local or node.value.removesuffix(".py") in self.local:
-                self.imported.append(node.value.removesuffix(".py"))  # loaded by name, e.g. a spec_from_file_location helper
+                # loaded by name, e.g. a spec_from_file_location helper
+                self.imported.append(node.value.removesuffix(".py"))
                 self.named_siblings = True
             if node.value == "BACKEND":
                 self.add("KS002", node, "BACKEND must not be set or read dynamically")

@@ -13,9 +13,9 @@ _WATCHED = (
     ("torch.cuda", "CUDAGraph"), ("torch.profiler", "profile"), ("torch.Tensor", "clone"),
     ("torch.Tensor", "copy_"), ("torch.Tensor", "float"), ("torch.Tensor", "cpu"),
     ("torch.Tensor", "data_ptr"), ("torch.cuda.Event", "record"), ("torch.cuda.Event", "elapsed_time"),
-    ("kopt.timing", "time_fn"), ("kopt.timing", "time_pair"), ("kopt.integrity.guards", "snapshot"),
-    ("kopt.integrity.guards", "changed"), ("kopt.eval.child", "write_result"),
-    ("kopt.atomic", "write_text"),
+    ("kopt.timing", "time_fn"), ("kopt.timing", "time_pair"), ("kopt.timing.api", "time_fn"),
+    ("kopt.timing.api", "time_pair"), ("kopt.integrity.guards", "snapshot"), ("kopt.integrity.guards", "changed"),
+    ("kopt.eval.session", "check_tamper"), ("kopt.eval.jobs", "write_result"), ("kopt.atomic", "write_text"),
 )
 
 

@@ -37,27 +37,36 @@ RULES: dict[str, tuple[Severity, str]] = {
     "KS002": ("error", "BACKEND is not one literal string assigned once at module level"),
     "KS003": ("warning", "no BACKEND declared; the tilelang rules are applied"),
     "KS004": ("warning", "an imported sibling module cannot be read or parsed"),
-    "KS101": ("error", "tilelang: imports or calls a prebuilt attention library (flash_attn, flashinfer, xformers, ...)"),
-    "KS102": ("error", "tilelang: torch/numpy attention math on the host (matmul, bmm, einsum, softmax, exp, sdpa, F.*)"),
+    "KS101": ("error", "tilelang: imports or calls a prebuilt attention library (flash_attn, flashinfer, xformers, "
+                       "...)"),
+    "KS102": ("error", "tilelang: torch/numpy attention math on the host (matmul, bmm, einsum, softmax, exp, sdpa, "
+                       "F.*)"),
     "KS103": ("error", "tilelang: calls registered operators directly (torch.ops, torch._C)"),
     "KS104": ("warning", "tilelang: `@` matrix-multiply operator (host matmul if the operands are tensors)"),
     "KS105": ("error", "tilelang: tensor method doing attention math (.softmax(, .matmul(, .bmm(, .exp(, ...)"),
-    "KS106": ("error", "tilelang: a non-TileLang kernel system (triton, torch.compile, cpp_extension, cupy, numba, ...)"),
+    "KS106": ("error", "tilelang: a non-TileLang kernel system (triton, torch.compile, cpp_extension, cupy, numba, "
+                       "...)"),
     "KS107": ("warning", "tilelang: host torch op outside the glue allowlist (allocation, dtype, shape, index)"),
     "KS108": ("warning", "tilelang: host reduction on a tensor (.sum(, .amax(, .max(, ...)"),
     "KS201": ("error", "imports or reaches into kopt (the harness)"),
-    "KS202": ("error", "refers to harness state (ledger, ITERATIONS.md, the child's job/result files, sys.argv, __main__)"),
-    "KS203": ("error", "monkey-patches a module (attribute assignment, setattr/delattr on torch/time/kopt/builtins/...)"),
+    "KS202": ("error", "refers to harness state (ledger, ITERATIONS.md, the child's job/result files, sys.argv, "
+                       "__main__)"),
+    "KS203": ("error", "monkey-patches a module (attribute assignment, setattr/delattr on "
+                       "torch/time/kopt/builtins/...)"),
     "KS204": ("warning", "sets a torch.backends flag (changes numerics of the baseline in the same process)"),
     "KS205": ("error", "uses the gc module (can find and alter harness objects)"),
-    "KS206": ("error", "introspects frames or hooks the interpreter (inspect, sys._getframe, settrace, f_back, __globals__)"),
-    "KS207": ("error", "starts threads or processes (threading.Thread, multiprocessing, concurrent.futures, asyncio, fork)"),
+    "KS206": ("error", "introspects frames or hooks the interpreter (inspect, sys._getframe, settrace, f_back, "
+                       "__globals__)"),
+    "KS207": ("error", "starts threads or processes (threading.Thread, multiprocessing, concurrent.futures, asyncio, "
+                       "fork)"),
     "KS208": ("warning", "reads or writes the environment (os.environ, os.getenv)"),
     "KS209": ("warning", "ctypes / cffi: raw memory and native calls"),
     "KS210": ("warning", "creates or switches CUDA streams (work must be finished when run returns)"),
     "KS211": ("warning", "except clause that does not re-raise (a failure may be hidden)"),
-    "KS212": ("error", "broad except (bare/Exception/BaseException) that returns another computation (silent fallback)"),
-    "KS213": ("warning", "dynamic code or lookup (exec, eval, compile, __import__, non-literal getattr/setattr/import_module)"),
+    "KS212": ("error", "broad except (bare/Exception/BaseException) that returns another computation (silent "
+                       "fallback)"),
+    "KS213": ("warning", "dynamic code or lookup (exec, eval, compile, __import__, non-literal "
+                         "getattr/setattr/import_module)"),
     "KS214": ("error", "tensor subclass or __torch_function__/__torch_dispatch__ (can fake comparisons of the output)"),
     "KS215": ("warning", "process control (os._exit, os.kill, os.abort, signal, atexit, sys.exit)"),
     "KS216": ("warning", "runs external programs (subprocess, os.system, os.popen)"),
@@ -136,7 +145,8 @@ FRAME_ATTRS = frozenset({
 })
 CONCURRENCY = (
     "threading.Thread", "threading.Timer", "threading._start_new_thread", "threading._start_joinable_thread",
-    "_thread", "multiprocessing", "concurrent", "asyncio", "os.fork", "os.forkpty", "os.spawnl", "os.spawnle", "os.spawnlp", "os.spawnlpe", "os.spawnv",
+    "_thread", "multiprocessing", "concurrent", "asyncio", "os.fork", "os.forkpty", "os.spawnl", "os.spawnle",
+    "os.spawnlp", "os.spawnlpe", "os.spawnv",
     "os.spawnve", "os.spawnvp", "os.spawnvpe", "os.posix_spawn", "os.posix_spawnp", "os.execv", "os.execve",
     "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.execvp", "os.execvpe", "os.register_at_fork",
     "pty", "sched", "torch.multiprocessing", "torch.jit.fork", "torch.jit._fork", "torch.futures",

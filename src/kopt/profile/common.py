@@ -1,19 +1,15 @@
-"""Shared pieces of the profiler adapters: the error type, the target command line, logged subprocesses."""
+"""Shared pieces of the profiler adapters: the error type, the target command line, logged runs (kopt.proc)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from kopt import proc
 from kopt.errors import KoptError
-
-#: Package root on sys.path for the target child (so `python -m kopt.profile.target` resolves
-#: to this checkout even when kopt is not installed).
-SRC_DIR = Path(__file__).resolve().parents[2]
+from kopt.proc import Finished
 
 
 class ProfileError(KoptError):
@@ -48,51 +44,14 @@ class TargetSpec:
         return a + list(self.extra)
 
 
-def child_env() -> dict[str, str]:
-    """The environment for profiled children: this kopt first on PYTHONPATH, unbuffered output."""
-    env = dict(os.environ)
-    parts = [str(SRC_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SRC_DIR)]
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-@dataclass
-class Proc:
-    """A finished child: exit status and its combined output (also written to the log file)."""
-
-    rc: int
-    output: str
-    timed_out: bool = False
-
-
 def run_logged(cmd: list[str], log: Path, timeout_s: float, cwd: Optional[Path] = None,
-               env: Optional[dict] = None) -> Proc:
-    """Run a command with a wall-clock limit; stdout+stderr go to `log` (appended) and are returned."""
-    from kopt.eval.child import kill_group
-
-    log.parent.mkdir(parents=True, exist_ok=True)
+               env: Optional[dict] = None) -> Finished:
+    """Run a profiler or target command with a wall-clock limit (kopt.proc.run_logged); ProfileError when it cannot
+    start."""
     try:
-        # Own process group: on timeout the profiler *and* the target it launched are stopped,
-        # so no orphaned target keeps the GPU busy.
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                             cwd=cwd, env=env or child_env(), start_new_session=True)
+        return proc.run_logged(cmd, log, timeout_s, cwd=cwd, env=env)
     except OSError as e:
         raise ProfileError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
-    try:
-        out, _ = p.communicate(timeout=timeout_s)
-        rc, to = p.returncode, False
-    except subprocess.TimeoutExpired:
-        kill_group(p)
-        out, _ = p.communicate()
-        rc, to = 124, True
-    except BaseException:                    # Ctrl-C: take the child group down with us
-        kill_group(p)
-        raise
-    out = out or ""
-    with open(log, "a") as fh:
-        fh.write("$ " + " ".join(cmd) + "\n" + out + f"\n[exit {rc}{' (timeout)' if to else ''}]\n")
-    return Proc(rc, out, to)
 
 
 def tail_lines(text: str, n: int = 3) -> str:

@@ -235,7 +235,8 @@ def tensor(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
         return _dim("tensor", [_Finding(Score.limiting, f"tensor pipe {t:.1f}% while the SM is {busy:.0f}% busy: "
                                         "QK/PV on CUDA cores", ("K",))], evidence)
     if dram is not None and dram >= 60:
-        return _dim("tensor", [_Finding(Score.ok, f"tensor pipe {t:.1f}%: expected in a memory-bound kernel")], evidence)
+        return _dim("tensor", [_Finding(Score.ok, f"tensor pipe {t:.1f}%: expected in a memory-bound "
+                                                  f"kernel")], evidence)
     return _dim("tensor", [_Finding(Score.watch, f"tensor pipe {t:.1f}% (not memory-bound either)", ("K",))], evidence)
 
 

@@ -98,7 +98,7 @@ def parse_report(data: dict, name: str = "kernel") -> KernelMetrics:
     """One mcProfiler report JSON ({section: [{name, value|data}]}) -> curated metrics."""
     by_name = {v: k for k, v in METRICS.items()}
     k = KernelMetrics(name=name)
-    for section, entries in data.items():
+    for _section, entries in data.items():
         if not isinstance(entries, list):
             continue
         for e in entries:
@@ -155,8 +155,8 @@ def tracer_kernels(data: dict, time_unit: str = "ns") -> list[KernelMetrics]:
     return sorted(out, key=lambda k: -(k.metrics.get("duration_ns") or 0.0))
 
 
-def run_mcprofiler(tool: str, out_dir: Path, target_argv: list[str], casename: str,
-                   timeout_s: float = 600.0, kernel_name: Optional[str] = None) -> tuple[list[KernelMetrics], list[str], list[list[str]]]:
+def run_mcprofiler(tool: str, out_dir: Path, target_argv: list[str], casename: str, timeout_s: float = 600.0,
+                   kernel_name: Optional[str] = None) -> tuple[list[KernelMetrics], list[str], list[list[str]]]:
     """Run mcProfiler, copy its report folder under out_dir, parse every report JSON in it."""
     log = out_dir / "mcprofiler.log"
     metrics = [*METRICS.values(), ISU_STALLS]
@@ -191,7 +191,8 @@ def run_mcprofiler(tool: str, out_dir: Path, target_argv: list[str], casename: s
     return kernels, files, [cmd]
 
 
-def run_mctracer(tool: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.0) -> tuple[Path, list[list[str]]]:
+def run_mctracer(tool: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.0) -> tuple[Path,
+                                                                                                      list[list[str]]]:
     """Run mcTracer in out_dir; returns the trace it wrote (newest tracer_out-*.json) and the command."""
     log = out_dir / "mctracer.log"
     cmd = mctracer_command(tool, target_argv)
@@ -202,5 +203,6 @@ def run_mctracer(tool: str, out_dir: Path, target_argv: list[str], timeout_s: fl
         raise ProfileError(f"the profiled target failed: {target_error(p.output)}")
     traces = sorted(out_dir.rglob("tracer_out-*.json"), key=lambda f: f.stat().st_mtime)
     if not traces:
-        raise ProfileError(f"mcTracer wrote no tracer_out-*.json (status {p.rc}: {tail_lines(p.output)}; log: {log.name})")
+        raise ProfileError(f"mcTracer wrote no tracer_out-*.json (status {p.rc}: {tail_lines(p.output)}; log: "
+                           f"{log.name})")
     return traces[-1], [cmd]

@@ -44,7 +44,8 @@ def summary_markdown(s: ProfileSummary, titles: Optional[dict] = None) -> str:
              f"- candidate: `{s.candidate_path}` (id {s.candidate_id}, backend {s.backend})",
              f"- tool: {s.tool.value} (asked: {s.requested_tool}); device: {s.device} ({s.device_name})",
              f"- created: {s.created}; diagnosis from: {s.diagnosis.source}",
-             f"- dominant kernel: `{s.diagnosis.kernel or 'NA'}`; units: {fmt(s.diagnosis.units)} {s.diagnosis.unit_name}",
+             f"- dominant kernel: `{s.diagnosis.kernel or 'NA'}`; units: {fmt(s.diagnosis.units)} "
+             f"{s.diagnosis.unit_name}",
              f"- bytes a call must move: {fmt(s.ideal_bytes)}; copy ceiling: {fmt(s.copy_ceiling_gbps)} GB/s", "",
              "## Diagnosis", "", diagnosis_markdown(s.diagnosis, titles), ""]
     lim = s.diagnosis.limiting()
@@ -57,7 +58,8 @@ def summary_markdown(s: ProfileSummary, titles: Optional[dict] = None) -> str:
             m = k.metrics
             dur = m.get("duration_ns")
             lines.append(f"| `{k.name[:70]}` | {fmt(dur / 1e3 if dur else None)} | {fmt(m.get('grid_size'))} | "
-                         f"{fmt(m.get('block_size'))} | {fmt(m.get('registers_per_thread'))} | {fmt(m.get('dram_pct'))} "
+                         f"{fmt(m.get('block_size'))} | {fmt(m.get('registers_per_thread'))} | "
+                         f"{fmt(m.get('dram_pct'))} "
                          f"| {fmt(m.get('achieved_occupancy_pct'))} |")
         missing = sorted({n for k in s.kernels for n in k.missing})
         if missing:
@@ -105,8 +107,8 @@ def trace_table(s, top: int = 10):
     from rich.table import Table
 
     t = Table(title=f"top {top} {s.event_kind} ({s.format}, span {fmt(s.span_us)} µs)")
-    t.add_column("name", no_wrap=True, overflow="ellipsis", min_width=min(40, max((len(r.name) for r in s.kernels[:top]),
-                                                                                  default=4)))
+    width = min(40, max((len(r.name) for r in s.kernels[:top]), default=4))
+    t.add_column("name", no_wrap=True, overflow="ellipsis", min_width=width)
     for col in ("count", "total µs", "mean µs", "% span", "grid", "waves", "idle slots %"):
         t.add_column(col, overflow="fold")
     for r in s.kernels[:top]:

@@ -11,10 +11,11 @@ otherwise ncu when installed; else the torch timeline, with the reason in the no
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from kopt.errors import UsageError
 from kopt.profile import metax, ncu, torchprof
@@ -117,9 +118,9 @@ def _merge_metax(counters: list[KernelMetrics], launches: list[KernelMetrics]) -
 def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = None) -> ProfileSummary:
     """Run one profile end to end; returns the summary it also wrote to disk."""
     from kopt import hardware
-    from kopt.eval.bench import resolve_device
     from kopt.candidate import candidate_id, resolve
     from kopt.cases import load_cases, select
+    from kopt.hardware import resolve_device
     from kopt.paths import default_candidate, relative, workspace
     from kopt.profile import diagnosis
     from kopt.profile.render import write_summary
@@ -139,9 +140,10 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     spec = TargetSpec(candidate=path, case=case.id, device=device, dtype=case.variant.dtype.value,
                       head_dim=case.variant.head_dim, page_size=case.variant.page_size or 0,
                       seqlens=case.variant.seqlens.value, seed=opts.seed, warmup=opts.warmup)
-    s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(), candidate_path=relative(path, ws),
-                       candidate_id=candidate_id(path), backend=backend, tool=tool, requested_tool=opts.tool,
-                       device=device, device_name=info.name, out_dir=relative(out, ws), notes=notes)
+    s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(),
+                       candidate_path=relative(path, ws), candidate_id=candidate_id(path), backend=backend, tool=tool,
+                       requested_tool=opts.tool, device=device, device_name=info.name, out_dir=relative(out, ws),
+                       notes=notes)
     kernels, timeline = _collect(tool, spec, out, opts, info.units, s, say)
     kv, outb, ideal = _bytes(case, opts.seed)
     s.ideal_bytes = ideal
@@ -226,17 +228,18 @@ def _bytes(case, seed: int) -> tuple[int, int, int]:
 
     keys = int(seqlens_for(case, seed).sum())
     v = case.variant
-    return 2 * keys * case.kv_heads * v.head_dim * 2, case.batch * case.q_heads * v.head_dim * 2, bytes_moved(case, keys)
+    return 2 * keys * case.kv_heads * v.head_dim * 2, case.batch * case.q_heads * v.head_dim * 2, bytes_moved(case,
+                                                                                                              keys)
 
 
 def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_name: str):
     """(geometry.Balance of the candidate's plan on the profiled lengths, why None). The plan is the one the
     candidate reported (its plan_info hook) in its latest ledger row of this case and variant on this
     device: the profiled process is not asked, so a case never benched there has none."""
-    from kopt.workspace.ledger import load_dicts
     from kopt.paths import ledger_file
     from kopt.profile.geometry import plan_balance
     from kopt.workload import seqlens_for
+    from kopt.workspace.ledger import load_dicts
 
     label = case.variant.label()
     plan = next((r["plan"] for r in reversed(load_dicts(ledger_file(ws)).rows)

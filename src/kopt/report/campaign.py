@@ -1,7 +1,7 @@
 """What the plots and the report show, read once: the shown candidate (kopt.report.shown) on every case of
 the matrix, the iterations with their outcomes, and peer rows.
 
-Iterations come from git `[iter N]` commits (trajectory snapshots, kopt.workspace.status.history) or, without
+Iterations come from git `[iter N]` commits (trajectory snapshots, kopt.workspace.iterations.trajectory) or, without
 them, from verdict rows grouped by candidate_id in timestamp order.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from kopt.workspace.iterations import IterPoint
 
 #: The reason a % of limit is NA on rows written before rows recorded the roofline limit.
 NO_LIMIT = "not measured: rows before the limit was recorded"
@@ -51,20 +53,6 @@ class CaseRow:
     """field -> why it is NA."""
 
 
-@dataclass
-class IterPoint:
-    """One iteration of the trajectory."""
-
-    iteration: int
-    candidate_id: Optional[str]
-    geomean: Optional[float]
-    outcome: str
-    """improved | not improved | failed"""
-    device: Optional[str] = None
-    ragged: Optional[float] = None
-    """Geomean speedup of the verdict over the ragged cases (None: none timed)."""
-    reason: str = ""
-    """The improvement rule's reason for the outcome."""
 
 
 @dataclass
@@ -105,54 +93,8 @@ class Campaign:
                 "kopt-verdict-run": (s.verdict_run if s else None) or "none"}
 
 
-def _ragged_geomean(verdict: list[dict], ragged: dict) -> Optional[float]:
-    """Geomean speedup of a verdict's correct rows on the ragged cases, in each case's own variant."""
-    from kopt.workspace.ranking import row_speedup
-    from kopt.timing.stats import geomean
-
-    return geomean([s for r in verdict if r.get("case") in ragged and r.get("correct") is True
-                    and (r.get("variant") or "") in (ragged[r["case"]], "") and (s := row_speedup(r))])
 
 
-def iterations(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[IterPoint], str]:
-    """Git iterations when there are any (all devices); else verdicts grouped by candidate in timestamp
-    order, judged by the same rule (kopt.workspace.status.outcome)."""
-    from kopt.cases import load_cases
-    from kopt.paths import cases_file
-    from kopt.workspace.ranking import failed, geomean_of, latest_verdict, row_cid, verdict_device
-
-    ragged = {c.id: c.variant.label() for c in load_cases(cases_file(ws)) if c.kind == "ragged"}
-    by_cid: dict[str, list[dict]] = {}  # one pass over the ledger, not one per candidate
-    for r in rows:
-        if r.get("mode") == "verdict" and r.get("kind", "case") == "case" and (cid := row_cid(r)):
-            by_cid.setdefault(cid, []).append(r)
-
-    def verdict(cid: Optional[str]) -> list[dict]:
-        return latest_verdict(by_cid.get(cid, []), cid) if cid else []
-
-    try:
-        from kopt.workspace.status import history
-
-        hist = history(ws, rows) if use_git else []  # use_git only without a device filter: all rows
-    except Exception:  # no git, no snapshots, an older layout: fall back to the ledger
-        hist = []
-    if hist:
-        return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
-                          h.geomean_ragged or _ragged_geomean(verdict(h.candidate_id), ragged), h.reason)
-                for h in hist], "git [iter N] commits"
-    from kopt.workspace.status import judge, threshold
-
-    order = {cid: str(rs[0].get("timestamp") or "") for cid, rs in by_cid.items()}
-    thr, best, best_r, out = threshold(ws, rows=rows), None, None, []
-    for i, cid in enumerate(sorted(order, key=lambda k: order[k]), 1):
-        v = verdict(cid)
-        gm, _ = geomean_of(v)
-        gr = _ragged_geomean(v, ragged)
-        j = judge(gm, gr, failed(v), best, best_r, thr)  # the rule kopt.workspace.status.history applies
-        if j.outcome == "improved":
-            best, best_r = gm, gr
-        out.append(IterPoint(i, cid, gm, j.outcome, verdict_device(v), gr, j.reason))
-    return out, "ledger verdict rows by candidate" if out else "none"
 
 
 def _na(r: Optional[dict], view_note: str) -> dict[str, str]:
@@ -178,8 +120,7 @@ def _na(r: Optional[dict], view_note: str) -> dict[str, str]:
 
 
 def _case_row(case, view) -> CaseRow:
-    from kopt.workspace.journal import noisy_sides
-    from kopt.workspace.ranking import row_speedup
+    from kopt.workspace.ranking import noisy_sides, row_speedup
 
     c = CaseRow(case.id, case.kind, view.variant, case.batch, case.seqlen_k, case.kv_heads, case.gqa,
                 case.valid_keys, case.c500_ref_ms, view.basis, note=view.note)
@@ -215,9 +156,10 @@ def _peers(rows: list[dict], kinds: dict[int, str]) -> dict:
 def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     """The shown candidate on every case (with C500 reference times), the trajectory, peer rows."""
     from kopt.cases import load_cases
-    from kopt.workspace.ledger import load_dicts
     from kopt.paths import cases_file, ledger_file
     from kopt.report.shown import shown_candidate
+    from kopt.workspace.iterations import trajectory
+    from kopt.workspace.ledger import load_dicts
 
     ws = Path(ws)
     c = Campaign()
@@ -226,7 +168,7 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     if device:
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
     # Iteration geomeans in git snapshots mix devices; a per-device view rebuilds them from its own rows.
-    c.trajectory, c.trajectory_source = iterations(ws, rows, use_git=not device)
+    c.trajectory, c.trajectory_source = trajectory(ws, rows, use_git=not device)
     c.shown = shown_candidate(ws, rows, device, points=c.trajectory)
     cases = {x.id: x for x in load_cases(cases_file(ws))}
     c.rows = [_case_row(cases[v.case], v) for v in c.shown.cases]

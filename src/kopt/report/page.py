@@ -134,12 +134,12 @@ def _shown_section(c, ranked: list[dict]) -> str:
 
 
 def _peers_section(c, imgs: dict) -> str:
-    from kopt.report import panel as peers_panel
+    from kopt.report import panel
 
     if not c.peers:
         return ("<h2>Peers</h2><p class='note'>No peer rows yet: <code>kopt peers</code> times other decode "
                 "kernels on the same cases; its panel appears here.</p>")
-    return "".join(peers_panel.panel_html(p) + imgs.get(f"peers-{dev}", "") for dev, p in c.peers.items())
+    return "".join(panel.panel_html(p) + imgs.get(f"peers-{dev}", "") for dev, p in c.peers.items())
 
 
 def _trajectory_section(c, img: str) -> str:
@@ -183,8 +183,8 @@ def _img(path: Path, alt: str) -> str:
 
 
 def _ranked(ws: Path, device: Optional[str]) -> list[dict]:
-    from kopt.workspace import ranking
     from kopt.paths import ledger_file
+    from kopt.workspace import ranking
 
     df, _ = ranking.load_frame(ledger_file(ws), device)
     return ranking.records(ranking.rank(df).head(5))
@@ -218,8 +218,8 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
 
 
 def _newest_row(ws: Path) -> Optional[str]:
-    from kopt.workspace.ledger import load_dicts
     from kopt.paths import ledger_file
+    from kopt.workspace.ledger import load_dicts
 
     stamps = [str(r["timestamp"]) for r in load_dicts(ledger_file(ws)).rows if r.get("timestamp")]
     return max(stamps) if stamps else None

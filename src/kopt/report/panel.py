@@ -10,9 +10,10 @@ from __future__ import annotations
 import csv
 import html
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from kopt.records import fmt_na
 from kopt.timing.stats import geomean
@@ -211,8 +212,8 @@ def panel_html(p: Panel) -> str:
 def report_section(ws: Path, device: Optional[str] = None) -> str:
     """html_section of the workspace's ledger (the report's hook); empty text when there is no peers run."""
     from kopt.cases import load_cases
-    from kopt.workspace.ledger import load_dicts
     from kopt.paths import cases_file, ledger_file
+    from kopt.workspace.ledger import load_dicts
 
     try:
         kinds = {c.id: c.kind for c in load_cases(cases_file(ws))}
@@ -285,3 +286,23 @@ def plot(p: Panel, path: Path, finish: Optional[Callable] = None) -> Path:
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
     return path
+
+
+def write_results(rows: list, cases: list, ws: Path, out: Optional[Path] = None) -> list[Path]:
+    """The files of a `kopt peers` run (CaseResult rows of its cases): results/<backend>/peers-<device>-<date>.csv
+    (appended: the run id tells runs apart), the panel as
+    markdown beside it (this run's), and plots/peers-<device>.png; returns the paths written."""
+    if not rows:
+        return []
+    p = build([r.model_dump(mode="json") for r in rows], {c.id: c.kind for c in cases})
+    backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
+    dev = p.device.lower().replace(" ", "_")
+    out = Path(out) if out else ws / "results" / backend / f"peers-{dev}-{p.date}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not out.is_file() or not out.read_text().startswith(",".join(CSV_COLUMNS) + "\n")
+    with open(out, "w" if fresh else "a") as f:
+        f.write(csv_text(p, header=fresh))
+    md = out.with_suffix(".md")
+    md.write_text(markdown(p))
+    png = plot(p, ws / "results" / backend / "plots" / f"peers-{dev}.png")
+    return [out, md, png]

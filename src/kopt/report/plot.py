@@ -200,12 +200,12 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
 
 def plot_peers(c: Campaign, dev: str, path: Path) -> Path:
     """The peer panel of one device (kopt.report.panel.plot), stamped like the other figures."""
-    from kopt.report import panel as peers_panel
+    from kopt.report import panel
 
     p = c.peers[dev]
     stamp = (f"kopt: peers run {p.run_id} of candidate {p.candidate_id} on {p.device}, measured at commit "
              f"{p.commit}; {len(p.rows)} cases (shown: {c.best_id or 'none'})")
-    return peers_panel.plot(p, path, finish=lambda fig, out: _save(fig, out, c, stamp))
+    return panel.plot(p, path, finish=lambda fig, out: _save(fig, out, c, stamp))
 
 
 def _save(fig, path: Path, c: Campaign, stamp: Optional[str] = None) -> Path:

@@ -169,13 +169,11 @@ def _case_views(ws: Path, rows: list[dict], cid: str, verdict: list[dict], devic
 def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optional[str] = None,
                     points: Optional[list] = None) -> Shown:
     """The shown candidate under the module's rule. rows: the ledger's rows when already read;
-    points: the iterations (kopt.report.campaign.iterations) when already computed."""
-    from kopt.workspace import ranking
-    from kopt.workspace.ledger import load_dicts
-    from kopt.workspace.status import current_candidate
+    points: the iterations (kopt.workspace.iterations.trajectory) when already computed."""
     from kopt.paths import ledger_file
-
-    from kopt.workspace.ledger import Loaded
+    from kopt.workspace import ranking
+    from kopt.workspace.iterations import current_candidate
+    from kopt.workspace.ledger import Loaded, load_dicts
 
     ws = Path(ws)
     rows = rows if rows is not None else load_dicts(ledger_file(ws)).rows
@@ -215,16 +213,16 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         setattr(s, "verdict_geomean_ragged" if ragged else "verdict_geomean", g)
     s.commits = list(dict.fromkeys(str(c.row["commit"]) for c in s.cases if c.row and c.row.get("commit")))
     if points is None:
-        from kopt.report.campaign import iterations
+        from kopt.workspace.iterations import trajectory
 
-        points, _ = iterations(ws, rows, use_git=not device)  # git geomeans mix devices
+        points, _ = trajectory(ws, rows, use_git=not device)  # git geomeans mix devices
     s.best_by_rule = _best_by_rule(ws, rows, s, points)
     return s
 
 
 def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optional[BestByRule]:
     """The last improving iteration's candidate on the shown device, when it is another one."""
-    from kopt.workspace.status import threshold
+    from kopt.workspace.iterations import threshold
     from kopt.workspace.ranking import latest_verdict
 
     best = next((p for p in reversed(points) if p.outcome == "improved" and p.candidate_id
@@ -269,7 +267,7 @@ def _speed(r: dict) -> Optional[float]:
 
 def _noise(other: dict, mine: dict) -> str:
     """Which timings behind a comparison were flagged noisy, with their relative IQR."""
-    from kopt.workspace.journal import noisy_sides
+    from kopt.workspace.ranking import noisy_sides
 
     out = []
     for who, r in (("its", other), ("the shown", mine)):

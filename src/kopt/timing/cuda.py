@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Callable, Optional
+from typing import Optional
 
-from kopt.timing.cupti import _cupti_ok, _profiler, facts_of
+from kopt.timing.cupti import cupti_ok, facts_of, profiler
+from kopt.timing.options import CALL_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, clock, warmup
 from kopt.timing.stats import StopRule
-from kopt.timing.api import CALL_RANGE, LOW_CLOCK_FRAC, MAX_BATCH, Samples, TimingOptions, _clock, _warmup
 
 
 def make_flush(buf, kind: str) -> Callable[[], object]:
@@ -102,7 +103,7 @@ class CudaTimer:
             self._flush = make_flush(buf, opts.flush)
         self.clock = _Clock(torch, index)
         self.scale = 1.0 / opts.graph_calls if opts.graph else 1.0
-        self.cupti = _cupti_ok(device)         # probed once per process (CUPTI's start-up)
+        self.cupti = cupti_ok(device)         # probed once per process (CUPTI's start-up)
         self._events: list = []
         self._call_ms: dict[int, float] = {}
         self._host_us: dict[int, float] = {}
@@ -112,7 +113,7 @@ class CudaTimer:
         return "graph" if self.opts.graph else ("cupti" if use_dev else "events")
 
     def _profiler(self):
-        return _profiler()
+        return profiler()
 
     def _event_pairs(self, n: int) -> list:
         """n (start, end) CUDA event pairs, created once and reused (each batch synchronizes before reuse)."""
@@ -204,7 +205,7 @@ class CudaTimer:
     def prepare(self, fn: Callable[[], object]) -> Callable[[], object]:
         torch = self.torch
         # Synchronize each call so the warm-up time is device time, not queued launches.
-        _warmup(fn, self.opts, before=self._flush,
+        warmup(fn, self.opts, before=self._flush,
                 after=lambda: torch.cuda.synchronize(self.dev))
         if not self.opts.graph:
             self._estimate(fn)
@@ -247,11 +248,11 @@ class CudaTimer:
         session, so the numbers are those of separate sessions."""
         if not self.cupti or any(self._first_batch(fn, rule) < rule.max_samples for fn in fns):
             return None
-        t0 = _clock()
+        t0 = clock()
         distinct = list(dict.fromkeys(fns)) if eager else []
         segs = self._batches([(fn, rule.max_samples, False) for fn in fns] + [(fn, eager, True) for fn in distinct],
                              True)
-        share = (_clock() - t0) / max(len(fns), 1)
+        share = (clock() - t0) / max(len(fns), 1)
         out = []
         for i, seg in enumerate(segs):
             out.append(Samples(elapsed_s=share if i < len(fns) else 0.0))
@@ -289,14 +290,14 @@ class CudaTimer:
             s.ev += ev
 
     def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
-        s, t0, size = Samples(), _clock(), self._first_batch(fn, rule)
+        s, t0, size = Samples(), clock(), self._first_batch(fn, rule)
         while True:
             n = max(1, min(size, rule.max_samples - len(s.dev)))
             self._add(s, *self._batch(fn, n, self.cupti))
             size = min(MAX_BATCH, size * 2)
-            el = _clock() - t0
+            el = clock() - t0
             if rule.should_stop(s.primary(s.use_cupti(self.cupti)), el) or \
                     rule.capped(len(s.dev) + len(s.low_dev) + s.host_bound, el):
                 break
-        s.elapsed_s = _clock() - t0
+        s.elapsed_s = clock() - t0
         return s

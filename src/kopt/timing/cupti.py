@@ -13,11 +13,11 @@ import math
 import time
 import warnings
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
-from kopt.timing.api import CALL_RANGE
-
+from kopt.timing.options import CALL_RANGE
 
 # ---------------------------------------------------------------- pure CUPTI span extraction
 
@@ -54,7 +54,7 @@ def call_spans(
     for name, s, e, i in records:
         if 0 <= i < n_calls and not any(name.startswith(x) for x in exclude):
             lo[i], hi[i] = min(lo[i], s), max(hi[i], e)
-    return [h - l if h >= l else None for l, h in zip(lo, hi)]
+    return [b - a if b >= a else None for a, b in zip(lo, hi)]
 
 
 #: Host runtime calls after which the caller's stream (or the host) waits for other work: a side stream
@@ -258,7 +258,7 @@ class _Profile:
         return self.prof.profiler.kineto_results.events()
 
 
-def _profiler():
+def profiler():
     try:
         return _Session()
     except (ImportError, AttributeError, TypeError):
@@ -280,7 +280,7 @@ def _probe(device: str) -> None:
         x = torch.zeros(1, device=dev)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with _profiler() as prof:
+            with profiler() as prof:
                 for _ in range(2):
                     with torch.profiler.record_function(CALL_RANGE):
                         x.add_(1)
@@ -293,7 +293,7 @@ def _probe(device: str) -> None:
     _CUPTI_OK[device] = ok
 
 
-def _cupti_ok(device: str) -> bool:
+def cupti_ok(device: str) -> bool:
     """Whether CUPTI spans work here (probed once per process and device)."""
     if device not in _CUPTI_OK:
         _probe(device)

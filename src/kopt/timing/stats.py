@@ -6,9 +6,10 @@ Pure Python + numpy (no torch), so everything here is unit-tested on synthetic s
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from functools import lru_cache
+from typing import Optional
 
 import numpy as np
 
@@ -95,7 +96,7 @@ class StopRule:
             return False
         return ci_rel(samples_ms) <= self.target_rel_ci
 
-    def split(self, parts: int) -> "StopRule":
+    def split(self, parts: int) -> StopRule:
         """The rule for one of `parts` interleaved rounds, so all rounds together meet this rule.
 
         Counts and times divide; the per-round CI target widens by sqrt(parts) because the

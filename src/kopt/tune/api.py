@@ -21,16 +21,19 @@ medians (kopt.tune.pick). Winners are upserted into results/<backend>/tuning.csv
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
+from kopt import proc
+from kopt.candidate import short_id
 from kopt.cases import Case
 from kopt.records import Status, fmt_na
 from kopt.tune.models import ConfigResult, ShardResult
 from kopt.tune.pick import pick_winner
-from kopt.tune.shard import ShardItem, reaping, run_shard
+from kopt.tune.shard import ShardItem, run_shard
 
 
 @dataclass
@@ -150,7 +153,8 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
     by_case: dict[int, list[ShardResult]] = {}
     out: list[CaseTune] = []
 
-    with reaping(), executor.make(opts.executor, opts.device, opts.gpus, opts.ray_address, opts.ray_shared, log) as ex:
+    with proc.reaping(), executor.make(opts.executor, opts.device, opts.gpus, opts.ray_address, opts.ray_shared,
+                                       log) as ex:
         device = ex.device
         # more slots than cases: split each case's configs (every shard re-times the default)
         n_shards = max(1, ex.slots // len(cases)) if ex.parallel and cases else 1
@@ -188,8 +192,8 @@ def _shard(device: str, opts: TuneOptions, path: str, item: ShardItem) -> ShardR
 
 def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOptions, parallel: bool) -> CaseTune:
     """Merge shards, pick the winner, upsert the table row and append the ledger row."""
-    from kopt.eval.calibrate import aa_spread
     from kopt.candidate import content_hash
+    from kopt.eval.noise import aa_spread
 
     shards = sorted(shards, key=lambda s: 0 if s.n_configs else 1)   # a shard that loaded first (for meta)
     ct = CaseTune(case=case, shards=shards, configs=[c for s in shards for c in s.results])
@@ -204,10 +208,10 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
     # a quick or partial search (--quick, --max-configs) never replaces a full one of the same kernel
     ct.row = table_row(case, ct, path, chash, quick=opts.quick or bool(opts.max_configs))
     if opts.write:
-        from kopt.tune import table as tuning
+        from kopt.tune import table
 
-        ct.csv = Path(opts.csv) if opts.csv else tuning.default_path(ct.meta.backend or "tilelang")
-        tuning.upsert(ct.csv, [ct.row])
+        ct.csv = Path(opts.csv) if opts.csv else table.default_path(ct.meta.backend or "tilelang")
+        table.upsert(ct.csv, [ct.row])
     if opts.record:
         from kopt import paths
         from kopt.workspace import ledger
@@ -218,7 +222,7 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
 
 def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = False):
     """The tuning-table row of a case's winner (seqlen bucket from the cache capacity the kernel sees)."""
-    from kopt.tune import table as tuning
+    from kopt.tune import table
     from kopt.workspace.vcs import head_short
 
     v, w = case.variant, ct.winner
@@ -226,11 +230,11 @@ def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = Fa
     lo, hi = ct.gain_ci or (None, None)
     page = v.page_size or 0
     capacity = -(-case.seqlen_k // page) * page if page else case.seqlen_k
-    return tuning.TuningRow(
+    return table.TuningRow(
         device=ct.meta.device_name, units=ct.meta.units, dtype=v.dtype.value, head_dim=v.head_dim,
-        batch=case.batch, seqlen_bucket=tuning.bucket(capacity), kv_heads=case.kv_heads, gqa=case.gqa,
+        batch=case.batch, seqlen_bucket=table.bucket(capacity), kv_heads=case.kv_heads, gqa=case.gqa,
         page_size=page, config=w.config or {}, runtime_ms=w_ms, default_runtime_ms=d_ms, gain=ct.gain,
-        gain_lo=lo, gain_hi=hi, commit=head_short(Path(path).parent), candidate_id=chash[:12], quick=bool(quick),
+        gain_lo=lo, gain_hi=hi, commit=head_short(Path(path).parent), candidate_id=short_id(chash), quick=bool(quick),
         host=ct.meta.host)
 
 
@@ -248,7 +252,7 @@ def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
     t = w.paired_a if w is not ct.default and w.paired_a else w.cold   # the better-measured figure
     return CaseResult(
         row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=relative(path), candidate_hash=chash,
-        candidate_id=chash[:12], technique="tune", config=w.config, case=case.id, variant=case.variant.label(),
+        candidate_id=short_id(chash), technique="tune", config=w.config, case=case.id, variant=case.variant.label(),
         backend=m.backend, compiled=True, correct=True, status=Status.ok,
         message=f"tuned over {len(ct.configs)} configs; {_summary(ct)}",
         runtime_ms=t.median_ms, ref_runtime_ms=ref_ms, speedup=ref_ms / t.median_ms if ref_ms else None,

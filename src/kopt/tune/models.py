@@ -7,7 +7,7 @@ from typing import Optional
 from pydantic import BaseModel, Field
 
 from kopt.cases import Case
-from kopt.eval.child import SavedOutput
+from kopt.eval.jobs import SavedOutput
 from kopt.records import Status, TimingStats, Validation
 
 

@@ -39,11 +39,11 @@ def shard_indices(selected: list[int], shard: int, shards: int) -> list[int]:
     return [selected[0]] + selected[1:][shard::shards]
 
 
-def _screened(r: "ConfigResult") -> bool:
+def _screened(r: ConfigResult) -> bool:
     return r.status == Status.ok and r.cold is not None
 
 
-def pick_finalists(results: list["ConfigResult"], n: int) -> list[int]:
+def pick_finalists(results: list[ConfigResult], n: int) -> list[int]:
     """Up to n config indices other than the default, fastest screened cold median first.
 
     Only configs that screened ok count, and none are picked when the default did not screen
@@ -55,7 +55,7 @@ def pick_finalists(results: list["ConfigResult"], n: int) -> list[int]:
     return [r.index for r in ranked[:n]]
 
 
-def pick_winner(results: list["ConfigResult"], aa_spread: Optional[float] = None) -> Pick:
+def pick_winner(results: list[ConfigResult], aa_spread: Optional[float] = None) -> Pick:
     """(winner, default it is compared with, gain, note) among the correct configs.
 
     With paired data (the finalists' ABBA runs against their shard's default), the winner is
@@ -72,7 +72,7 @@ def pick_winner(results: list["ConfigResult"], aa_spread: Optional[float] = None
     return _unpaired_winner(ok, defaults)
 
 
-def _paired_winner(paired: list["ConfigResult"], defaults: dict, aa_spread: Optional[float]) -> Pick:
+def _paired_winner(paired: list[ConfigResult], defaults: dict, aa_spread: Optional[float]) -> Pick:
     from kopt.timing.stats import is_improvement
 
     rank = lambda r: (r.paired_speedup, -r.index)  # noqa: E731
@@ -86,7 +86,7 @@ def _paired_winner(paired: list["ConfigResult"], defaults: dict, aa_spread: Opti
                        "not an improvement, default kept")
 
 
-def _unpaired_winner(ok: list["ConfigResult"], defaults: dict) -> Pick:
+def _unpaired_winner(ok: list[ConfigResult], defaults: dict) -> Pick:
     """Fastest correct cold median relative to its shard's default (results without paired data).
 
     A winner faster than the default by less than the larger of their CI half-widths is noise:

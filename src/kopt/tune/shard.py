@@ -5,7 +5,7 @@ The timing child screens the shard's configs and then pairs the finalists with t
 of them; when no child got to the finalists (the last config crashed, a graph capture failed), one
 more child only pairs them.
 
-Runs in the `kopt tune` process, in a gpupool worker pinned to one GPU, or in a Ray task on a node
+Runs in the `kopt tune` process, in a pool worker pinned to one GPU (kopt.executor.pool), or in a Ray task on a node
 of a cluster (kopt.executor); children run in their own
 sessions and are killed with this process (SIGTERM, Ctrl-C, errors), so a bounded run leaves no
 orphan on the GPU.
@@ -16,16 +16,15 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from kopt import proc
 from kopt.cases import Case
-from kopt.eval.child import kill_group, child_env
+from kopt.eval.jobs import fresh_seed
 from kopt.records import Status
 from kopt.tune.models import ConfigResult, ShardResult, TuneJob
 from kopt.tune.pick import pick_finalists
@@ -43,41 +42,16 @@ class ShardItem:
     shards: int = 1
 
 
-_LIVE: set = set()   # tuning children of this process, killed if it is terminated
-
-
-@contextmanager
-def reaping():
-    """Kill this process's tuning children (their own sessions) when it ends early: SIGTERM, Ctrl-C, errors."""
-    import signal
-    import threading
-
-    old = None
-    if threading.current_thread() is threading.main_thread():
-        def stop(signum, frame):
-            raise SystemExit(128 + signum)
-        old = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        for p in list(_LIVE):
-            _kill(p)
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
-
-
 def run_shard(path: str, device: str, opts: TuneOptions, item: ShardItem) -> ShardResult:
     """Prewarm, then time the shard's configs in a child (rerun past crashes), then check outputs here."""
-    from kopt.eval.bench import _fresh_seed
-
     t0 = time.perf_counter()
-    s0 = _fresh_seed()
+    s0 = fresh_seed()
     base = dict(candidate_path=path, case=item.case, device=device, shard=item.shard, shards=item.shards,
-                max_configs=opts.max_configs, seeds_correct=[s0], seeds_timing=[s0, _fresh_seed()],
+                max_configs=opts.max_configs, seeds_correct=[s0], seeds_timing=[s0, fresh_seed()],
                 quick=opts.quick, hot=opts.hot, baseline=opts.baseline, finalists=opts.finalists)
     work = Path(tempfile.mkdtemp(prefix="kopt-tune-"))
     try:
-        with reaping():
+        with proc.reaping():
             if (opts.compile_jobs or 0) > 1:
                 _prewarm(base, work, opts.compile_jobs, opts.timeout_s)
             merged = _timed(base, work, opts)
@@ -97,31 +71,7 @@ def _launch(job: TuneJob) -> subprocess.Popen:
     out = Path(job.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "job.json").write_text(job.model_dump_json())
-    env = child_env()
-    with open(out / "child.log", "wb") as log:
-        p = subprocess.Popen([sys.executable, "-m", "kopt.tune.worker", str(out / "job.json")],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                             start_new_session=True)
-    _LIVE.add(p)
-    return p
-
-
-def _kill(p: subprocess.Popen) -> None:
-    """SIGKILL a child's whole process group and reap it."""
-    kill_group(p)
-    p.wait()
-    _LIVE.discard(p)
-
-
-def _wait(p: subprocess.Popen, deadline: float) -> tuple[Optional[int], bool]:
-    """(returncode, timed_out); the child's whole process group is killed on timeout."""
-    try:
-        rc = p.wait(timeout=max(0.1, deadline - time.perf_counter()))
-        _LIVE.discard(p)
-        return rc, False
-    except subprocess.TimeoutExpired:
-        _kill(p)
-        return p.returncode, True
+    return proc.spawn(proc.python_module("kopt.tune.worker", str(out / "job.json")), out / "child.log")
 
 
 def _read(out: Path) -> Optional[ShardResult]:
@@ -137,7 +87,7 @@ def _prewarm(base: dict, work: Path, jobs: int, timeout_s: float) -> None:
           for j in range(jobs)]
     deadline = time.perf_counter() + timeout_s
     for p in ps:
-        _wait(p, deadline)
+        proc.wait(p, deadline)
 
 
 def _timed(base: dict, work: Path, opts: TuneOptions) -> ShardResult:
@@ -188,7 +138,7 @@ def _timed(base: dict, work: Path, opts: TuneOptions) -> ShardResult:
 def _child(job: TuneJob, opts: TuneOptions) -> tuple[Optional[ShardResult], bool, str]:
     """Run one tuning child to its end or its time limit: (its report or None, timed out, how it ended)."""
     out = Path(job.out_dir)
-    rc, timed_out = _wait(_launch(job), time.perf_counter() + opts.timeout_s)
+    rc, timed_out = proc.wait(_launch(job), time.perf_counter() + opts.timeout_s)
     why = "timed out" if timed_out else f"died (code {rc})"
     res = _read(out)
     if res is None:
@@ -227,11 +177,8 @@ def _take_pairs(merged: ShardResult, res: ShardResult, why: str) -> None:
 
 def _check(shard: ShardResult, case: Case, device: str, prefer: str) -> None:
     """Each config's saved outputs against the fp32 reference of the same seed; then the plausibility guard."""
-    import torch
-
     from kopt import baselines, hardware
-    from kopt.eval import checks as verify
-    from kopt.eval.bench import IMPLAUSIBLE_FRACTION, implausible
+    from kopt.eval import checks
     from kopt.workload import gbps as gbps_of
 
     base = baselines.pick(case, device, prefer)
@@ -240,21 +187,18 @@ def _check(shard: ShardResult, case: Case, device: str, prefer: str) -> None:
         if cr.status != Status.ok:
             cr.correct = False
             continue
-        out_dir = Path(cr.dir)
-        checks, _ = verify.check_saved(case, device, base, cr.outputs,
-                                       lambda so: torch.load(out_dir / so.file, weights_only=True), cache)
-        status, cr.validation = verify.summarize(checks)
-        if not checks:
-            status, cr.validation.detail = Status.runtime_error, "no output was produced"
+        status, cr.validation, _ = checks.check_outputs(case, device, base, cr.outputs, Path(cr.dir), cache)
         cr.correct = status == Status.ok
         if not cr.correct:
             cr.status, cr.message = status, cr.validation.detail
     ceiling = hardware.copy_ceiling_gbps(device) if device != "cpu" else None
     for cr in shard.results:
         gbps = gbps_of(case, cr.cold.median_ms) if cr.correct and cr.cold else None
-        if gbps and cr.cold.cold and implausible(gbps, ceiling):
+        if gbps and cr.cold.cold and checks.implausible(gbps, ceiling):
             cr.correct, cr.status = False, Status.implausible
-            cr.message = f"{gbps:.0f} GB/s exceeds {IMPLAUSIBLE_FRACTION:.2f} x the copy ceiling {ceiling:.0f} GB/s"
+            cr.message = checks.implausible_message(gbps, ceiling, "copy ceiling")
     del cache
     if device != "cpu":
+        import torch
+
         torch.cuda.empty_cache()

@@ -4,7 +4,8 @@ One child evaluates many configs of one case in two stages, so the candidate is 
 device set up) once:
 
 1. Screen: each config is compiled (prepare + first call), correctness-called through the bench
-   worker's guarded `checked_call` (outputs saved for the parent, which holds the fp32 reference),
+   candidate session's guarded `checked_call` (kopt.eval.session; outputs saved for the parent, which holds the fp32
+   reference),
    timed cold with the quick timing options (and, on CUDA, hot by graph replay), and spot-checked
    on the timed inputs.
 2. Finalists: the `finalists` configs with the fastest screened cold medians (default excluded)
@@ -23,16 +24,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from kopt.eval.child import write_result
+from kopt.eval.jobs import write_result
+from kopt.eval.session import Reject, Session, check_tamper, classify, error_text, load, versions
 from kopt.records import Status, TimingStats
 from kopt.tune.models import ConfigResult, ShardResult, TuneJob
 from kopt.tune.pick import pick_finalists, select_indices, shard_indices
-
-
-def _status_of(e: BaseException) -> Status:
-    from kopt.eval.worker import _classify
-
-    return _classify(e)
 
 
 class TuneRun:
@@ -44,7 +40,7 @@ class TuneRun:
         self.job, self.out = job, Path(job.out_dir)
         self.res = ShardResult(results=list(job.prior))
         self.threads = guards.thread_idents()  # the harness's own threads, before the candidate runs
-        self.evals: dict = {}   # index -> Evaluation of a config screened ok here: finalists reuse its call path
+        self.sessions: dict[int, Session] = {}   # index -> session of a config screened ok here (finalists' calls)
 
     def save(self, phase: Optional[str] = None) -> None:
         """Record progress (atomic write of result.json)."""
@@ -55,24 +51,19 @@ class TuneRun:
     def run(self) -> None:
         """Load, enumerate, screen (compile / check / quick-time) this child's configs, then pair the finalists."""
         from kopt import candidate
-        from kopt.integrity import guards
         from kopt.hardware import detect
-        from kopt.eval.worker import Reject, _versions
+        from kopt.integrity import guards
         from kopt.workload import make_workload
 
         job = self.job
         info = detect(job.device)
         self.res.device_name, self.res.units = info.name, int(info.units or 0)
-        self.res.versions = _versions()
+        self.res.versions = versions()
         before = guards.snapshot()
         self.save("import")
-        try:
-            mod = candidate.load(Path(job.candidate_path))
-        except Exception as e:
-            raise Reject(Status.compile_error, str(e)) from None
+        mod = load(Path(job.candidate_path))
         self.res.backend = candidate.backend_of(mod)
-        if guards.changed(before):
-            raise Reject(Status.tampered, f"import patched {', '.join(guards.changed(before))}")
+        check_tamper(before, "import")
         cfgs = self.configs(mod)
         self.res.n_configs = len(cfgs)
         self.res.selected = select_indices(len(cfgs), job.max_configs)
@@ -84,7 +75,7 @@ class TuneRun:
         if job.prewarm:
             for i in self.res.indices[job.part::job.parts]:
                 self.res.current = i
-                self.compile(mod, cfgs[i], sets[job.seeds_correct[0]], ConfigResult(index=i))
+                self.compile(self.session(mod, cfgs[i], self.out), sets[job.seeds_correct[0]], ConfigResult(index=i))
             self.res.current, self.res.status = None, Status.ok
             self.save("done")
             return
@@ -111,7 +102,6 @@ class TuneRun:
     def configs(self, mod) -> list[Optional[dict]]:
         """The candidate's config list for this case; the first entry is its default."""
         from kopt import candidate
-        from kopt.eval.worker import Reject
 
         fn = getattr(mod, "configs", None)
         if not callable(fn):
@@ -127,75 +117,61 @@ class TuneRun:
             raise Reject(Status.unsupported, "configs() must return a non-empty list of dicts")
         return cfgs
 
-    def compile(self, mod, cfg, w, cr: ConfigResult) -> Optional[object]:
-        """prepare (when declared) and the first call; returns that output (kept: a reused buffer is stale)."""
+    def compile(self, s: Session, w, cr: ConfigResult) -> Optional[object]:
+        """prepare (when declared) and the first call, unpoisoned; returns that output (held by the session:
+        a reused buffer is stale), or None with the config's status and message set."""
         from kopt.integrity import guards
 
-        kw = w.kwargs(cfg)
         t = guards.now()
-        prep = getattr(mod, "prepare", None)
         try:
-            if callable(prep):
-                prep(*w.args(), **kw)
-            out = mod.run(*w.args(), **kw)
-            guards.sync(self.job.device)
-        except Exception as e:
-            cr.status = Status.unsupported if isinstance(e, ValueError) else _status_of(e)
-            cr.message = f"compile/first call raised {type(e).__name__}: {str(e)[:300]}"
+            out = s.compile(w, poison=False)
+        except Reject as r:
+            e = r.error
+            cr.status = r.status
+            cr.message = f"compile/first call raised {error_text(e) if e else r}"
+            return None
+        except Exception as e:  # the device failing under it (its sync)
+            cr.status, cr.message = classify(e), f"compile/first call raised {error_text(e)}"
             return None
         cr.compile_s = guards.now() - t
         return out
 
-    def evaluation(self, mod, config: Optional[dict], d: Path):
-        """The bench worker's Evaluation of one config: its guarded call path, outputs saved under d."""
-        from kopt.eval.child import Job
-        from kopt.eval.worker import Evaluation
-
-        job = self.job
+    def session(self, mod, config: Optional[dict], d: Path) -> Session:
+        """A session of one config: the guarded call path of every bench, outputs saved under d."""
         d.mkdir(parents=True, exist_ok=True)
-        ev = Evaluation(Job(candidate_path=job.candidate_path, case=job.case, device=job.device,
-                            seeds_correct=job.seeds_correct, seeds_timing=job.seeds_timing,
-                            config=config, out_dir=str(d)))
-        ev.mod, ev.threads = mod, self.threads
-        return ev
+        return Session(mod, self.job.device, d, config, self.threads)
 
     def one(self, mod, cr: ConfigResult, sets: dict, before: dict) -> None:
         """Compile, check, time (cold, then hot) and spot-check one config."""
-        from kopt.integrity import guards
-        from kopt.eval.worker import Reject
-
         job = self.job
-        ev = self.evaluation(mod, cr.config, self.out / cr.dir)
-        first = self.compile(mod, cr.config, sets[job.seeds_correct[0]], cr)
+        s = self.session(mod, cr.config, self.out / cr.dir)
+        self.compile(s, sets[job.seeds_correct[0]], cr)
         if cr.status is not None:
             return
-        if hasattr(first, "data_ptr"):
-            ev.held.append(first)              # returning this same buffer again would be stale
         try:
-            for s in job.seeds_correct:
-                ev.checked_call(sets[s], "correct")
-            timed = [sets[s] for s in job.seeds_timing]
-            cr.cold = self.time(lambda w: ev.call(w, poison=False), timed, hot=False)
+            for x in job.seeds_correct:
+                s.checked_call(sets[x], "correct")
+            timed = [sets[x] for x in job.seeds_timing]
+            cr.cold = self.time(s.timed(), timed, hot=False)
             for w in timed:
-                ev.checked_call(w, "spot")
-            if guards.changed(before):
-                raise Reject(Status.tampered, f"run patched {', '.join(guards.changed(before))}")
+                s.checked_call(w, "spot")
+            check_tamper(before, "run")
             cr.status = Status.ok
-            self.evals[cr.index] = ev
+            self.sessions[cr.index] = s
             # Hot last: a failed graph capture can leave the context unusable, and the config's
             # verdict and cold time are already in hand.
             if job.hot and job.device != "cpu" and self.res.hot_error is None:
                 try:
-                    cr.hot = self.time(lambda w: ev.call(w, poison=False), timed, hot=True)
+                    cr.hot = self.time(s.timed(), timed, hot=True)
                 except Exception as e:  # not capturable (host sync in run, legacy stream, ...)
                     self.res.hot_error = f"{type(e).__name__}: {str(e)[:200]}"
                     print(f"hot timing disabled: {self.res.hot_error}", file=sys.stderr)
         except Reject as r:
             cr.status, cr.message = r.status, str(r)
         except Exception as e:
-            cr.status, cr.message = _status_of(e), f"{type(e).__name__}: {str(e)[:300]}"
-        cr.outputs = list(ev.res.outputs)
-        ev.held.clear()          # only checked calls compare with earlier outputs; the finalists' calls are timed
+            cr.status, cr.message = classify(e), error_text(e)
+        cr.outputs = list(s.outputs)
+        s.held.clear()          # only checked calls compare with earlier outputs; the finalists' calls are timed
 
     def time(self, call, timed, hot: bool) -> TimingStats:
         """Screen timing of one config, always with the quick options: cold (flushed L2) or hot (graph replay)."""
@@ -206,7 +182,6 @@ class TuneRun:
 
     def pair_finalists(self, mod, cfgs: list, sets: dict, before: dict) -> None:
         """Stage 2: ABBA rounds of each finalist (a) against the default (b); result.json after each."""
-        from kopt.integrity import guards
         from kopt.timing import TimingOptions, rotating, time_pair
 
         job = self.job
@@ -224,9 +199,11 @@ class TuneRun:
                 self.res.current, self.res.current_config = i, cr.config
                 self.save()
                 pair = time_pair(rotating(self.caller(mod, cfgs, i, sets), timed), default, job.device, opts)
-                if guards.changed(before):
-                    cr.status, cr.message = Status.tampered, f"run patched {', '.join(guards.changed(before))}"
-                    raise RuntimeError(f"config {i}: {cr.message}")
+                try:
+                    check_tamper(before, "run")
+                except Reject as r:
+                    cr.status, cr.message = r.status, str(r)
+                    raise RuntimeError(f"config {i}: {cr.message}") from None
                 cr.paired_speedup, cr.paired_ci, cr.paired_a, cr.paired_b = pair.speedup, pair.ci, pair.a, pair.b
                 self.save()
         except Exception as e:  # the screen's verdicts stand; pick_winner uses the pairs that finished
@@ -235,15 +212,16 @@ class TuneRun:
 
     def caller(self, mod, cfgs: list, i: int, sets: dict):
         """A timed call (w -> output) of config i; compiled here first when an earlier child screened it."""
-        ev = self.evals.get(i)
-        if ev is None:
+        s = self.sessions.get(i)
+        if s is None:
             cr = ConfigResult(index=i)
-            ev = self.evaluation(mod, cfgs[i], self.out / f"cfg{i}")
-            self.compile(mod, cfgs[i], sets[self.job.seeds_correct[0]], cr)
+            s = self.session(mod, cfgs[i], self.out / f"cfg{i}")
+            self.compile(s, sets[self.job.seeds_correct[0]], cr)
             if cr.status is not None:
                 raise RuntimeError(f"config {i} no longer compiles: {cr.message}")
-            self.evals[i] = ev
-        return lambda w: ev.call(w, poison=False)
+            s.held.clear()
+            self.sessions[i] = s
+        return s.timed()
 
     def time_baseline(self, timed) -> None:
         """Cold time of the baseline on the same inputs, once per child (for the reported speedup)."""

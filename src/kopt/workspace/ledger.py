@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 

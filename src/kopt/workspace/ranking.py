@@ -11,10 +11,12 @@ rank: a missing field is NA, never a guess. Two layers:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
+from kopt.candidate import ID_LEN, short_id
 from kopt.timing.stats import geomean
 
 #: Ledger fields the ranking reads; anything missing in an old row becomes NA.
@@ -28,9 +30,16 @@ CANDIDATE_MODES = ("verdict", "signal", "tune")
 # ---------------------------------------------------------------- pure-Python helpers
 
 def row_cid(row: dict) -> Optional[str]:
-    """Candidate id of a raw row: candidate_id, else the first 12 hex of candidate_hash (old rows)."""
-    cid = row.get("candidate_id") or (row.get("candidate_hash") or "")[:12]
+    """Candidate id of a raw row: candidate_id, else the short id of candidate_hash (old rows)."""
+    cid = row.get("candidate_id") or short_id(row.get("candidate_hash") or "")
     return cid or None
+
+
+def noisy_sides(row: dict) -> str:
+    """Which timings of a row were flagged noisy: 'candidate', 'ref', 'both' or ''."""
+    cand = bool((row.get("timing") or {}).get("noisy"))
+    ref = bool((row.get("ref_timing") or {}).get("noisy"))
+    return {(True, True): "both", (True, False): "candidate", (False, True): "ref"}.get((cand, ref), "")
 
 
 def row_speedup(row: dict) -> Optional[float]:
@@ -135,7 +144,7 @@ def load_frame(path: Path, device: Optional[str] = None, loaded=None):
     df = df[df["kind"] == "case"].copy()
     df["mode"] = df["mode"].where(df["mode"].notna(), "signal")
     cid = df["candidate_id"].where(df["candidate_id"].astype(bool) & df["candidate_id"].notna(), None)
-    df["candidate_id"] = cid.fillna(df["candidate_hash"].astype("string").str[:12]).replace("", None)
+    df["candidate_id"] = cid.fillna(df["candidate_hash"].astype("string").str[:ID_LEN]).replace("", None)
     for col in ("case", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit"):
         df[col] = pd.to_numeric(df[col], errors="coerce")
     ratio = df["ref_runtime_ms"] / df["runtime_ms"]
@@ -182,7 +191,6 @@ def rank(df):
 
     Order: candidates without an incorrect case first, then the uniform geomean, then number of cases.
     """
-    import numpy as np
 
     d = _basis_rows(df)
     rag = d["case_kind"].eq("ragged")

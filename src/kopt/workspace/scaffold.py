@@ -36,6 +36,8 @@ INIT_MESSAGE = "kopt init"
 #: Project paths copied into the templates by sync_templates (the starter candidate is added with
 #: the sibling modules it loads). README.md is the workspace's own, not the project's.
 SYNCED = ("SKILL.md", "HINTS.md", "bench/cases.yaml", "knowledge", "workflows/prompts")
+
+
 @dataclass
 class InitResult:
     """What `kopt init` created."""

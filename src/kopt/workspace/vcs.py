@@ -81,15 +81,15 @@ class CommitResult:
 
 
 def candidate_hash(path: Path) -> tuple[Optional[str], Optional[str]]:
-    """(kopt.candidate.content_hash of the candidate, candidate_id = its first 12 hex), or (None, None)
+    """(kopt.candidate.content_hash of the candidate, candidate_id = its short id), or (None, None)
     when absent."""
-    from kopt.candidate import content_hash
+    from kopt.candidate import content_hash, short_id
 
     try:
         h = content_hash(Path(path))
     except OSError:
         return None, None
-    return h, h[:12]
+    return h, short_id(h)
 
 
 def slugify(text: str, limit: int = 40) -> str:
@@ -118,7 +118,7 @@ def check_state(repo) -> None:
             raise WorkspaceError(f"{what} is in progress: finish or abort it before committing an iteration")
 
 
-def _pathspecs(repo, ws: Path, names=WORKSPACE_PATHS) -> list[str]:
+def pathspecs(repo, ws: Path, names=WORKSPACE_PATHS) -> list[str]:
     root = Path(repo.working_tree_dir).resolve()
     try:
         prefix = Path(ws).resolve().relative_to(root)
@@ -160,7 +160,7 @@ def diff_stat(ws: Path) -> Optional[str]:
         repo = open_repo(ws)
     except WorkspaceError:
         return None
-    specs = _pathspecs(repo, ws)
+    specs = pathspecs(repo, ws)
     base = next(iter(iteration_commits(repo)), None) or ("HEAD" if repo.head.is_valid() else None)
     stat = repo.git.diff("--stat", base, "--", *specs) if base else ""
     new = repo.git.ls_files("--others", "--exclude-standard", "--", *specs).splitlines()
@@ -189,9 +189,9 @@ def _copy_solution(src: Path, dst: Path) -> None:
 
 def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
     """Snapshot solution/, the latest verdict rows and entry N into trajectory/<N>-<stamp>-<label>/ atomically."""
+    from kopt.paths import ledger_file
     from kopt.workspace import journal, ranking
     from kopt.workspace.ledger import load_dicts
-    from kopt.paths import ledger_file
 
     ws = Path(ws)
     now = datetime.now(timezone.utc)
@@ -203,7 +203,8 @@ def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
                         candidate_hash=h, candidate_id=cid, geomean=g.uniform, n_cases=g.n_uniform,
                         geomean_ragged=g.ragged, n_ragged=g.n_ragged, pct_limit=g.pct_limit,
                         pct_limit_ragged=g.pct_limit_ragged, verdict_rows=len(rows),
-                        failed=ranking.failed(rows), device=ranking.verdict_device(rows), branch=repo.active_branch.name,
+                        failed=ranking.failed(rows), device=ranking.verdict_device(rows),
+                        branch=repo.active_branch.name,
                         parent_commit=repo.head.commit.hexsha if repo.head.is_valid() else None)
     traj = ws / "trajectory"
     traj.mkdir(exist_ok=True)
@@ -236,7 +237,7 @@ def git_error(e) -> str:
     return "git failed"
 
 
-def _commit(repo, message: str, specs: list[str]) -> str:
+def commit(repo, message: str, specs: list[str]) -> str:
     """Stage `specs` (adds, edits, deletions) and commit exactly them; returns the new sha."""
     import git
 
@@ -252,41 +253,14 @@ def _commit(repo, message: str, specs: list[str]) -> str:
     return repo.head.commit.hexsha
 
 
-def _changed(repo, specs: list[str]) -> bool:
+def changed(repo, specs: list[str]) -> bool:
     return bool(repo.git.status("--porcelain", "--untracked-files=all", "--", *specs).strip())
-
-
-def commit_iteration(ws: Path, description: str) -> CommitResult:
-    """Snapshot the iteration into trajectory/ and commit the workspace paths as `[iter N] description`."""
-    description = " ".join((description or "").split())
-    if not description:
-        raise UsageError("give a description: kopt commit -m \"what changed\"")
-    repo = open_repo(ws)
-    check_state(repo)
-    specs = _pathspecs(repo, ws)
-    if not _changed(repo, specs):
-        raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
-                             "candidates.jsonl, trajectory/, knowledge/) since the last commit")
-    n = iterations_done(repo) + 1
-    snap = write_snapshot(ws, repo, n, description)
-    from kopt.report import refresh_for_commit
-
-    refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
-    message = f"[iter {n}] {description}"
-    try:
-        sha = _commit(repo, message, specs)
-    except WorkspaceError:  # leave no half iteration behind: drop the snapshot from disk and index
-        shutil.rmtree(snap, ignore_errors=True)
-        spec = _pathspecs(repo, ws, (snap.relative_to(ws).as_posix(),))
-        repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
-        raise
-    return CommitResult(n, message, sha, snap, refreshed, warning)
 
 
 def _best_snapshot(ws: Path, snaps: list[tuple[Path, SnapshotMeta]]) -> tuple[Path, SnapshotMeta]:
     """The snapshot of the best-ranked candidate (geomean from the ledger) that has one."""
-    from kopt.workspace import ranking
     from kopt.paths import ledger_file
+    from kopt.workspace import ranking
 
     by_cid: dict[str, tuple[Path, SnapshotMeta]] = {}
     for p, m in snaps:
@@ -317,16 +291,16 @@ def revert(ws: Path, target: str = "best") -> CommitResult:
         path, meta = found[-1]
     else:
         raise UsageError(f"revert target must be an iteration number or 'best', not {target!r}")
-    specs = _pathspecs(repo, ws, ("solution",))
-    if _changed(repo, specs):
+    specs = pathspecs(repo, ws, ("solution",))
+    if changed(repo, specs):
         raise WorkspaceError("solution/ has uncommitted changes: commit them (`kopt commit`) or discard them first")
     sol = Path(ws) / "solution"
     shutil.rmtree(sol, ignore_errors=True)
     _copy_solution(path / "solution", sol)
-    if not _changed(repo, specs):
+    if not changed(repo, specs):
         raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
     message = f"[revert] solution from iter {meta.iteration}"
-    return CommitResult(meta.iteration, message, _commit(repo, message, specs), path)
+    return CommitResult(meta.iteration, message, commit(repo, message, specs), path)
 
 
 def head_short(start: Path) -> Optional[str]:

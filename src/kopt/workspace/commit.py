@@ -1,0 +1,36 @@
+"""`kopt commit`: one iteration into git: its trajectory snapshot, the committed views (plots, report)
+regenerated from it, and the `[iter N]` commit of the workspace paths (kopt.workspace.vcs does the git)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from kopt.errors import UsageError, WorkspaceError
+from kopt.report import refresh_for_commit
+from kopt.workspace import vcs
+
+
+def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
+    """Snapshot the iteration into trajectory/ and commit the workspace paths as `[iter N] description`."""
+    description = " ".join((description or "").split())
+    if not description:
+        raise UsageError("give a description: kopt commit -m \"what changed\"")
+    repo = vcs.open_repo(ws)
+    vcs.check_state(repo)
+    specs = vcs.pathspecs(repo, ws)
+    if not vcs.changed(repo, specs):
+        raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
+                             "candidates.jsonl, trajectory/, knowledge/) since the last commit")
+    n = vcs.iterations_done(repo) + 1
+    snap = vcs.write_snapshot(ws, repo, n, description)
+    refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
+    message = f"[iter {n}] {description}"
+    try:
+        sha = vcs.commit(repo, message, specs)
+    except WorkspaceError:  # leave no half iteration behind: drop the snapshot from disk and index
+        shutil.rmtree(snap, ignore_errors=True)
+        spec = vcs.pathspecs(repo, ws, (snap.relative_to(ws).as_posix(),))
+        repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
+        raise
+    return vcs.CommitResult(n, message, sha, snap, refreshed, warning)

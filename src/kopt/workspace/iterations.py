@@ -1,0 +1,234 @@
+"""The loop's iterations and the improvement rule that judges them.
+
+An iteration is one `kopt commit`; its trajectory snapshot records the candidate id and the
+geomeans of that candidate's latest verdict (see kopt.workspace.vcs.SnapshotMeta). The candidate's latest
+verdict in the ledger on the snapshot's device wins over the snapshot's copy, so re-verifying a
+candidate (a newer harness, the ragged cases) re-judges its iteration.
+
+Improvement rule (simple on purpose), with threshold = max(0.01, 3 * aa_spread): a verdict has two
+geomeans, over the uniform cases (G) and over the ragged ones (R); iteration i improves when it did
+not fail and, against the best (the last improving iteration before i),
+    G >= G_best * (1 + threshold) and R >= R_best * (1 - threshold)     (uniform up, ragged not lost)
+ or R >= R_best * (1 + threshold) and G >= G_best * (1 - threshold)     (ragged up, uniform not lost).
+When either verdict has no ragged geomean (rows older than the ragged cases, or a verdict without
+them) the uniform rule alone decides, G >= G_best * (1 + threshold), and the reason says so. The
+first iteration with a correct verdict on a device improves by definition. aa_spread is the `spread`
+of results/calibration-<device>.json (`kopt calibrate`; device of the latest verdict row), else
+kopt.eval.noise.DEFAULT_SPREAD (0.01, so +3% without a calibration). An iteration fails when its
+candidate has no verdict or any verdict row is incorrect or not ok.
+
+The trajectory (`trajectory`) is what the plots and the report draw: the git iterations when there are
+any, else verdict rows grouped by candidate in timestamp order, judged by the same rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class Iteration:
+    """One committed iteration and its outcome."""
+
+    iteration: int
+    label: str
+    candidate_id: Optional[str]
+    geomean: Optional[float]
+    n_cases: int
+    outcome: str
+    """improved | not improved | failed"""
+    best_before: Optional[float] = None
+    snapshot: str = ""
+    device: Optional[str] = None
+    """Device of the iteration's verdict; outcomes compare only iterations on one device."""
+    geomean_ragged: Optional[float] = None
+    """Geomean speedup over the ragged cases (None: none in the verdict)."""
+    n_ragged: int = 0
+    pct_limit: Optional[float] = None
+    """Geomean PCT_LIMIT over the uniform cases, and over the ragged ones below."""
+    pct_limit_ragged: Optional[float] = None
+    best_ragged_before: Optional[float] = None
+    reason: str = ""
+    """Why the rule gave this outcome: both geomeans against the best, or why one was left out."""
+
+
+@dataclass
+class Judgement:
+    """The improvement rule's answer and its reason."""
+
+    outcome: str
+    reason: str
+
+
+def threshold(ws: Path, device: Optional[str] = None, rows: Optional[list[dict]] = None) -> float:
+    """Relative improvement an iteration must beat: max(1%, 3 x A/A spread of the verdict's device).
+    rows: the ledger's rows when already read."""
+    from kopt.eval.noise import DEFAULT_SPREAD, aa_spread
+    from kopt.timing.stats import min_effect
+
+    if device is None:  # the device of the latest verdict row
+        verdicts = [r for r in (rows if rows is not None else _rows(ws)) if r.get("mode") == "verdict"]
+        device = verdicts[-1].get("device") if verdicts else None
+    return min_effect(aa_spread(device, Path(ws)) if device else DEFAULT_SPREAD)
+
+
+def outcome(geomean: Optional[float], failed: bool, best: Optional[float], thr: float) -> str:
+    """The uniform rule alone: failed (no correct verdict), improved (first, or >= best x (1 + thr)),
+    else not improved (`judge` is the whole rule)."""
+    return judge(geomean, None, failed, best, None, thr).outcome
+
+
+def judge(geomean: Optional[float], ragged: Optional[float], failed: bool, best: Optional[float],
+          best_ragged: Optional[float], thr: float) -> Judgement:
+    """The improvement rule on both geomeans (module docstring), with the reason in words."""
+    if failed or geomean is None:
+        return Judgement("failed", "no correct verdict" if failed else "no uniform case timed")
+    if best is None:
+        return Judgement("improved", "the first correct verdict on this device")
+    du = geomean / best - 1
+    up = f"+{thr * 100:.1f}%"
+    if ragged is None or best_ragged is None:
+        which = ("neither verdict has a ragged geomean" if ragged is None and best_ragged is None else
+                 "this verdict has no ragged geomean" if ragged is None else
+                 "the previous best has no ragged geomean (older rows)")
+        got = "improved" if du >= thr else "not improved"
+        return Judgement(got, f"uniform {du * 100:+.1f}%; {which}: judged by the uniform geomean alone")
+    dr = ragged / best_ragged - 1
+    both = f"uniform {du * 100:+.1f}%, ragged {dr * 100:+.1f}%"
+    if (du >= thr and dr >= -thr) or (dr >= thr and du >= -thr):
+        gained = "both gain" if min(du, dr) >= thr else ("uniform gains" if du >= thr else "ragged gains")
+        return Judgement("improved", f"{both}: {gained} {up} or more, neither loses beyond the noise")
+    if du >= thr or dr >= thr:
+        lost = "ragged" if du >= thr else "uniform"
+        return Judgement("not improved", f"{both}: the {lost} geomean loses more than the -{thr * 100:.1f}% "
+                                         "noise band")
+    return Judgement("not improved", f"{both}: neither gains {up}")
+
+
+def current_candidate(ws: Path) -> Optional[str]:
+    """candidate_id of the workspace's solution/tilelang/run_kernel.py (None when absent)."""
+    from kopt.paths import default_candidate
+    from kopt.workspace.vcs import candidate_hash
+
+    return candidate_hash(default_candidate(ws))[1]
+
+
+def _rows(ws: Path) -> list[dict]:
+    from kopt.paths import ledger_file
+    from kopt.workspace.ledger import load_dicts
+
+    return load_dicts(ledger_file(ws)).rows
+
+
+def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
+    """Every committed iteration with its outcome under the improvement rule.
+
+    Geomeans are compared per device: an iteration verified on an H200 is judged against the best
+    earlier H200 iteration, never against a CPU one; the first verdict on a device is an improvement
+    (the device's first best)."""
+    from kopt.workspace import ranking
+    from kopt.workspace.vcs import snapshots
+
+    best: dict = {}
+    thr: dict = {}
+    out = []
+    verdicts = None
+    for path, m in snapshots(ws):
+        g = ranking.Geomeans(m.geomean, m.n_cases, m.geomean_ragged, m.n_ragged, m.pct_limit, m.pct_limit_ragged)
+        failed, dev = m.failed, m.device
+        if m.candidate_id:  # the candidate's latest verdict in the ledger (on the snapshot's device) wins
+            if verdicts is None:
+                verdicts = [r for r in (_rows(ws) if rows is None else rows) if r.get("mode") == "verdict"]
+            late = ranking.latest_verdict(verdicts, m.candidate_id, dev if m.verdict_rows else None)
+            if late:
+                g, failed, dev = ranking.geomeans(late), ranking.failed(late), ranking.verdict_device(late)
+            elif m.verdict_rows == 0:
+                failed = True
+        if dev not in thr:
+            thr[dev] = threshold(ws, dev, rows)
+        prev, prev_r = best.get(dev, (None, None))
+        j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
+        out.append(Iteration(m.iteration, m.label, m.candidate_id, g.uniform, g.n_uniform, j.outcome, prev,
+                             path.name, dev, g.ragged, g.n_ragged, g.pct_limit, g.pct_limit_ragged, prev_r, j.reason))
+        if j.outcome == "improved":
+            best[dev] = (g.uniform, g.ragged)
+    return out
+
+
+def best_iteration(hist: list[Iteration], device: Optional[str] = None) -> Optional[Iteration]:
+    """The last improving iteration (by the rule, the best so far), or None; with `device`, the
+    last improving iteration on that device."""
+    return next((it for it in reversed(hist) if it.outcome == "improved"
+                 and (device is None or it.device == device)), None)
+
+
+def since_improvement(hist: list[Iteration]) -> int:
+    """Iterations after the last improving one (all of them when none improved)."""
+    best = best_iteration(hist)
+    return sum(1 for it in hist if best is None or it.iteration > best.iteration)
+
+
+@dataclass
+class IterPoint:
+    """One iteration of the trajectory."""
+
+    iteration: int
+    candidate_id: Optional[str]
+    geomean: Optional[float]
+    outcome: str
+    """improved | not improved | failed"""
+    device: Optional[str] = None
+    ragged: Optional[float] = None
+    """Geomean speedup of the verdict over the ragged cases (None: none timed)."""
+    reason: str = ""
+    """The improvement rule's reason for the outcome."""
+
+
+def _ragged_geomean(verdict: list[dict], ragged: dict) -> Optional[float]:
+    """Geomean speedup of a verdict's correct rows on the ragged cases, in each case's own variant."""
+    from kopt.timing.stats import geomean
+    from kopt.workspace.ranking import row_speedup
+
+    return geomean([s for r in verdict if r.get("case") in ragged and r.get("correct") is True
+                    and (r.get("variant") or "") in (ragged[r["case"]], "") and (s := row_speedup(r))])
+
+
+def trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[IterPoint], str]:
+    """Git iterations when there are any (all devices); else verdicts grouped by candidate in timestamp
+    order, judged by the same rule (judge)."""
+    from kopt.cases import load_cases
+    from kopt.paths import cases_file
+    from kopt.workspace.ranking import failed, geomean_of, latest_verdict, row_cid, verdict_device
+
+    ragged = {c.id: c.variant.label() for c in load_cases(cases_file(ws)) if c.kind == "ragged"}
+    by_cid: dict[str, list[dict]] = {}  # one pass over the ledger, not one per candidate
+    for r in rows:
+        if r.get("mode") == "verdict" and r.get("kind", "case") == "case" and (cid := row_cid(r)):
+            by_cid.setdefault(cid, []).append(r)
+
+    def verdict(cid: Optional[str]) -> list[dict]:
+        return latest_verdict(by_cid.get(cid, []), cid) if cid else []
+
+    try:
+
+        hist = history(ws, rows) if use_git else []  # use_git only without a device filter: all rows
+    except Exception:  # no git, no snapshots, an older layout: fall back to the ledger
+        hist = []
+    if hist:
+        return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
+                          h.geomean_ragged or _ragged_geomean(verdict(h.candidate_id), ragged), h.reason)
+                for h in hist], "git [iter N] commits"
+
+    order = {cid: str(rs[0].get("timestamp") or "") for cid, rs in by_cid.items()}
+    thr, best, best_r, out = threshold(ws, rows=rows), None, None, []
+    for i, cid in enumerate(sorted(order, key=lambda k: order[k]), 1):
+        v = verdict(cid)
+        gm, _ = geomean_of(v)
+        gr = _ragged_geomean(v, ragged)
+        j = judge(gm, gr, failed(v), best, best_r, thr)  # the rule `history` applies
+        if j.outcome == "improved":
+            best, best_r = gm, gr
+        out.append(IterPoint(i, cid, gm, j.outcome, verdict_device(v), gr, j.reason))
+    return out, "ledger verdict rows by candidate" if out else "none"

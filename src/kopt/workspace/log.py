@@ -1,0 +1,116 @@
+"""`kopt log`: the next ITERATIONS.md entry, built from the workspace (Changes from git, Bench from the
+latest verdict judged against the best iteration) and appended through kopt.workspace.journal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+from kopt.errors import UsageError, WorkspaceError
+from kopt.records import fmt_na
+from kopt.workspace.journal import Entry, add_entry, journal_file, parse, read, render_entry
+
+
+def changes_section(ws: Path) -> str:
+    """`git diff --stat` of the workspace paths (HEAD vs working tree) plus untracked files."""
+    from kopt.workspace import vcs
+
+    stat = vcs.diff_stat(ws)
+    if stat is None:
+        return "_(not a git repository: no diff; run `kopt init`)_"
+    return f"```\n{stat}\n```" if stat else "_(no changes in the workspace paths since HEAD)_"
+
+
+def bench_section(ws: Path) -> str:
+    """Per-case table of the latest verdict (% of the roofline limit beside the speedup), plus its uniform
+    and ragged geomeans judged against the previous best iteration (kopt.workspace.iterations.judge)."""
+    from kopt.paths import ledger_file
+    from kopt.workspace import iterations, ranking
+    from kopt.workspace.ledger import load_dicts
+
+    cid = iterations.current_candidate(ws)
+    rows = load_dicts(ledger_file(ws)).rows
+    latest = ranking.latest_verdict(rows, cid) or ranking.latest_verdict(rows)
+    if not latest:
+        return f"_(no verdict rows in candidates.jsonl for candidate `{cid or 'NA'}`: run `kopt verify` first)_"
+    got = ranking.row_cid(latest[0])
+    out = ["| case | runtime ms | ref ms | speedup | % limit | noisy | status |", "|---:|---:|---:|---:|---:|---|---|"]
+    noisy_cases = []
+    for r in latest:
+        case = " ".join(str(x) for x in (r.get("case"), "ragged" if ranking.is_ragged(r) else "",
+                                         r.get("variant")) if x)
+        s = ranking.row_speedup(r)
+        noisy = ranking.noisy_sides(r)
+        if noisy:
+            noisy_cases.append(f"{r.get('case')} ({noisy})")
+        out.append(f"| {case} | {fmt_na(r.get('runtime_ms'))} | {fmt_na(r.get('ref_runtime_ms'))} | "
+                   f"{fmt_na(s or None, '{:.3f}x')} | {fmt_na(r.get('pct_limit'), '{:.1f}')} | {noisy} | "
+                   f"{r.get('status', 'NA')} |")
+    g = ranking.geomeans(latest)
+    gm = g.uniform
+    where = sorted({f"{r['device']} vs {r.get('ref') or 'NA'}" for r in latest if r.get("device") not in (None, "NA")})
+    line = (f"Candidate `{got}`{' on ' + ', '.join(where) if where else ''}: geomean speedup {fmt_na(gm, '{:.3f}')}x "
+            f"over {g.n_uniform} correct case(s)")
+    if g.n_ragged:
+        line += f", ragged {fmt_na(g.ragged, '{:.3f}')}x over {g.n_ragged}"
+    if g.pct_limit is not None or g.pct_limit_ragged is not None:
+        line += f"; % of limit {fmt_na(g.pct_limit, '{:.1f}')} (ragged {fmt_na(g.pct_limit_ragged, '{:.1f}')})"
+    if cid and got != cid:
+        line += f" (the current solution is `{cid}`, which has no verdict yet)"
+    dev = ranking.verdict_device(latest)
+    hist = [it for it in iterations.history(ws, rows) if it.candidate_id != got or it.device != dev]  # not its own
+    best = iterations.best_iteration(hist, dev)
+    if best is None or best.geomean is None:
+        line += f"; no previous best iteration on {dev or 'this device'}."
+    elif gm is not None:
+        thr = iterations.threshold(ws, dev, rows)
+        j = iterations.judge(gm, g.ragged, False, best.geomean, best.geomean_ragged, thr)
+        prev = f"{best.geomean:.3f}x" + (f" (ragged {best.geomean_ragged:.3f}x)" if best.geomean_ragged else "")
+        line += (f"; previous best {prev} (iter {best.iteration}, `{best.candidate_id}`): "
+                 f"{j.reason} -> {j.outcome} (threshold +{thr * 100:.1f}%).")
+    else:
+        line += f"; previous best {best.geomean:.3f}x (iter {best.iteration}) -> failed (no correct case)."
+    if noisy_cases:
+        line += (f"\n\nNoisy timing (interquartile range over the noise limit) on case {', '.join(noisy_cases)}: "
+                 "those speedups can move between runs by more than the A/A spread.")
+    return "\n".join(out) + "\n\n" + line
+
+
+def _title(title: Optional[str], hypothesis: Optional[str], number: int) -> str:
+    if title:
+        return " ".join(title.split())
+    first = (hypothesis or "").strip().split("\n")[0]
+    return (first[:57] + "...") if len(first) > 60 else (first or f"iteration {number}")
+
+
+def log_iteration(ws: Path, title: Optional[str] = None, hypothesis: Optional[str] = None,
+                  analysis: Optional[str] = None, next_: Optional[str] = None, replace: bool = False,
+                  edit: Optional[Callable[[str], Optional[str]]] = None) -> Entry:
+    """Build the next entry (Changes from git, Bench from the ledger) and append it to ITERATIONS.md."""
+    from kopt.workspace import vcs
+
+    path = journal_file(ws)
+    _, doc = read(path)
+    last = doc.entries[-1].number if doc.entries else 0
+    number = vcs.next_iteration(ws, fallback=last + 1)
+    pending = bool(doc.entries) and last == number
+    if last > number:
+        raise WorkspaceError(f"ITERATIONS.md ends at iteration {last} but git has only {number - 1} [iter] "
+                             f"commit(s): commit it (`kopt commit`) or fix ITERATIONS.md")
+    if pending and not replace:
+        raise WorkspaceError(f"iteration {number} is already logged and not committed yet: "
+                             f"commit it (`kopt commit -m ...`) or re-log with --replace")
+    entry = Entry(number=number, title=_title(title, hypothesis, number), sections={
+        "Hypothesis": hypothesis or "", "Changes": changes_section(ws), "Bench": bench_section(ws),
+        "Analysis": analysis or "", "Next": next_ or ""})
+    if edit is not None:
+        edited = edit(render_entry(entry))
+        if edited is None:
+            raise UsageError("log aborted: the editor closed without saving")
+        got = parse(edited)
+        if len(got) != 1:
+            raise UsageError("log aborted: the edited text must hold exactly one '## Iteration N' entry")
+        entry = Entry(number=number, title=got[0].title or entry.title, sections=got[0].sections)
+    add_entry(path, entry, replace=pending)
+    return entry
