@@ -114,3 +114,14 @@ def test_status_judges_iterations_by_both_geomeans(tmp_path, monkeypatch):
 
     verdict(1.6, 1.45)  # iteration 3's candidate re-verified: its latest verdict is the one judged
     assert iterations.history(ws)[-1].geomean_ragged == pytest.approx(1.45)
+
+
+def test_device_only_verdicts_are_judged_among_themselves():
+    from kopt.workspace.iterations import timing_generation
+
+    eager = [{"timing": {"device_only": False}}, {"timing": None}]
+    dev_only = [{"timing": {"device_only": True}}, {"timing": {"device_only": True}}, {"timing": None}]
+    assert timing_generation(eager) == "eager"
+    assert timing_generation(dev_only) == "device-only"
+    assert timing_generation([{"timing": {"device_only": True}}, {"timing": {}}]) == "eager"  # mixed: older
+    assert timing_generation([]) == "eager"

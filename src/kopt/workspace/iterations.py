@@ -12,7 +12,8 @@ not fail and, against the best (the last improving iteration before i),
  or R >= R_best * (1 + threshold) and G >= G_best * (1 - threshold)     (ragged up, uniform not lost).
 When either verdict has no ragged geomean (rows older than the ragged cases, or a verdict without
 them) the uniform rule alone decides, G >= G_best * (1 + threshold), and the reason says so. The
-first iteration with a correct verdict on a device improves by definition. aa_spread is the `spread`
+first iteration with a correct verdict on a device improves by definition, and so does the first one
+timed device-only there: verdicts timed device-only are judged only against each other (timing_generation). aa_spread is the `spread`
 of results/calibration-<device>.json (`kopt calibrate`; device of the latest verdict row), else
 kopt.eval.noise.DEFAULT_SPREAD (0.01, so +3% without a calibration). An iteration fails when its
 candidate has no verdict or any verdict row is incorrect or not ok.
@@ -137,24 +138,36 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     verdicts = None
     for path, m in snapshots(ws):
         g = ranking.Geomeans(m.geomean, m.n_cases, m.geomean_ragged, m.n_ragged, m.pct_limit, m.pct_limit_ragged)
-        failed, dev = m.failed, m.device
+        failed, dev, gen = m.failed, m.device, "eager"
         if m.candidate_id:  # the candidate's latest verdict in the ledger (on the snapshot's device) wins
             if verdicts is None:
                 verdicts = [r for r in (_rows(ws) if rows is None else rows) if r.get("mode") == "verdict"]
             late = ranking.latest_verdict(verdicts, m.candidate_id, dev if m.verdict_rows else None)
             if late:
                 g, failed, dev = ranking.geomeans(late), ranking.failed(late), ranking.verdict_device(late)
+                gen = timing_generation(late)
             elif m.verdict_rows == 0:
                 failed = True
         if dev not in thr:
             thr[dev] = threshold(ws, dev, rows)
-        prev, prev_r = best.get(dev, (None, None))
+        prev, prev_r = best.get((dev, gen), (None, None))
         j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
+        if prev is None and j.outcome == "improved" and gen == "device-only" and any(k[0] == dev for k in best):
+            j = Judgement("improved", "the first verdict on this device timed device-only: a new baseline "
+                                      "(earlier verdicts timed eager spans, which are not compared with it)")
         out.append(Iteration(m.iteration, m.label, m.candidate_id, g.uniform, g.n_uniform, j.outcome, prev,
                              path.name, dev, g.ragged, g.n_ragged, g.pct_limit, g.pct_limit_ragged, prev_r, j.reason))
         if j.outcome == "improved":
-            best[dev] = (g.uniform, g.ragged)
+            best[(dev, gen)] = (g.uniform, g.ragged)
     return out
+
+
+def timing_generation(rows: list[dict]) -> str:
+    """How a verdict's perf rows were timed: "device-only" (calls enqueued ahead of the device behind a
+    hold) or "eager" (older rows): geomeans of the two are not compared, since eager spans of two-kernel
+    calls held host launch gaps (FA2 on case 5: 0.0137 vs 0.0101 ms between runs)."""
+    timed = [r["timing"] for r in rows if r.get("timing")]
+    return "device-only" if timed and all(t.get("device_only") for t in timed) else "eager"
 
 
 def best_iteration(hist: list[Iteration], device: Optional[str] = None) -> Optional[Iteration]:
