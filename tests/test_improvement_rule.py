@@ -123,5 +123,5 @@ def test_device_only_verdicts_are_judged_among_themselves():
     dev_only = [{"timing": {"device_only": True}}, {"timing": {"device_only": True}}, {"timing": None}]
     assert timing_generation(eager) == "eager"
     assert timing_generation(dev_only) == "device-only"
-    assert timing_generation([{"timing": {"device_only": True}}, {"timing": {}}]) == "eager"  # mixed: older
+    assert timing_generation([{"timing": {"device_only": True}}, {"timing": {"device_only": False}}]) == "eager"
     assert timing_generation([]) == "eager"
