@@ -20,8 +20,8 @@ from kopt.records import fmt_na  # noqa: E402
 from kopt.workspace.ledger import load_dicts  # noqa: E402
 
 COLUMNS = ["device", "date", "commit", "candidate_id", "case", "variant", "runtime_ms", "ref_runtime_ms", "ref",
-           "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_copy_ceiling", "noisy", "method", "flush",
-           "samples",
+           "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_peak", "limit_ms", "pct_limit", "eager_ms",
+           "ref_eager_ms", "noisy", "method", "flush", "samples",
            "events_median_ms", "mean_clock_mhz", "status", "correct", "run_id"]
 
 
@@ -47,7 +47,9 @@ def to_csv(rows: list[dict]) -> str:
                     r.get("ref") or "NA",
                     fmt_na(r.get("speedup"), "{:.4f}"), fmt_na(ci[0], "{:.4f}"), fmt_na(ci[1], "{:.4f}"),
                     fmt_na(r.get("gbps"), "{:.1f}"),
-                    fmt_na(r.get("pct_peak"), "{:.1f}"), "NA" if t.get("noisy") is None else int(bool(t["noisy"])),
+                    fmt_na(r.get("pct_peak"), "{:.1f}"), fmt_na(r.get("limit_ms"), "{:.6f}"),
+                    fmt_na(r.get("pct_limit"), "{:.1f}"), fmt_na(r.get("eager_ms"), "{:.6f}"),
+                    fmt_na(r.get("ref_eager_ms"), "{:.6f}"), "NA" if t.get("noisy") is None else int(bool(t["noisy"])),
                     t.get("method") or "NA", t.get("flush_kind") or "NA", t.get("n", "NA"),
                     fmt_na(t.get("events_median_ms"), "{:.6f}"),
                     fmt_na(t.get("mean_clock_mhz"), "{:.1f}"), r.get("status") or "NA", r.get("correct"),
