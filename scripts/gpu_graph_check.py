@@ -1,9 +1,10 @@
 """Independent check of kopt's device-only figures: CUDA graphs of [flush, call] x N under CUPTI.
 
-For each case the shipped candidate and FA2 are each captured in one CUDA graph of N pairs (a read of a
-256 MiB buffer, then the call) and the graph is replayed under torch.profiler; a call's time is the first
-start to the last end of the kernels between two flush kernels. Nothing of kopt's timer is used (only its
-case file and input builder), so the figures are a second measurement of the same calls. With
+For each case the shipped candidate and FA2 are each captured in one CUDA graph of N triples (a read of a
+256 MiB buffer, a one-cycle marker kernel, then the call) and the graph is replayed under torch.profiler;
+a call's time is the first start to the last end of the kernels between a marker and the next flush.
+Nothing of kopt's timer is used (only its case file and input builder), so the figures are a second
+measurement of the same calls. With
 --ledger, each case's figures are set beside the latest `kopt bench` row of the same candidate in the
 ledger (RUNTIME, REF_RUNTIME) and the table says whether they agree within 3% or 0.3 µs.
 
@@ -23,8 +24,17 @@ REPO = Path(__file__).resolve().parents[1]
 FLUSH_BYTES = 256 << 20
 
 
+def _mark():
+    """A one-cycle spin kernel between the flush and the call: its name (torch's spin kernel) is used by
+    neither the flush nor a decode call, so it splits the trace into calls unambiguously (the flush's own
+    kernels, a memset among them, can also appear inside a call)."""
+    import torch
+
+    torch.cuda._sleep(1)
+
+
 def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
-    """µs per call of fn from `replays` replays of one graph of [flush, fn] x n, read from CUPTI."""
+    """µs per call of fn from `replays` replays of one graph of [flush, mark, fn] x n, read from CUPTI."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -40,6 +50,7 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
     with torch.cuda.graph(g):
         for _ in range(n):
             flush()
+            _mark()
             fn()
     g.replay()
     torch.cuda.synchronize()
@@ -49,40 +60,40 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
         torch.cuda.synchronize()
     kernels = sorted((e.start_ns(), e.end_ns(), e.name()) for e in prof.profiler.kineto_results.events()
                      if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation())
-    flush_names = _flush_kernel_names(flush)
-    spans, cur, seen_flush = [], None, False
+    mark_names, flush_names = _kernel_names(_mark), _kernel_names(flush)
+    spans, cur = [], None
     for s0, e0, name in kernels:
-        if name in flush_names:
-            if cur and seen_flush:  # a call is what lies between two flushes
-                spans.append((cur[1] - cur[0]) / 1e3)
-            cur, seen_flush = None, True
-        else:
-            cur = [s0, e0] if cur is None else [cur[0], max(cur[1], e0)]
-    if cur and seen_flush:
-        spans.append((cur[1] - cur[0]) / 1e3)
-    if abs(len(spans) - n * replays) > 1:  # the flush did not split the trace into calls: no figure
-        raise RuntimeError(f"{len(spans)} spans for {n * replays} calls (flush kernels {sorted(flush_names)})")
+        if name in mark_names:  # a call starts after each mark and ends before the next flush
+            cur = []
+        elif cur is not None and name in flush_names and cur:
+            spans.append((max(e for _, e in cur) - cur[0][0]) / 1e3)
+            cur = None
+        elif cur is not None:
+            cur.append((s0, e0))
+    if cur:
+        spans.append((max(e for _, e in cur) - cur[0][0]) / 1e3)
+    if abs(len(spans) - n * replays) > 1:  # the marks did not split the trace into calls: no figure
+        raise RuntimeError(f"{len(spans)} spans for {n * replays} calls")
     return spans
 
 
-_FLUSH_NAMES: dict = {}
+_NAMES: dict = {}
 
 
-def _flush_kernel_names(flush) -> set:
-    """The flush's own kernel names, seen in a profile of the flush alone."""
+def _kernel_names(fn) -> set:
+    """The kernel names fn launches, seen in a profile of fn alone."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    if id(flush) not in _FLUSH_NAMES:
+    if fn not in _NAMES:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
-                flush()
+                fn()
             torch.cuda.synchronize()
-        names = {e.name() for e in prof.profiler.kineto_results.events()
-                 if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation()}
-        print(f"flush kernels: {sorted(names)}", file=sys.stderr)
-        _FLUSH_NAMES[id(flush)] = names
-    return _FLUSH_NAMES[id(flush)]
+        _NAMES[fn] = {e.name() for e in prof.profiler.kineto_results.events()
+                      if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation()}
+        print(f"kernels of {getattr(fn, '__name__', fn)}: {sorted(_NAMES[fn])}", file=sys.stderr)
+    return _NAMES[fn]
 
 
 def latest_rows(ledger: Path, candidate_id: str) -> dict[int, dict]:
