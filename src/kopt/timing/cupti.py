@@ -14,7 +14,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from kopt.timing.options import CALL_RANGE
@@ -84,6 +84,12 @@ class Trace:
     records: list[DeviceRecord]
     joins: list[float]
     """Host times of stream waits and synchronizations (JOIN_CALLS)."""
+    call_of: list[int] = field(init=False)
+    """Per record, the index of the call whose range launched it (-1: the harness's own), attributed once."""
+
+    def __post_init__(self):
+        att = attribute_calls(self.ranges, [(r.name, r.start, r.end, r.launch) for r in self.records])
+        self.call_of = [a[3] for a in att]
 
 
 @dataclass
@@ -104,9 +110,8 @@ def call_facts(tr: Trace, n: int, main_stream: Optional[int]) -> list[CallFacts]
 
     A call's records are those launched inside its range (attribute_calls). main_stream is the stream
     the harness launched its own work on (flush, hold); None skips the side-stream test."""
-    att = attribute_calls(tr.ranges, [(r.name, r.start, r.end, r.launch) for r in tr.records])
     per: list[list[DeviceRecord]] = [[] for _ in range(n)]
-    for r, (_, _, _, i) in zip(tr.records, att):
+    for r, i in zip(tr.records, tr.call_of):
         if 0 <= i < n:
             per[i].append(r)
     joins = sorted(tr.joins)
@@ -135,8 +140,7 @@ def call_facts(tr: Trace, n: int, main_stream: Optional[int]) -> list[CallFacts]
 
 def main_stream_of(tr: Trace) -> Optional[int]:
     """The stream of the harness's own launches (records launched outside every call range)."""
-    att = attribute_calls(tr.ranges, [(r.name, r.start, r.end, r.launch) for r in tr.records])
-    mine = Counter(r.stream for r, a in zip(tr.records, att) if a[3] == -1 and r.stream is not None)
+    mine = Counter(r.stream for r, i in zip(tr.records, tr.call_of) if i == -1 and r.stream is not None)
     return mine.most_common(1)[0][0] if mine else None
 
 
