@@ -22,8 +22,6 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
-from kopt.timing.stats import geomean
-
 
 class CaseView(BaseModel):
     """The shown candidate on one case of the matrix."""
@@ -207,10 +205,8 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     s.cases = _case_views(ws, rows, cid, verdict, s.device)
     timed = [c for c in s.cases if c.basis == "verdict"]
     s.verdict_timed = len(timed)
-    for ragged in (False, True):  # uniform and ragged cases apart, as the Verdict line has them
-        g = geomean([sp for c in timed if (c.kind == "ragged") == ragged and c.row.get("correct") is True
-                     and (sp := ranking.row_speedup(c.row))])
-        setattr(s, "verdict_geomean_ragged" if ragged else "verdict_geomean", g)
+    g = ranking.geomeans(c.row for c in timed)  # uniform and ragged cases apart, as the Verdict line has them
+    s.verdict_geomean, s.verdict_geomean_ragged = g.uniform, g.ragged
     s.commits = list(dict.fromkeys(str(c.row["commit"]) for c in s.cases if c.row and c.row.get("commit")))
     if points is None:
         from kopt.workspace.iterations import trajectory

@@ -200,23 +200,11 @@ class IterPoint:
     """The improvement rule's reason for the outcome."""
 
 
-def _ragged_geomean(verdict: list[dict], ragged: dict) -> Optional[float]:
-    """Geomean speedup of a verdict's correct rows on the ragged cases, in each case's own variant."""
-    from kopt.timing.stats import geomean
-    from kopt.workspace.ranking import row_speedup
-
-    return geomean([s for r in verdict if r.get("case") in ragged and r.get("correct") is True
-                    and (r.get("variant") or "") in (ragged[r["case"]], "") and (s := row_speedup(r))])
-
-
 def trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[IterPoint], str]:
     """Git iterations when there are any (all devices); else verdicts grouped by candidate in timestamp
     order, judged by the same rule (judge)."""
-    from kopt.cases import load_cases
-    from kopt.paths import cases_file
-    from kopt.workspace.ranking import failed, geomean_of, latest_verdict, row_cid, verdict_device
+    from kopt.workspace.ranking import failed, geomeans, latest_verdict, row_cid, verdict_device
 
-    ragged = {c.id: c.variant.label() for c in load_cases(cases_file(ws)) if c.kind == "ragged"}
     by_cid: dict[str, list[dict]] = {}  # one pass over the ledger, not one per candidate
     for r in rows:
         if r.get("mode") == "verdict" and r.get("kind", "case") == "case" and (cid := row_cid(r)):
@@ -232,15 +220,15 @@ def trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[I
         hist = []
     if hist:
         return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
-                          h.geomean_ragged or _ragged_geomean(verdict(h.candidate_id), ragged), h.reason)
+                          h.geomean_ragged or geomeans(verdict(h.candidate_id)).ragged, h.reason)
                 for h in hist], "git [iter N] commits"
 
     order = {cid: str(rs[0].get("timestamp") or "") for cid, rs in by_cid.items()}
     thr, best, best_r, out = threshold(ws, rows=rows), None, None, []
     for i, cid in enumerate(sorted(order, key=lambda k: order[k]), 1):
         v = verdict(cid)
-        gm, _ = geomean_of(v)
-        gr = _ragged_geomean(v, ragged)
+        g = geomeans(v)
+        gm, gr = g.uniform, g.ragged
         j = judge(gm, gr, failed(v), best, best_r, thr)  # the rule `history` applies
         if j.outcome == "improved":
             best, best_r = gm, gr
