@@ -10,11 +10,13 @@ it; a case passes when every run is within 2% or 0.2 µs of the median, whicheve
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from kopt.workspace.ledger import load_dicts  # noqa: E402
 
 
 def within(x: float, med: float) -> bool:
@@ -31,11 +33,7 @@ def main() -> int:
     a = ap.parse_args()
     by_run: dict[str, dict[int, dict]] = defaultdict(dict)
     order: list[str] = []
-    for line in a.ledger.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
+    for r in load_dicts(a.ledger).rows:  # kopt's tolerant reader (torn lines skipped)
         if r.get("mode") != "signal" or r.get("candidate_id") != a.candidate or not r.get("runtime_ms") \
                 or r.get("variant") != "fp16-d128-contig-full":
             continue

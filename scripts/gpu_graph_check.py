@@ -15,7 +15,6 @@ Run from the workspace root:  PYTHONPATH=src python3 scripts/gpu_graph_check.py 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -98,12 +97,10 @@ def _kernel_names(fn) -> set:
 
 def latest_rows(ledger: Path, candidate_id: str) -> dict[int, dict]:
     """Latest signal row per case of this candidate with timings, from the ledger."""
+    from kopt.workspace.ledger import load_dicts
+
     rows = {}
-    for line in ledger.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
+    for r in load_dicts(ledger).rows:  # kopt's tolerant reader (torn lines skipped)
         if r.get("mode") == "signal" and r.get("candidate_id") == candidate_id and r.get("runtime_ms") \
                 and r.get("variant", "").endswith("contig-full"):
             rows[r["case"]] = r
