@@ -28,14 +28,12 @@ def _verify_shapes():
     each verify-matrix entry's variants (hidden shapes are drawn at verdict time and compile on demand)."""
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt.cases import load_file
+    from kopt.eval.bench import BenchOptions
+    from kopt.eval.verdict import plan
 
     cf = load_file(os.path.join(ROOT, "bench", "cases.yaml"))
-    by_id = {c.id: c for c in cf.cases}
-    out = list(cf.cases)
-    for m in cf.verify.matrix:
-        out += [by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size, seqlens=m.seqlens)
-                for i in m.cases]
-    return out
+    _perf, matrix, _hidden = plan(cf, BenchOptions())  # the Verdict's own expansion of the matrix
+    return list(cf.cases) + [c for c, _ in matrix]
 
 
 def _shapes(ids: list[int] | None = None):
