@@ -153,13 +153,6 @@ def facts_of(events, n: int) -> Optional[list[CallFacts]]:
     return call_facts(tr, n, main_stream_of(tr))
 
 
-def spans_of(events, n: int) -> Optional[list[Optional[float]]]:
-    """Device span (ns) of each of the n ranged calls of a profiler session (None for a call with no
-    device record), or None when the session did not keep n ranges (attribution would be guesswork)."""
-    got = facts_of(events, n)
-    return None if got is None else [None if f.span_us is None else f.span_us * 1e3 for f in got]
-
-
 def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, float, float, Optional[float]]]]:
     """Split kineto events into the host ranges of the timed calls and device records with launch times."""
     tr = kineto_trace(events)
@@ -289,8 +282,8 @@ def _probe(device: str) -> None:
                     with torch.profiler.record_function(CALL_RANGE):
                         x.add_(1)
                 torch.cuda.synchronize(dev)
-        spans = spans_of(prof.events(), 2)
-        ok = spans is not None and all(s is not None for s in spans)
+        got = facts_of(prof.events(), 2)
+        ok = got is not None and all(f.span_us is not None for f in got)
     except Exception:                          # no kineto / CUPTI in this build
         ok = False
     CUPTI_START_S[device] = time.perf_counter() - t0
