@@ -125,3 +125,7 @@ def test_device_only_verdicts_are_judged_among_themselves():
     assert timing_generation(dev_only) == "device-only"
     assert timing_generation([{"timing": {"device_only": True}}, {"timing": {"device_only": False}}]) == "eager"
     assert timing_generation([]) == "eager"
+    graph = [{"timing": {"device_only": True, "replay": "graph"}},
+             {"timing": {"device_only": True, "replay": "stream"}}]
+    assert timing_generation(graph) == "graph"          # the replaying harness, whichever way each call ran
+    assert timing_generation(graph + dev_only) == "device-only"

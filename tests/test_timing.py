@@ -322,3 +322,103 @@ def test_gpu_graph_and_pair():
     pt = timing.time_pair(lambda: (a.mul_(1.0001), a.mul_(1.0001)), lambda: a.mul_(1.0001), "cuda",
                           TimingOptions.for_device("cuda", quick=True))
     assert pt.speedup == pytest.approx(0.5, rel=0.15)
+
+
+# ---------------------------------------------------------------- graph replays
+
+def test_rotation_runs_each_call_in_turn_from_the_second():
+    seen = []
+    r = timing.rotating(seen.append, ["a", "b", "c"])
+    assert isinstance(r, timing.Rotation) and len(r.calls) == 3
+    for _ in range(4):
+        r()
+    assert seen == ["b", "c", "a", "b"]
+    r.calls[0]()                                       # each call is one input set's, for capture
+    assert seen[-1] == "a"
+
+
+def test_call_names_per_call():
+    tr = cupti.Trace(ranges=[(0.0, 10e3), (20e3, 30e3)],
+                     records=[_rec("flush", 0, 5, -1), _rec("split", 6, 8, 1), _rec("combine", 8.1, 9, 1),
+                              _rec("flush", 10, 15, 15), _rec("split", 21, 23, 20.5), _rec("combine", 23, 24, 20.5)],
+                     joins=[])
+    a, b = cupti.call_names(tr, 2)
+    assert a == b == {"split": 1, "combine": 1}
+
+
+def test_graph_output_must_match_the_call():
+    import torch
+
+    from kopt.timing.cuda import same_output
+
+    ref = torch.randn(4, 8, dtype=torch.float16)
+    assert same_output(ref.clone(), ref, torch)
+    assert not same_output(ref * 1.5 + 1, ref, torch)
+    stale = ref.clone()
+    stale[0, 0] = float("nan")                          # an element the replay left poisoned
+    assert not same_output(stale, ref, torch)
+    assert not same_output(ref[:2], ref, torch) and not same_output(ref, None, torch)
+
+
+def _fake_timer(replay="graph", capture=None):
+    from kopt.timing.cuda import CudaTimer
+
+    t = CudaTimer.__new__(CudaTimer)
+    t.opts = TimingOptions.for_device("cuda", replay=replay)
+    t.cold, t.cupti, t._flush, t.replay, t.replay_note, t._eager_of = True, True, None, None, "", {}
+    t.torch = type("T", (), {"cuda": type("C", (), {"synchronize": staticmethod(lambda d=None: None)})})()
+    t.dev = "cuda"
+    t._estimate = lambda h: None
+    t._capture = capture or (lambda fn: (timing.Rotation([fn]), ""))
+    return t
+
+
+def test_pair_replays_both_as_graphs_or_neither():
+    a, b = (lambda: 1), (lambda: 2)
+    t = _fake_timer()
+    ha, hb = t.prepare_all([a, b], ("candidate", "baseline"))
+    assert t.replay == "graph" and t.replay_note == "" and ha is not a and hb is not b
+    assert t._eager_of[id(ha)] is a and t._eager_of[id(hb)] is b   # the eager figure runs the calls themselves
+    t = _fake_timer(capture=lambda fn: (None, "not capturable as a CUDA graph (RuntimeError: sync)") if fn is b
+                    else (timing.Rotation([fn]), ""))
+    assert t.prepare_all([a, b], ("candidate", "baseline")) == [a, b]
+    assert t.replay == "stream" and t.replay_note.startswith("baseline: not capturable") and not t._eager_of
+    t = _fake_timer(replay="stream", capture=lambda fn: pytest.fail("stream replay never captures"))
+    assert t.prepare_all([a]) == [a] and t.replay == "stream" and t.replay_note == ""
+
+
+def test_replay_option_and_summary_fields():
+    with pytest.raises(ValueError, match="unknown replay"):
+        TimingOptions.for_device("cuda", replay="tape")
+    assert TimingOptions.for_device("cuda").replay == "graph"
+    s = Samples(dev=[0.01, 0.011, 0.012])
+    st = timing.summarize(s, "cupti", True, True, 256 << 20, replay="stream", replay_note="candidate: not capturable")
+    assert st.replay == "stream" and st.replay_note == "candidate: not capturable"
+    host = timing.summarize(Samples(ev=[0.01, 0.02, 0.03]), "host", False, False, 0, replay="graph")
+    assert host.replay is None and host.replay_note == ""   # only device-only spans are replayed
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replay_of_a_two_kernel_call_and_its_fallbacks():
+    import torch
+
+    a = torch.randn(1 << 20, device="cuda")
+    b = torch.randn(1 << 20, device="cuda")
+    two = lambda: (a.mul_(1.0001), b.add_(a))  # noqa: E731
+    opts = TimingOptions.for_device("cuda", quick=True)
+    st = timing.time_fn(two, "cuda", opts)
+    assert st.device_only and st.replay == "graph" and st.replay_note == "", st.replay_note
+    assert st.eager_median_ms is not None and st.host_bound == 0
+    # A host sync inside the call cannot be captured: both sides of the pair run on the stream, and why.
+    synced = lambda: (a.mul_(1.0001), float(b[0].item()))  # noqa: E731
+    pt = timing.time_pair(synced, two, "cuda", opts)
+    assert pt.a.replay == pt.b.replay == "stream" and pt.a.replay_note.startswith("candidate: not capturable")
+    # A call that launches less while captured is not timed by its replay.
+    def sly():
+        a.mul_(1.0001)
+        if not torch.cuda.is_current_stream_capturing():
+            b.add_(a)
+    st = timing.time_fn(sly, "cuda", opts)
+    assert st.replay == "stream" and "other kernels" in st.replay_note, st.replay_note
+    on_stream = timing.time_fn(two, "cuda", TimingOptions.for_device("cuda", quick=True, replay="stream"))
+    assert on_stream.replay == "stream" and on_stream.replay_note == ""

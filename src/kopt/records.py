@@ -46,6 +46,9 @@ class Status(str, Enum):
 #: How the cold flush evicts L2 before a timed call: read a zeroed buffer (L2 left clean), or zero it.
 FlushKind = Literal["read", "zero"]
 FLUSH_KINDS: tuple[str, ...] = get_args(FlushKind)
+#: How device-only cold calls run: replays of a CUDA graph captured from each call, or launched on the stream.
+Replay = Literal["graph", "stream"]
+REPLAYS: tuple[str, ...] = get_args(Replay)
 
 
 class TimingStats(BaseModel):
@@ -81,6 +84,12 @@ class TimingStats(BaseModel):
     """Timed calls that left work on another stream without joining it to the caller's stream."""
     eager_median_ms: Optional[float] = Field(default=None, gt=0)
     """Median host-inclusive span: each call started on an idle device (the launches inside it)."""
+    replay: Optional[Replay] = None
+    """How the device-only calls ran: each a replay of a CUDA graph captured from it ("graph"), or its
+    kernels launched on the stream ("stream"); None: not device-only (or a row from before replays)."""
+    replay_note: str = ""
+    """Why a graph replay was asked for and not used (capture failed, the replay ran other kernels or
+    wrote another output than the call): empty when it was used."""
 
 
 class Validation(BaseModel):
@@ -213,6 +222,7 @@ def machine_line(r: CaseResult) -> str:
     fields.append(f"PCT_LIMIT:{fmt_na(r.pct_limit, '{:.1f}')}")
     fields.append(f"RUNTIME_EAGER:{fmt_na(r.eager_ms)}")
     fields.append(f"REF_RUNTIME_EAGER:{fmt_na(r.ref_eager_ms)}")
+    fields.append(f"REPLAY:{(r.timing.replay if r.timing else None) or 'NA'}")
     fields.append(f"COMPILE_S:{fmt_na(r.compile_s, '{:.2f}')}")
     fields.append(f"VARIANT:{_token(r.variant)}")
     fields.append(f"CANDIDATE:{r.candidate_id or 'NA'}")

@@ -4,7 +4,6 @@ the timed call, or NA with the reason (the types the adapters of this package sh
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
@@ -41,9 +40,9 @@ class Baseline:
 
     def timed(self, inputs: list) -> Callable[[], object]:
         """Calls over rotated input sets, inputs[1], inputs[2], ... as kopt.timing.rotating, each prepared once."""
-        calls = [self.bind(w) for w in inputs]
-        counter = itertools.count(1)
-        return lambda: calls[next(counter) % len(calls)]()
+        from kopt.timing import Rotation
+
+        return Rotation([self.bind(w) for w in inputs])
 
 
 def unavailable(name: str, why: str) -> Baseline:

@@ -21,6 +21,9 @@ def command(
     flush: str = typer.Option("read", "--flush", help="Cold flush: read (a zeroed 2 x L2 buffer read; L2 left clean) | "
                                                       "zero (written, nvbench-style: the call pays the write-back)."),
     graph: bool = typer.Option(False, "--graph", help="Hot timing: CUDA-graph replay of many calls."),
+    replay: str = typer.Option("graph", "--replay", help="Cold device-only calls: graph (each call replayed as a "
+                                                         "CUDA graph captured from it, where candidate and baseline "
+                                                         "both capture) | stream (kernels launched on the stream)."),
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,
     page_size: Optional[int] = VariantOpts.page_size,
@@ -44,13 +47,14 @@ def command(
     from kopt.cli.output import emit_results
     from kopt.eval.bench import BenchOptions, evaluate
     from kopt.paths import default_candidate
-    from kopt.records import FLUSH_KINDS
+    from kopt.records import FLUSH_KINDS, REPLAYS
 
     t0 = time.perf_counter()
     cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
     path = resolve(candidate or default_candidate())
     opts = BenchOptions(device=device, cold=cold_cache, flush=options.choice(flush, FLUSH_KINDS, "--flush"),
-                        graph=graph, timeout_s=timeout, record=not no_record, seeds=seeds, quick=quick,
+                        graph=graph, replay=options.choice(replay, REPLAYS, "--replay"), timeout_s=timeout,
+                        record=not no_record, seeds=seeds, quick=quick,
                         baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
                         config=options.config_json(config), hidden=hidden)
     def go(on_result, on_progress):

@@ -30,6 +30,9 @@ class BenchOptions:
     flush: FlushKind = "read"
     """How the cold flush evicts L2 (kopt.timing.TimingOptions.flush)."""
     graph: bool = False
+    replay: str = "graph"
+    """Device-only cold calls as CUDA-graph replays where both sides capture, or on the stream
+    (kopt.timing.TimingOptions.replay)."""
     timeout_s: float = 600.0
     record: bool = True
     mode: str = "signal"
@@ -159,7 +162,8 @@ def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseRe
     work = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
     return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
                seeds_timing=[seeds[0], fresh_seed()], refill_seed=fresh_seed(),
-               do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, quick=opts.quick,
+               do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, replay=opts.replay,
+               quick=opts.quick,
                baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work),
                peers=list(opts.peers))
 

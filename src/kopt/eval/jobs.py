@@ -12,7 +12,7 @@ from typing import Optional
 from pydantic import BaseModel, Field
 
 from kopt.cases import Case
-from kopt.records import FlushKind, PeerResult, Status, TimingStats
+from kopt.records import FlushKind, PeerResult, Replay, Status, TimingStats
 
 #: What the child prepares while it waits for its jobs ("cuda": its context, "tilelang": the import).
 ENV_WARM = "KOPT_CHILD_WARM"
@@ -40,6 +40,7 @@ class Job(BaseModel):
     do_timing: bool = True
     cold: bool = True
     graph: bool = False
+    replay: Replay = "graph"
     flush: FlushKind = "read"
     quick: bool = False
     baseline: str = "auto"

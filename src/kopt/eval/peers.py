@@ -82,15 +82,17 @@ def _first_call(name: str, base, timed: list, job) -> Callable[[], object]:
     first = base.fn(timed[0])
     guards.sync(job.device)
     torch.save(first.detach().cpu(), Path(job.out_dir) / output_file(name))
-    calls = base.timed(timed)
+    from kopt.timing import Rotation
 
-    def call():
-        try:
-            return calls()
-        except Exception as e:
-            raise _PeerFailed(f"{type(e).__name__}: {str(e)[:200]}") from None
+    def guarded(c):
+        def call():
+            try:
+                return c()
+            except Exception as e:
+                raise _PeerFailed(f"{type(e).__name__}: {str(e)[:200]}") from None
+        return call
 
-    return call
+    return Rotation([guarded(c) for c in base.timed(timed).calls])  # each input set captured on its own
 
 
 def _adopt(row, p: PeerResult) -> None:

@@ -125,7 +125,8 @@ class Evaluation:
         from kopt.timing import TimingOptions, rotating, time_fn, time_pair
 
         job = self.job
-        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph, flush=job.flush)
+        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph, flush=job.flush,
+                                        replay=job.replay)
 
         call = self.session.timed()
         cand = rotating(call, timed)

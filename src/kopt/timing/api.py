@@ -23,7 +23,8 @@ def _timer(device: str, opts: TimingOptions):
 
 def _summary(t, s: Samples, use_dev: bool, eager: Optional[Samples] = None) -> TimingStats:
     """summarize() with what the timer that took the samples knows (method, cold, flush, graph scale)."""
-    return summarize(s, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind, eager)
+    return summarize(s, t.method(use_dev), use_dev, t.cold, t.flush, t.scale, t.flush_kind, eager,
+                     t.replay, t.replay_note)
 
 
 def _eager_calls(opts: TimingOptions) -> int:
@@ -44,7 +45,7 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
               opts: TimingOptions) -> PairTiming:
     """Interleaved ABBA rounds of candidate a and baseline b; speedup = median per-round time_b / time_a."""
     t = _timer(device, opts)
-    ha, hb = t.prepare(fn_a), t.prepare(fn_b)
+    ha, hb = t.prepare_all([fn_a, fn_b], ("candidate", "baseline"))  # both replayed as graphs, or neither
     rounds = max(1, opts.rounds)
     rule = opts.stop.split(rounds)
     ra: list[Samples] = []

@@ -138,6 +138,15 @@ def call_facts(tr: Trace, n: int, main_stream: Optional[int]) -> list[CallFacts]
     return out
 
 
+def call_names(tr: Trace, n: int) -> list[Counter]:
+    """Per call: the names of the device activities it launched, with their counts."""
+    out: list[Counter] = [Counter() for _ in range(n)]
+    for r, i in zip(tr.records, tr.call_of):
+        if 0 <= i < n:
+            out[i][r.name] += 1
+    return out
+
+
 def main_stream_of(tr: Trace) -> Optional[int]:
     """The stream of the harness's own launches (records launched outside every call range)."""
     mine = Counter(r.stream for r, i in zip(tr.records, tr.call_of) if i == -1 and r.stream is not None)

@@ -11,7 +11,7 @@ from kopt.timing.stats import StopRule
 class HostTimer:
     """perf_counter_ns around each call."""
 
-    cupti, cold, flush, scale, flush_kind = False, False, 0, 1.0, None
+    cupti, cold, flush, scale, flush_kind, replay, replay_note = False, False, 0, 1.0, None, None, ""
 
     def __init__(self, opts: TimingOptions):
         self.opts = opts
@@ -26,6 +26,9 @@ class HostTimer:
     def prepare(self, fn: Callable[[], object]) -> Callable[[], object]:
         warmup(fn, self.opts)
         return fn
+
+    def prepare_all(self, fns: list, labels: tuple[str, ...] = ()) -> list:
+        return [self.prepare(fn) for fn in fns]
 
     def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
         s, t0, check = Samples(), clock(), 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable
@@ -11,11 +12,12 @@ from typing import Optional
 import numpy as np
 
 from kopt.hardware import is_cpu
-from kopt.records import FLUSH_KINDS, FlushKind, TimingStats
+from kopt.records import FLUSH_KINDS, REPLAYS, FlushKind, Replay, TimingStats
 from kopt.timing import stats
 from kopt.timing.stats import StopRule
 
 CALL_RANGE = "kopt::call"
+
 #: Batches whose SM clock reads below this fraction of the default clock are dropped (throttled).
 LOW_CLOCK_FRAC = 0.75
 #: Calls per profiler session: the first batch (sized from the stopping rule's minimum time),
@@ -52,13 +54,23 @@ class TimingOptions:
     """Calls captured in one CUDA graph in hot mode; per-call time = replay time / graph_calls."""
     eager_calls: int = 40
     """Calls of the host-inclusive second figure (each flushed, then started on an idle device)."""
+    replay: Replay = "graph"
+    """Device-only cold calls: "graph" replays each call as a CUDA graph captured from it (its kernels
+    launched back to back by the device, as a serving engine's decode step runs them), where both sides
+    of a timing can be captured and replay the call's own kernels; "stream" launches the call's kernels
+    one by one on the stream (each pays the device's launch gap after the one before)."""
 
     @classmethod
     def for_device(cls, device: str, quick: bool = False, cold: Optional[bool] = None,
-                   graph: Optional[bool] = None, flush: Optional[str] = None) -> TimingOptions:
+                   graph: Optional[bool] = None, flush: Optional[str] = None,
+                   replay: Optional[str] = None) -> TimingOptions:
         """Defaults for a device: DESIGN.md's numbers on GPUs; a few host-clock samples on CPU.
-        cold / graph / flush, when given, override the device's default."""
+        cold / graph / flush / replay, when given, override the device's default."""
         opts = cls._defaults(device, quick)
+        if replay is not None:
+            if replay not in REPLAYS:
+                raise ValueError(f"unknown replay {replay!r}; use one of {', '.join(REPLAYS)}")
+            opts.replay = replay
         if cold is not None:
             opts.cold = cold
         if graph is not None:
@@ -141,7 +153,8 @@ class Samples:
 
 
 def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, scale: float = 1.0,
-              flush_kind: Optional[str] = None, eager: Optional[Samples] = None) -> TimingStats:
+              flush_kind: Optional[str] = None, eager: Optional[Samples] = None,
+              replay: Optional[str] = None, replay_note: str = "") -> TimingStats:
     """TimingStats from samples; `scale` turns per-replay times into per-call times (graphs)."""
     ms, forced = s.values(use_dev)
     x = np.maximum(np.asarray(ms, dtype=float) * scale, FLOOR_MS)
@@ -156,6 +169,7 @@ def summarize(s: Samples, method: str, use_dev: bool, cold: bool, flush: int, sc
         dropped_low_clock=0 if forced else max(len(s.low_dev), len(s.low_ev)), events_median_ms=ev_med,
         total_s=s.elapsed_s, device_only=method == "cupti", host_bound=s.host_bound,
         side_stream=s.side_stream + (eager.side_stream if eager else 0), eager_median_ms=eager_ms(eager),
+        replay=replay if method == "cupti" else None, replay_note=replay_note if method == "cupti" else "",
     )
 
 
@@ -165,11 +179,21 @@ def eager_ms(e: Optional[Samples]) -> Optional[float]:
     return max(float(np.median(ms)), FLOOR_MS) if ms else None
 
 
-def rotating(fn: Callable[[object], object], inputs: list) -> Callable[[], object]:
-    """A no-argument call of fn over rotated input sets: inputs[1], inputs[2], ... (wrapping), so
-    consecutive timed calls never see the same inputs twice in a row."""
-    counter = itertools.count(1)
-    return lambda: fn(inputs[next(counter) % len(inputs)])
+class Rotation:
+    """A no-argument call that runs calls[1], calls[2], ... (wrapping) in turn, so consecutive timed
+    calls never see the same inputs twice in a row; the timer reads `calls` to capture each one."""
+
+    def __init__(self, calls: list[Callable[[], object]]):
+        self.calls = list(calls)
+        self._next = itertools.count(1)
+
+    def __call__(self):
+        return self.calls[next(self._next) % len(self.calls)]()
+
+
+def rotating(fn: Callable[[object], object], inputs: list) -> Rotation:
+    """fn over rotated input sets: inputs[1], inputs[2], ... (a Rotation of fn on each)."""
+    return Rotation([functools.partial(fn, w) for w in inputs])
 
 
 def warmup(fn, opts: TimingOptions, before=None, after=None) -> None:

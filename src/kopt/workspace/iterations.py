@@ -153,9 +153,9 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
             thr[dev] = threshold(ws, dev, rows)
         prev, prev_r = best.get((dev, gen), (None, None))
         j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
-        if prev is None and j.outcome == "improved" and gen == "device-only" and any(k[0] == dev for k in best):
-            j = Judgement("improved", "the first verdict on this device timed device-only: a new baseline "
-                                      "(earlier verdicts timed eager spans, which are not compared with it)")
+        if prev is None and j.outcome == "improved" and gen != "eager" and any(k[0] == dev for k in best):
+            j = Judgement("improved", f"the first verdict on this device timed {GENERATIONS[gen]}: a new baseline "
+                                      "(earlier verdicts were timed another way and are not compared with it)")
         out.append(Iteration(m.iteration, m.label, m.candidate_id, g.uniform, g.n_uniform, j.outcome, prev,
                              path.name, dev, g.ragged, g.n_ragged, g.pct_limit, g.pct_limit_ragged, prev_r, j.reason))
         if j.outcome == "improved":
@@ -163,12 +163,21 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     return out
 
 
+#: How a verdict's perf rows were timed, oldest first, as the status and the reasons say it.
+GENERATIONS = {"eager": "eager spans", "device-only": "device-only on the stream",
+               "graph": "device-only with graph replays"}
+
+
 def timing_generation(rows: list[dict]) -> str:
-    """How a verdict's perf rows were timed: "device-only" (calls enqueued ahead of the device behind a
-    hold) or "eager" (older rows): geomeans of the two are not compared, since eager spans of two-kernel
-    calls held host launch gaps (FA2 on case 5: 0.0137 vs 0.0101 ms between runs)."""
+    """How a verdict's perf rows were timed: "graph" (device-only calls replayed as CUDA graphs where both
+    sides capture), "device-only" (enqueued on the stream ahead of the device behind a hold) or "eager"
+    (older rows). Geomeans of two generations are not compared: eager spans of two-kernel calls held host
+    launch gaps (FA2 on case 5: 0.0137 vs 0.0101 ms between runs), stream spans the device's launch gap
+    between them (FA2 on case 5: 10.4 µs on the stream, 9.6 µs replayed)."""
     timed = [r["timing"] for r in rows if r.get("timing")]
-    return "device-only" if timed and all(t.get("device_only") for t in timed) else "eager"
+    if not timed or not all(t.get("device_only") for t in timed):
+        return "eager"
+    return "graph" if all(t.get("replay") for t in timed) else "device-only"
 
 
 def best_iteration(hist: list[Iteration], device: Optional[str] = None) -> Optional[Iteration]:
