@@ -76,7 +76,7 @@ for s in $steps; do case $s in
              done; done ;;
   verify)    run verify 600 python3 -m kopt verify --machine --technique "${VERIFY_TECHNIQUE:-shipped}" \
                --hypothesis "${VERIFY_HYPOTHESIS:-the shipped kernel passes the verdict on the H200}" ;;
-  timingtests) run timing_tests 300 python3 -m pytest -m gpu -q -x tests/test_timing.py tests/test_adversarial.py ;;
+  timingtests) run timing_tests 300 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/test_timing.py tests/test_adversarial.py ;;
   bench5)    # BENCH_N invocations (default 5) of bench --all; BENCH_CANDIDATE: another candidate file
              for i in $(seq "${BENCH_N:-5}"); do run "bench_all_$i" 300 python3 -m kopt bench --all --cold-cache --machine \
                ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"}; done ;;
