@@ -76,6 +76,61 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
     return spans
 
 
+def _device(prof) -> list[tuple[int, int, str]]:
+    return sorted((e.start_ns(), e.end_ns(), e.name()) for e in prof.profiler.kineto_results.events()
+                  if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation())
+
+
+def ways(fn, flush, n: int) -> dict[str, tuple[float, str]]:
+    """--diagnose: the same call timed four ways, each (median µs, its kernels with median durations):
+    one graph of [flush, mark, call] x n (the check's way), one graph of [flush, call] x n, the stream
+    ([flush, mark, call] launched one by one behind a spin hold), and a graph of the call alone replayed
+    after a stream flush (kopt's way, written again here). A call's kernels are the records between a
+    mark (or a flush) and the next flush whose names the call launches."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    own = _kernel_names(fn) - _kernel_names(flush) - _kernel_names(_mark)
+
+    def spans(recs):
+        out, cur, kern = [], [], {}
+        for s0, e0, name in recs + [(0, 0, "")]:
+            if name in own:
+                cur.append((s0, e0))
+                kern.setdefault(name, []).append((e0 - s0) / 1e3)
+            elif cur:
+                out.append((max(e for _, e in cur) - cur[0][0]) / 1e3)
+                cur = []
+        ks = ", ".join(f"{k[:40]} {statistics.median(v):.2f}" for k, v in kern.items())
+        return (statistics.median(out) if out else float("nan")), f"{len(out)} calls: {ks}"
+
+    def graph(body):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            body()
+        g.replay()
+        torch.cuda.synchronize()
+        return g
+
+    got = {}
+    big = graph(lambda: [(flush(), _mark(), fn()) for _ in range(n)])
+    plain = graph(lambda: [(flush(), fn()) for _ in range(n)])
+    one = graph(fn)
+    for name, go in (("graph [flush, mark, call]", lambda: big.replay()),
+                     ("graph [flush, call]", lambda: plain.replay()),
+                     ("stream [flush, mark, call]", lambda: (torch.cuda._sleep(2_000_000),
+                                                             [(flush(), _mark(), fn()) for _ in range(n)])),
+                     ("stream flush + graph [call]", lambda: (torch.cuda._sleep(2_000_000),
+                                                              [(flush(), one.replay()) for _ in range(n)]))):
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                go()
+            torch.cuda.synchronize()
+        got[name] = spans(_device(prof))
+    return got
+
+
 _NAMES: dict = {}
 
 
@@ -120,6 +175,8 @@ def main() -> int:
     ap.add_argument("--ledger", type=Path)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--candidate", type=Path, default=REPO / "solution" / "tilelang" / "run_kernel.py")
+    ap.add_argument("--diagnose", action="store_true", help="time each call four ways (graph, stream, with and "
+                                                            "without marks) and list its kernels, instead")
     args = ap.parse_args()
 
     import torch
@@ -145,6 +202,12 @@ def main() -> int:
         base = baselines.pick(c, "cuda")
         fns = {"cand": lambda w=w: mod.run(*w.args(), **w.kwargs()), "ref": lambda w=w, base=base: base.fn(w)}
         med = {}
+        if args.diagnose:
+            for k, fn in fns.items():
+                fn()
+                for way, (us, ks) in ways(fn, flush, args.calls).items():
+                    print(f"case {c.id} {k:4} {way:28} {us:8.2f} µs  {ks}", flush=True)
+            continue
         for k, fn in fns.items():
             try:
                 fn()

@@ -368,6 +368,7 @@ def _fake_timer(replay="graph", capture=None):
     t.cold, t.cupti, t._flush, t.replay, t.replay_note, t._eager_of = True, True, None, None, "", {}
     t.torch = type("T", (), {"cuda": type("C", (), {"synchronize": staticmethod(lambda d=None: None)})})()
     t.dev = "cuda"
+    t._call_ms, t._host_us = {}, {}
     t._estimate = lambda h: None
     t._capture = capture or (lambda fn: (timing.Rotation([fn]), ""))
     return t
@@ -387,6 +388,30 @@ def test_pair_replays_both_as_graphs_or_neither():
     assert t.prepare_all([a]) == [a] and t.replay == "stream" and t.replay_note == ""
 
 
+def test_each_round_replays_fresh_captures():
+    a = timing.Rotation([lambda: 1, lambda: 2])
+    t = _fake_timer()
+    made = []
+
+    class G:
+        def replay(self):
+            return None
+
+    def graphs(calls):
+        made.append(len(calls))
+        return [G() for _ in calls], [None] * len(calls)
+
+    t._graphs = graphs
+    (h,) = t.prepare_all([a])
+    t._call_ms[id(h)], t._host_us[id(h)] = 0.01, 30.0
+    h2 = t.again(h)
+    assert h2 is not h and made == [2] and len(h2.calls) == 2
+    assert t._eager_of[id(h2)] is a and t._call_ms[id(h2)] == 0.01 and t._host_us[id(h2)] == 30.0
+    s = _fake_timer(replay="stream")
+    (f,) = s.prepare_all([a])
+    assert s.again(f) is f                                  # on the stream a round reuses the call
+
+
 def test_replay_option_and_summary_fields():
     with pytest.raises(ValueError, match="unknown replay"):
         TimingOptions.for_device("cuda", replay="tape")
@@ -404,21 +429,26 @@ def test_gpu_graph_replay_of_a_two_kernel_call_and_its_fallbacks():
 
     a = torch.randn(1 << 20, device="cuda")
     b = torch.randn(1 << 20, device="cuda")
-    two = lambda: (a.mul_(1.0001), b.add_(a))  # noqa: E731
+    two = lambda: a * 1.0001 + b  # noqa: E731  (two kernels, a fresh output, as a decode call returns)
     opts = TimingOptions.for_device("cuda", quick=True)
     st = timing.time_fn(two, "cuda", opts)
     assert st.device_only and st.replay == "graph" and st.replay_note == "", st.replay_note
     assert st.eager_median_ms is not None and st.host_bound == 0
     # A host sync inside the call cannot be captured: both sides of the pair run on the stream, and why.
-    synced = lambda: (a.mul_(1.0001), float(b[0].item()))  # noqa: E731
+    synced = lambda: (a * 1.0001 + b, float(b[0].item()))  # noqa: E731
     pt = timing.time_pair(synced, two, "cuda", opts)
     assert pt.a.replay == pt.b.replay == "stream" and pt.a.replay_note.startswith("candidate: not capturable")
     # A call that launches less while captured is not timed by its replay.
     def sly():
-        a.mul_(1.0001)
-        if not torch.cuda.is_current_stream_capturing():
-            b.add_(a)
+        x = a * 1.0001
+        return x if torch.cuda.is_current_stream_capturing() else x + b
     st = timing.time_fn(sly, "cuda", opts)
     assert st.replay == "stream" and "other kernels" in st.replay_note, st.replay_note
+    # One that launches the same kernels on other inputs while captured: its output gives it away.
+    z = torch.zeros_like(b)
+    def swapped():
+        return a * 1.0001 + (z if torch.cuda.is_current_stream_capturing() else b)
+    st = timing.time_fn(swapped, "cuda", opts)
+    assert st.replay == "stream" and "another output" in st.replay_note, st.replay_note
     on_stream = timing.time_fn(two, "cuda", TimingOptions.for_device("cuda", quick=True, replay="stream"))
     assert on_stream.replay == "stream" and on_stream.replay_note == ""

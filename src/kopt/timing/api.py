@@ -52,13 +52,15 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     rb: list[Samples] = []
     order = []                                 # A B, B A, A B, ...: drifts hit both sides alike
     for r in range(rounds):
+        if r:  # graph replays: each round its own captures (kopt.timing.cuda.CudaTimer.again)
+            ha, hb = t.again(ha), t.again(hb)
         order += [(ha, ra), (hb, rb)] if r % 2 == 0 else [(hb, rb), (ha, ra)]
     together = getattr(t, "sample_all", None)  # all rounds in one session, where the timer can
     n_eager = _eager_calls(opts)
     got = together([h for h, _ in order], rule, n_eager) if together else None
     for (h, acc), s in zip(order, got or [None] * len(order)):
         acc.append(s if s is not None else t.sample(h, rule))
-    ea, eb = got[len(order):] if got else t.eager([ha, hb], n_eager)
+    ea, eb = got[len(order):] if got else t.eager([ha, hb], n_eager)  # the eager figure runs the calls
     # One method for every round: if CUPTI failed in any round, all rounds use events.
     use_dev = all(x.use_cupti(t.cupti) for x in ra + rb)
     ps = stats.paired_speedup([x.values(use_dev)[0] for x in ra], [x.values(use_dev)[0] for x in rb])

@@ -30,6 +30,9 @@ class HostTimer:
     def prepare_all(self, fns: list, labels: tuple[str, ...] = ()) -> list:
         return [self.prepare(fn) for fn in fns]
 
+    def again(self, fn):
+        return fn
+
     def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
         s, t0, check = Samples(), clock(), 1
         while True:
