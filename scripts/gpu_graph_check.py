@@ -1,8 +1,9 @@
 """Independent check of kopt's device-only figures: CUDA graphs of [flush, call] x N under CUPTI.
 
-For each case the shipped candidate and FA2 are each captured in one CUDA graph of N triples (a read of a
-256 MiB buffer, a one-cycle marker kernel, then the call) and the graph is replayed under torch.profiler;
-a call's time is the first start to the last end of the kernels between a marker and the next flush.
+For each case the shipped candidate and FA2 are each captured in one CUDA graph of N pairs (a read of a
+256 MiB buffer, then the call) and the graph is replayed under torch.profiler; a call's time is the first
+start to the last end of a run of consecutive records named as the call's kernels (seen in a profile of
+the call alone; none of them may share a name with the flush's).
 Nothing of kopt's timer is used (only its case file and input builder), so the figures are a second
 measurement of the same calls. With
 --ledger, each case's figures are set beside the latest `kopt bench` row of the same candidate in the
@@ -33,10 +34,15 @@ def _mark():
 
 
 def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
-    """µs per call of fn from `replays` replays of one graph of [flush, mark, fn] x n, read from CUPTI."""
+    """µs per call of fn from `replays` replays of one graph of [flush, fn] x n, read from CUPTI: a call is
+    a run of consecutive records whose names fn launches and the flush does not (RuntimeError when fn and
+    the flush share a name, or the runs are not n x replays)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    own = _kernel_names(fn) - _kernel_names(flush)
+    if own != _kernel_names(fn):
+        raise RuntimeError(f"the call launches what the flush does: {sorted(_kernel_names(fn) - own)}")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm-up on a side stream, as capture wants
@@ -49,7 +55,6 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
     with torch.cuda.graph(g):
         for _ in range(n):
             flush()
-            _mark()
             fn()
     g.replay()
     torch.cuda.synchronize()
@@ -57,23 +62,27 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
         for _ in range(replays):
             g.replay()
         torch.cuda.synchronize()
-    kernels = sorted((e.start_ns(), e.end_ns(), e.name()) for e in prof.profiler.kineto_results.events()
-                     if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation())
-    mark_names, flush_names = _kernel_names(_mark), _kernel_names(flush)
-    spans, cur = [], None
-    for s0, e0, name in kernels:
-        if name in mark_names:  # a call starts after each mark and ends before the next flush
-            cur = []
-        elif cur is not None and name in flush_names and cur:
-            spans.append((max(e for _, e in cur) - cur[0][0]) / 1e3)
-            cur = None
-        elif cur is not None:
-            cur.append((s0, e0))
-    if cur:
-        spans.append((max(e for _, e in cur) - cur[0][0]) / 1e3)
-    if abs(len(spans) - n * replays) > 1:  # the marks did not split the trace into calls: no figure
+    spans, others = _runs(_device(prof), own)
+    if others:
+        print(f"records in the graph that neither the call nor the flush launch: {sorted(others)}", file=sys.stderr)
+    if len(spans) != n * replays:
         raise RuntimeError(f"{len(spans)} spans for {n * replays} calls")
     return spans
+
+
+def _runs(recs, own) -> tuple[list[float], set]:
+    """Spans (µs) of the runs of consecutive records named in `own`, and the names of records in neither."""
+    out, cur, others = [], [], set()
+    for s0, e0, name in recs + [(0, 0, None)]:
+        if name in own:
+            cur.append((s0, e0))
+            continue
+        if name is not None and name not in _FLUSH_NAMES:
+            others.add(name)
+        if cur:
+            out.append((max(e for _, e in cur) - cur[0][0]) / 1e3)
+            cur = []
+    return out, others
 
 
 def _device(prof) -> list[tuple[int, int, str]]:
@@ -82,27 +91,15 @@ def _device(prof) -> list[tuple[int, int, str]]:
 
 
 def ways(fn, flush, n: int) -> dict[str, tuple[float, str]]:
-    """--diagnose: the same call timed four ways, each (median µs, its kernels with median durations):
-    one graph of [flush, mark, call] x n (the check's way), one graph of [flush, call] x n, the stream
-    ([flush, mark, call] launched one by one behind a spin hold), and a graph of the call alone replayed
-    after a stream flush (kopt's way, written again here). A call's kernels are the records between a
-    mark (or a flush) and the next flush whose names the call launches."""
+    """--diagnose: the same call timed five ways, each (median µs, its kernels with median durations and
+    any record neither it nor the flush launches): one graph of [flush, mark, call] x n, one of
+    [flush, call] x n (the check's way), the stream ([flush, mark, call] launched one by one behind a spin
+    hold), a graph of the call alone replayed after a stream flush, and a graph of [flush, call] replayed
+    once a call behind a spin hold (kopt's way, written again here)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    own = _kernel_names(fn) - _kernel_names(flush) - _kernel_names(_mark)
-
-    def spans(recs):
-        out, cur, kern = [], [], {}
-        for s0, e0, name in recs + [(0, 0, "")]:
-            if name in own:
-                cur.append((s0, e0))
-                kern.setdefault(name, []).append((e0 - s0) / 1e3)
-            elif cur:
-                out.append((max(e for _, e in cur) - cur[0][0]) / 1e3)
-                cur = []
-        ks = ", ".join(f"{k[:40]} {statistics.median(v):.2f}" for k, v in kern.items())
-        return (statistics.median(out) if out else float("nan")), f"{len(out)} calls: {ks}"
+    own = _kernel_names(fn) - _FLUSH_NAMES
 
     def graph(body):
         g = torch.cuda.CUDAGraph()
@@ -112,26 +109,34 @@ def ways(fn, flush, n: int) -> dict[str, tuple[float, str]]:
         torch.cuda.synchronize()
         return g
 
-    got = {}
+    hold = lambda: torch.cuda._sleep(2_000_000)  # noqa: E731  (~1 ms: the host gets far ahead)
     big = graph(lambda: [(flush(), _mark(), fn()) for _ in range(n)])
     plain = graph(lambda: [(flush(), fn()) for _ in range(n)])
-    one = graph(fn)
-    for name, go in (("graph [flush, mark, call]", lambda: big.replay()),
-                     ("graph [flush, call]", lambda: plain.replay()),
-                     ("stream [flush, mark, call]", lambda: (torch.cuda._sleep(2_000_000),
-                                                             [(flush(), _mark(), fn()) for _ in range(n)])),
-                     ("stream flush + graph [call]", lambda: (torch.cuda._sleep(2_000_000),
-                                                              [(flush(), one.replay()) for _ in range(n)]))):
+    one, pair = graph(fn), graph(lambda: (flush(), fn()))
+    got = {}
+    for name, go in (("graph [flush, mark, call]", big.replay), ("graph [flush, call]", plain.replay),
+                     ("stream [flush, mark, call]", lambda: (hold(), [(flush(), _mark(), fn()) for _ in range(n)])),
+                     ("stream flush + graph [call]", lambda: (hold(), [(flush(), one.replay()) for _ in range(n)])),
+                     ("graph [flush, call] per call", lambda: (hold(), [pair.replay() for _ in range(n)]))):
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 go()
             torch.cuda.synchronize()
-        got[name] = spans(_device(prof))
+        recs = _device(prof)
+        spans, others = _runs(recs, own)
+        kern: dict = {}
+        for s0, e0, k in recs:
+            if k in own:
+                kern.setdefault(k, []).append((e0 - s0) / 1e3)
+        ks = ", ".join(f"{k[:40]} {statistics.median(v):.2f}" for k, v in kern.items())
+        extra = f"; also {sorted(others)}" if others else ""
+        got[name] = (statistics.median(spans) if spans else float("nan"), f"{len(spans)} calls: {ks}{extra}")
     return got
 
 
 _NAMES: dict = {}
+_FLUSH_NAMES: set = set()
 
 
 def _kernel_names(fn) -> set:
@@ -191,6 +196,7 @@ def main() -> int:
     buf = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
     sink = torch.zeros(1, dtype=torch.float32, device="cuda")
     flush = lambda: torch.sum(buf, dim=0, keepdim=True, out=sink)  # noqa: E731
+    _FLUSH_NAMES.update(_kernel_names(flush) | _kernel_names(_mark))
     ids = parse_ids(args.cases)
     sel = cases.select(cases.load_cases(), ids)
     led = latest_rows(args.ledger, cid) if args.ledger else {}

@@ -103,12 +103,14 @@ for s in $steps; do case $s in
                printf 'Metadata-Version: 2.1\nName: fa3-fwd\nVersion: 0.0.3\n' > /tmp/kopt-peers/fa3_fwd-0.0.3.dist-info/METADATA
              fi
              ( export PYTHONPATH=/tmp/kopt-peers:$PYTHONPATH; run peers 420 python3 -m kopt peers --all --dtype "${PEERS_DTYPE:-bf16}" ) ;;
-  prewarmv)  # what bench --all and verify need, for the shipped candidate and each folder in PREWARM_AT (a
+  prewarmv)  # PREWARM_ARGS: more prewarm_kernels.py flags (--bf16 for peers).
+             # What bench --all and verify need, for the shipped candidate and each folder in PREWARM_AT (a
              # copy of an older iteration's workspace: its solution/ and results/tilelang/tuning.csv), in parallel
              for d in ${PREWARM_AT:-}; do cp -r src scripts bench "$d/"; done
              pids=(); j=$(( $(nproc) / (1 + $(wc -w <<< "${PREWARM_AT:-}")) ))
              for d in . ${PREWARM_AT:-}; do
-               run "prewarm_$(basename "$(cd "$d" && pwd)")" 240 python3 "$d/scripts/prewarm_kernels.py" --verify --jobs "$j" &
+               run "prewarm_$(basename "$(cd "$d" && pwd)")" 240 python3 "$d/scripts/prewarm_kernels.py" --verify --jobs "$j" \
+                 ${PREWARM_ARGS:-} &
                pids+=($!)
              done
              wait "${pids[@]}" ;;

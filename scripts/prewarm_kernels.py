@@ -23,9 +23,10 @@ from multiprocessing import get_context
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOL = os.path.join(ROOT, "solution", "tilelang")
 
-def _verify_shapes():
+def _verify_shapes(bf16: bool = False):
     """What `kopt bench --all` and `kopt verify` time and check: every case as the table defines it, and
-    each verify-matrix entry's variants (hidden shapes are drawn at verdict time and compile on demand)."""
+    each verify-matrix entry's variants (hidden shapes are drawn at verdict time and compile on demand);
+    with bf16, every case in bf16 too (what `kopt peers --all --dtype bf16` times)."""
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt.cases import load_file
     from kopt.eval.bench import BenchOptions
@@ -33,7 +34,8 @@ def _verify_shapes():
 
     cf = load_file(os.path.join(ROOT, "bench", "cases.yaml"))
     _perf, matrix, _hidden = plan(cf, BenchOptions())  # the Verdict's own expansion of the matrix
-    return list(cf.cases) + [c for c, _ in matrix]
+    extra = [c.with_variant(dtype="bf16") for c in cf.cases] if bf16 else []
+    return list(cf.cases) + [c for c, _ in matrix] + extra
 
 
 def _shapes(ids: list[int] | None = None):
@@ -67,7 +69,8 @@ _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", 
            "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine")
 
 
-def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify: bool = False) -> list[tuple]:
+def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify: bool = False,
+          bf16: bool = False) -> list[tuple]:
     """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads (with
     `verify`, only what `kopt verify` needs: no tuning configs beside each case's own plan)."""
     import torch
@@ -76,7 +79,7 @@ def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify:
     import run_kernel as rk
 
     seen = {}
-    for case in (_verify_shapes() if verify else _shapes(ids)):
+    for case in (_verify_shapes(bf16) if verify else _shapes(ids)):
         v = case.variant
         dt = torch.float16 if v.dtype == "fp16" else torch.bfloat16
         b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
@@ -126,11 +129,12 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default="", help="comma-separated case ids: only these cases (fp16, contiguous)")
     ap.add_argument("--verify", action="store_true", help="only what bench --all and verify need (the cases, the "
                                                           "verify matrix)")
+    ap.add_argument("--bf16", action="store_true", help="with --verify: every case in bf16 too (kopt peers)")
     a = ap.parse_args(argv)
     import json
 
     ids = [int(x) for x in a.cases.split(",") if x.strip()]
-    todo = specs([json.loads(c) for c in a.configs.split(";") if c.strip()], ids or None, a.verify)
+    todo = specs([json.loads(c) for c in a.configs.split(";") if c.strip()], ids or None, a.verify, a.bf16)
     if a.list:
         for s in todo:
             print(*s)

@@ -346,6 +346,22 @@ def test_call_names_per_call():
     assert a == b == {"split": 1, "combine": 1}
 
 
+def test_replayed_flush_is_dropped_by_its_place():
+    # Two replays of a graph of [flush, call]: every record shares the graph launch's time; the flush's two
+    # records run first and are dropped from the span by count (lead), so a call kernel named like the
+    # flush's still counts.
+    tr = cupti.Trace(ranges=[(0.0, 10e3), (200e3, 210e3)],
+                     records=[_rec("spin", 0, 40, -1),
+                              _rec("memset", 41, 42, 1), _rec("reduce", 42, 100, 1), _rec("reduce", 101, 104, 1),
+                              _rec("memset", 141, 142, 201), _rec("reduce", 142, 200, 201),
+                              _rec("split", 201, 205, 201), _rec("combine", 205.2, 207, 201)],
+                     joins=[])
+    a, b = cupti.call_facts(tr, 2, cupti.main_stream_of(tr), lead=[2, 2])
+    assert a.span_us == pytest.approx(3.0) and b.span_us == pytest.approx(6.0)
+    assert not a.host_bound and not b.host_bound
+    assert cupti.call_facts(tr, 2, None)[1].span_us == pytest.approx(66.0)   # without lead the flush counts
+
+
 def test_graph_output_must_match_the_call():
     import torch
 

@@ -132,6 +132,8 @@ class CudaTimer:
         """Why "graph" was asked for and not used."""
         self._eager_of: dict[int, Callable[[], object]] = {}
         """Graph replay handle -> the call it was captured from (the eager figure runs the call itself)."""
+        self._flush_records = 0
+        """Device records of the flush as a graph replays it (the first records of every replayed call)."""
         self._call_ms: dict[int, float] = {}
         self._host_us: dict[int, float] = {}
         """Host µs to enqueue one flushed call of each function (measured on its last batch)."""
@@ -170,10 +172,13 @@ class CudaTimer:
         back to back; an eager segment synchronizes after each flush, so every call starts on an idle GPU
         and its span holds the host's launches (the host-inclusive figure). With CUPTI the event
         cross-check brackets every EVENT_EVERY-th call only (two records and a readback cost ~65 µs of
-        host time a call on an H200); without it every call, as events are then the samples."""
+        host time a call on an H200); without it every call, as events are then the samples. A graph
+        replay (a handle of _capture) holds its own flush, first: no flush is launched before it, its flush's
+        records are dropped from its span by their place, and no events bracket it (they would hold the flush)."""
         torch, rf = self.torch, self.torch.profiler.record_function
         every = EVENT_EVERY if cupti else 1
-        counts = [-(-n // every) for _, n, _ in segments]
+        graph = [id(fn) in self._eager_of for fn, _, _ in segments]
+        counts = [0 if g else -(-n // every) for (_, n, _), g in zip(segments, graph)]
         pairs = self._event_pairs(sum(counts))
         prof = self._profiler() if cupti else nullcontext()
         clocks, first = [], 0
@@ -182,19 +187,20 @@ class CudaTimer:
             warnings.simplefilter("ignore")    # kineto's per-cycle notices
             with prof:
                 t1 = time.perf_counter()
-                # The flush runs outside every call range: its kernels are never attributed to a call.
-                for (fn, n, eager), k in zip(segments, counts):
+                # The flush runs outside every call range (its kernels are never attributed to a call),
+                # or first in a replayed graph.
+                for (fn, n, eager), k, g in zip(segments, counts, graph):
                     seg = pairs[first:first + k]
                     first += k
                     if not eager and cupti:
                         self._hold(min(n, HOLD_CALLS), fn)
                     ts = time.perf_counter()
                     for i in range(n):
-                        if self._flush is not None:
+                        if self._flush is not None and not g:
                             self._flush()
                         if eager:
                             torch.cuda.synchronize(self.dev)
-                        bracket = i % every == 0
+                        bracket = i % every == 0 and not g
                         if bracket:
                             seg[i // every][0].record()
                         with rf(CALL_RANGE):
@@ -219,7 +225,8 @@ class CudaTimer:
         total = sum(n for _, n, _ in segments)
         facts: list = [None] * total
         if cupti:
-            got = facts_of(prof.events(), total)
+            lead = [self._flush_records if g else 0 for (_, n, _), g in zip(segments, graph) for _ in range(n)]
+            got = facts_of(prof.events(), total, lead)
             PHASE_S["records"] += time.perf_counter() - t4
             if got is not None:
                 facts = got
@@ -244,6 +251,8 @@ class CudaTimer:
         if self.opts.graph:
             return [self._hot_graph(fn) for fn in fns]
         handles = list(fns)
+        for fn in fns:
+            self._estimate(fn)
         if self.cold and self.cupti:
             self.replay, self.replay_note = "stream", ""
             if self.opts.replay == "graph":
@@ -256,9 +265,10 @@ class CudaTimer:
                     got.append(h)
                 else:
                     handles, self.replay = got, "graph"
-                    self._eager_of.update({id(h): fn for h, fn in zip(got, fns)})
-        for h in handles:
-            self._estimate(h)
+                    for h, fn in zip(got, fns):
+                        self._eager_of[id(h)] = fn
+                        if id(fn) in self._call_ms:
+                            self._call_ms[id(h)] = self._call_ms[id(fn)]
         return handles
 
     def _hot_graph(self, fn):
@@ -278,9 +288,11 @@ class CudaTimer:
         return g.replay
 
     def _capture(self, fn) -> tuple[Optional[Rotation], str]:
-        """A graph of each of fn's calls (each input set of a Rotation), replayed in the same rotation, or
-        None and why not: the capture failed, or a replay launched other kernels than its call or wrote
-        another output (a call that acts differently while captured is timed on the stream)."""
+        """A graph of [flush, call] for each of fn's calls (each input set of a Rotation), replayed in the
+        same rotation, or None and why not: the capture failed, or a replay launched other kernels than its
+        call or wrote another output (a call that acts differently while captured is timed on the stream).
+        The flush is captured with the call, so in the replay the call's first kernel follows a kernel of
+        the same graph, as a decode step's attention follows the layer's kernels before it."""
         torch = self.torch
         calls = _calls(fn)
         try:
@@ -306,8 +318,9 @@ class CudaTimer:
                 return None, "its graph replay wrote another output than the call"
         return Rotation(replays), ""
 
-    def _graphs(self, calls: list) -> tuple[list, list]:
-        """One CUDA graph captured from each call, replayed once, and the outputs the captures returned."""
+    def _graphs(self, calls: list, flush: bool = True) -> tuple[list, list]:
+        """One CUDA graph of [flush, call] captured from each call (the call alone without `flush` or
+        a flush), replayed once, and the outputs the captures returned."""
         torch = self.torch
         cur = torch.cuda.current_stream(self.dev)
         graphs, outs = [], []
@@ -319,6 +332,8 @@ class CudaTimer:
                 c()
             cur.wait_stream(side)
             with torch.cuda.graph(g):
+                if flush and self._flush is not None:
+                    self._flush()
                 outs.append(c())
             g.replay()
             graphs.append(g)
@@ -341,28 +356,41 @@ class CudaTimer:
         return new
 
     def _same_kernels(self, calls: list, replays: list) -> str:
-        """One profiler session of each call and its replay (flushed, each in its own range): "" when every
-        replay launched the same device activities as its call, else why not."""
+        """One profiler session of the flush replayed alone, then of each call (flushed before its range)
+        and its replay, each in its own range: "" when every replay launched its call's device activities
+        and the flush's, else why not. Counts the flush's records (_flush_records) on the way."""
         torch, rf = self.torch, self.torch.profiler.record_function
+        fg = None
+        if self._flush is not None:
+            (fg,), _ = self._graphs([self._flush], flush=False)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with self._profiler() as prof:
+                torch.cuda.synchronize(self.dev)
+                with rf(CALL_RANGE):
+                    if fg is not None:
+                        fg.replay()
                 for c, r in zip(calls, replays):
-                    for f in (c, r):
-                        if self._flush is not None:
-                            self._flush()
-                        torch.cuda.synchronize(self.dev)
-                        with rf(CALL_RANGE):
-                            f()
+                    if self._flush is not None:
+                        self._flush()
+                    torch.cuda.synchronize(self.dev)
+                    with rf(CALL_RANGE):
+                        c()
+                    torch.cuda.synchronize(self.dev)
+                    with rf(CALL_RANGE):
+                        r()
                 torch.cuda.synchronize(self.dev)
         tr = kineto_trace(prof.events())
-        if len(tr.ranges) != 2 * len(calls):
+        n = 1 + 2 * len(calls)
+        if len(tr.ranges) != n:
             return "the profiler did not keep the capture check's calls"
-        names = call_names(tr, 2 * len(calls))
+        names = call_names(tr, n)
+        self._flush_records = sum(names[0].values())
         for i in range(len(calls)):
-            call, rep = names[2 * i], names[2 * i + 1]
-            if call != rep:
-                return f"its graph replay launched other kernels than the call ({_counts(rep)} vs {_counts(call)})"
+            call, rep = names[1 + 2 * i], names[2 + 2 * i]
+            if call + names[0] != rep:
+                return (f"its graph replay launched other kernels than the call and the flush ({_counts(rep)} vs "
+                        f"{_counts(call + names[0])})")
         return ""
 
     def _estimate(self, fn, calls: int = 5) -> None:

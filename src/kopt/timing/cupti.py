@@ -105,11 +105,13 @@ class CallFacts:
     """It ran work on a stream other than the caller's and did not join it before returning."""
 
 
-def call_facts(tr: Trace, n: int, main_stream: Optional[int]) -> list[CallFacts]:
+def call_facts(tr: Trace, n: int, main_stream: Optional[int], lead: Optional[Sequence[int]] = None) -> list[CallFacts]:
     """Per call: its span, whether the host was inside it, whether it left work on another stream.
 
     A call's records are those launched inside its range (attribute_calls). main_stream is the stream
-    the harness launched its own work on (flush, hold); None skips the side-stream test."""
+    the harness launched its own work on (flush, hold); None skips the side-stream test. lead[i]: the
+    harness's own records that open call i's range (the flush inside a replayed graph of [flush, call]:
+    they run first, and are dropped by their place, never by name)."""
     per: list[list[DeviceRecord]] = [[] for _ in range(n)]
     for r, i in zip(tr.records, tr.call_of):
         if 0 <= i < n:
@@ -117,10 +119,12 @@ def call_facts(tr: Trace, n: int, main_stream: Optional[int]) -> list[CallFacts]
     joins = sorted(tr.joins)
     out = []
     for i, recs in enumerate(per):
+        recs.sort(key=lambda r: r.start)
+        if lead:
+            recs = recs[lead[i]:]
         if not recs:
             out.append(CallFacts(None))
             continue
-        recs.sort(key=lambda r: r.start)
         span = (max(r.end for r in recs) - recs[0].start) / 1e3
         # The GPU waited for the host when a launch came after everything before it on the device ended.
         bound, done = False, recs[0].end
@@ -153,13 +157,13 @@ def main_stream_of(tr: Trace) -> Optional[int]:
     return mine.most_common(1)[0][0] if mine else None
 
 
-def facts_of(events, n: int) -> Optional[list[CallFacts]]:
+def facts_of(events, n: int, lead: Optional[Sequence[int]] = None) -> Optional[list[CallFacts]]:
     """CallFacts of the n ranged calls of a profiler session, or None when the session did not keep n
-    ranges (attribution would be guesswork)."""
+    ranges (attribution would be guesswork). lead: as call_facts."""
     tr = kineto_trace(events)
     if len(tr.ranges) != n:
         return None
-    return call_facts(tr, n, main_stream_of(tr))
+    return call_facts(tr, n, main_stream_of(tr), lead)
 
 
 def kineto_records(events) -> tuple[list[tuple[float, float]], list[tuple[str, float, float, Optional[float]]]]:
