@@ -344,6 +344,10 @@ def test_call_names_per_call():
                      joins=[])
     a, b = cupti.call_names(tr, 2)
     assert a == b == {"split": 1, "combine": 1}
+    tr = cupti.Trace(ranges=[(0.0, 10e3), (20e3, 30e3)],
+                     records=[_rec("Memset (Device)", 1, 2, 1), _rec("Memset (Unknown)", 21, 22, 20.5)], joins=[])
+    a, b = cupti.call_names(tr, 2)
+    assert a == b == {"Memset": 1}                      # the memory kind kineto names is not the activity
 
 
 def test_replayed_flush_is_dropped_by_its_place():

@@ -143,11 +143,14 @@ def call_facts(tr: Trace, n: int, main_stream: Optional[int], lead: Optional[Seq
 
 
 def call_names(tr: Trace, n: int) -> list[Counter]:
-    """Per call: the names of the device activities it launched, with their counts."""
+    """Per call: the names of the device activities it launched, with their counts. A memset or memcpy
+    is named by its kind alone: kineto adds the memory kind, which one capture of the same memset reads
+    as "(Device)" and another as "(Unknown)" on an H200."""
     out: list[Counter] = [Counter() for _ in range(n)]
     for r, i in zip(tr.records, tr.call_of):
         if 0 <= i < n:
-            out[i][r.name] += 1
+            name = r.name.split(" (")[0] if r.name.startswith(("Memset", "Memcpy")) else r.name
+            out[i][name] += 1
     return out
 
 
