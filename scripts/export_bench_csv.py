@@ -5,7 +5,7 @@
 RUN_ID: a run_id of the ledger (a prefix is enough; `kopt candidates --json` lists them). One CSV row
 per case row, in ledger order: device, date, commit, candidate id, case, variant, runtime, FA2 (or
 named baseline) runtime, speedup with its 95% CI, GB/s, % of the copy ceiling, timing method, cold flush kind, samples,
-the CUDA-event cross-check and the mean SM clock. Values that were not measured are written as NA.
+the CUDA-event cross-check and the mean SM clock; replay: how the device-only calls ran (graph | stream). Values that were not measured are written as NA.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from kopt.workspace.ledger import load_dicts  # noqa: E402
 
 COLUMNS = ["device", "date", "commit", "candidate_id", "case", "variant", "runtime_ms", "ref_runtime_ms", "ref",
            "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_peak", "limit_ms", "pct_limit", "eager_ms",
-           "ref_eager_ms", "noisy", "method", "flush", "samples",
+           "ref_eager_ms", "noisy", "method", "replay", "flush", "samples",
            "events_median_ms", "mean_clock_mhz", "status", "correct", "run_id"]
 
 
@@ -50,7 +50,7 @@ def to_csv(rows: list[dict]) -> str:
                     fmt_na(r.get("pct_peak"), "{:.1f}"), fmt_na(r.get("limit_ms"), "{:.6f}"),
                     fmt_na(r.get("pct_limit"), "{:.1f}"), fmt_na(r.get("eager_ms"), "{:.6f}"),
                     fmt_na(r.get("ref_eager_ms"), "{:.6f}"), "NA" if t.get("noisy") is None else int(bool(t["noisy"])),
-                    t.get("method") or "NA", t.get("flush_kind") or "NA", t.get("n", "NA"),
+                    t.get("method") or "NA", t.get("replay") or "NA", t.get("flush_kind") or "NA", t.get("n", "NA"),
                     fmt_na(t.get("events_median_ms"), "{:.6f}"),
                     fmt_na(t.get("mean_clock_mhz"), "{:.1f}"), r.get("status") or "NA", r.get("correct"),
                     r.get("run_id")])
