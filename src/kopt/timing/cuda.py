@@ -11,13 +11,14 @@ Per-call device time comes from CUPTI spans (kopt.timing.cupti): a call's time i
 its last kernel end, so a split kernel and its combine both count and flush kernels, launched outside
 every call range, never do.
 
-Device-only calls replay a CUDA graph captured from each call (replay "graph"): the flush is launched on
-the stream, the call is one graph launch, so its kernels follow each other as a serving engine's decode
-graph runs them. Launched one by one on a stream (replay "stream"), the device still starts a call's
-second kernel ~0.7 µs after the first ends on an H200 even with the host far ahead (FA2's split + combine
-on case 5: 10.4 µs on the stream, 9.6 µs replayed). A graph is used only when every timed function
-captures, its replay launches the same kernels as the call, and it writes the call's output; otherwise
-both sides run on the stream and `replay_note` says why.
+Device-only calls replay a CUDA graph of [flush, call] captured from each call (replay "graph"): one graph
+launch per call, so the call's kernels follow the flush and each other as a serving engine's decode graph
+runs them; the flush's records, first in the replay, are dropped from the span by their count. Launched one
+by one on a stream (replay "stream"), the device still starts a call's second kernel ~0.7 µs after the
+first ends on an H200 even with the host far ahead (FA2's split + combine on case 5: 10.4 µs on the stream,
+9.6 µs replayed). A graph is used only when every timed function captures, its replay launches the call's
+kernels and the flush's, and it writes the call's output; otherwise both sides run on the stream and
+`replay_note` says why.
 """
 
 from __future__ import annotations
