@@ -472,3 +472,53 @@ def test_gpu_graph_replay_of_a_two_kernel_call_and_its_fallbacks():
     assert st.replay == "stream" and "another output" in st.replay_note, st.replay_note
     on_stream = timing.time_fn(two, "cuda", TimingOptions.for_device("cuda", quick=True, replay="stream"))
     assert on_stream.replay == "stream" and on_stream.replay_note == ""
+
+
+class _FakeTimer:
+    """A timer whose rounds return given samples: round medians that disagree keep the pooled CI wide."""
+
+    cupti, cold, flush, scale, flush_kind, replay, replay_note = True, True, 0, 1.0, None, "graph", ""
+
+    def __init__(self, spread):
+        self.spread, self.rounds, self.captures, self.seen = spread, 0, 0, {}
+
+    def method(self, use_dev):
+        return "cupti"
+
+    def prepare_all(self, fns, labels=()):
+        return list(fns)
+
+    def again(self, h):
+        self.captures += 1
+        return h
+
+    def eager(self, fns, n):
+        return [Samples() for _ in fns]
+
+    def sample(self, h, rule):
+        self.rounds += 1
+        k = self.seen[id(h)] = self.seen.get(id(h), 0) + 1
+        base = 1.0 + (self.spread if k % 2 else 0.0)            # every other round of each side shifts
+        return Samples(dev=[base * (1 + 1e-4 * i) for i in range(50)], elapsed_s=0.01)
+
+
+def test_pair_adds_rounds_while_the_pooled_median_misses_the_rule(monkeypatch):
+    from kopt.timing import api
+
+    opts = TimingOptions.for_device("cuda")
+    opts.stop = StopRule(min_samples=10, min_time_s=0.0, target_rel_ci=0.005, max_time_s=60.0, max_samples=60000)
+    steady = _FakeTimer(0.0)
+    monkeypatch.setattr(api, "_timer", lambda device, o: steady)
+    api.time_pair(lambda: 1, lambda: 2, "cuda", opts)
+    assert steady.rounds == 2 * opts.rounds                 # the rounds agree: no more of them
+    shifting = _FakeTimer(0.2)
+    monkeypatch.setattr(api, "_timer", lambda device, o: shifting)
+    pt = api.time_pair(lambda: 1, lambda: 2, "cuda", opts)
+    assert shifting.rounds == 2 * api.MORE_ROUNDS * opts.rounds   # wide pooled CI: up to the bound
+    assert shifting.captures == shifting.rounds - 2          # fresh captures for every round after the first
+    assert len(pt.ratios) == api.MORE_ROUNDS * opts.rounds
+    opts.stop.max_samples = 600                               # the rule's sample cap ends it sooner
+    capped = _FakeTimer(0.2)
+    monkeypatch.setattr(api, "_timer", lambda device, o: capped)
+    api.time_pair(lambda: 1, lambda: 2, "cuda", opts)
+    assert capped.rounds == 2 * 12                            # 12 rounds x 50 samples reach the cap of 600

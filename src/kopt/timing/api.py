@@ -41,9 +41,28 @@ def time_fn(fn: Callable[[], object], device: str, opts: TimingOptions) -> Timin
     return _summary(t, s, use_dev, t.eager([h], _eager_calls(opts))[0])
 
 
+#: A pair timed with CUPTI runs up to this many times its rounds while a side's pooled median misses the
+#: stopping rule (the host clock's few samples on CPU, which serve no verdict, keep their rounds).
+MORE_ROUNDS = 4
+
+
+def _pooled_done(rule, ra: list[Samples], rb: list[Samples], cupti: bool) -> bool:
+    """Whether both sides' pooled samples meet the whole rule (its CI target, or a cap). Each round stops
+    on its share of the rule (StopRule.split), which assumes the rounds agree; when their medians differ
+    (a call whose spans shift between captures: R2's upper tail on an H200) the pooled CI stays wide, and
+    more rounds are what narrows it."""
+    use_dev = all(x.use_cupti(cupti) for x in ra + rb)
+    for side in (ra, rb):
+        p = reduce(Samples.merge, side, Samples())
+        if not rule.should_stop(p.primary(use_dev), sum(x.elapsed_s for x in side)):
+            return False
+    return True
+
+
 def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: str,
               opts: TimingOptions) -> PairTiming:
-    """Interleaved ABBA rounds of candidate a and baseline b; speedup = median per-round time_b / time_a."""
+    """Interleaved ABBA rounds of candidate a and baseline b; speedup = median per-round time_b / time_a.
+    More pairs of rounds follow (up to MORE_ROUNDS x rounds) while a side's pooled samples miss the rule."""
     t = _timer(device, opts)
     ha, hb = t.prepare_all([fn_a, fn_b], ("candidate", "baseline"))  # both replayed as graphs, or neither
     rounds = max(1, opts.rounds)
@@ -61,6 +80,13 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     for (h, acc), s in zip(order, got or [None] * len(order)):
         acc.append(s if s is not None else t.sample(h, rule))
     ea, eb = got[len(order):] if got else t.eager([ha, hb], n_eager)  # the eager figure runs the calls
+    r = rounds
+    while t.cupti and r < MORE_ROUNDS * rounds and not _pooled_done(opts.stop, ra, rb, t.cupti):
+        for _ in range(2):  # one more A B, B A pair of rounds, each with fresh captures
+            ha, hb = t.again(ha), t.again(hb)
+            for h, acc in ((ha, ra), (hb, rb)) if r % 2 == 0 else ((hb, rb), (ha, ra)):
+                acc.append(t.sample(h, rule))
+            r += 1
     # One method for every round: if CUPTI failed in any round, all rounds use events.
     use_dev = all(x.use_cupti(t.cupti) for x in ra + rb)
     ps = stats.paired_speedup([x.values(use_dev)[0] for x in ra], [x.values(use_dev)[0] for x in rb])

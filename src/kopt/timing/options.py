@@ -17,7 +17,6 @@ from kopt.timing import stats
 from kopt.timing.stats import StopRule
 
 CALL_RANGE = "kopt::call"
-
 #: Batches whose SM clock reads below this fraction of the default clock are dropped (throttled).
 LOW_CLOCK_FRAC = 0.75
 #: Calls per profiler session: the first batch (sized from the stopping rule's minimum time),
@@ -55,10 +54,10 @@ class TimingOptions:
     eager_calls: int = 40
     """Calls of the host-inclusive second figure (each flushed, then started on an idle device)."""
     replay: Replay = "graph"
-    """Device-only cold calls: "graph" replays each call as a CUDA graph captured from it (its kernels
-    launched back to back by the device, as a serving engine's decode step runs them), where both sides
-    of a timing can be captured and replay the call's own kernels; "stream" launches the call's kernels
-    one by one on the stream (each pays the device's launch gap after the one before)."""
+    """Device-only cold calls: "graph" replays each call as a CUDA graph of [flush, call] captured from it
+    (its kernels launched back to back by the device, as a serving engine's decode step runs them), where
+    both sides of a timing capture and replay their calls' own kernels; "stream" launches the flush and the
+    call's kernels one by one on the stream (each kernel pays the device's launch gap after the one before)."""
 
     @classmethod
     def for_device(cls, device: str, quick: bool = False, cold: Optional[bool] = None,
