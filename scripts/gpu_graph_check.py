@@ -86,8 +86,15 @@ def _runs(recs, own) -> tuple[list[float], set]:
 
 
 def _device(prof) -> list[tuple[int, int, str]]:
-    return sorted((e.start_ns(), e.end_ns(), e.name()) for e in prof.profiler.kineto_results.events()
+    """(start, end, name) of the device records of a profile, by start."""
+    return sorted((e.start_ns(), e.end_ns(), _name(e.name())) for e in prof.profiler.kineto_results.events()
                   if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation())
+
+
+def _name(n: str) -> str:
+    """A record's name; a memset or memcpy by its kind alone (kineto's memory kind differs between a call
+    and its capture: "Memset (Device)" / "Memset (Unknown)")."""
+    return n.split(" (")[0] if n.startswith(("Memset", "Memcpy")) else n
 
 
 def ways(fn, flush, n: int) -> dict[str, tuple[float, str]]:
@@ -149,8 +156,7 @@ def _kernel_names(fn) -> set:
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
-        _NAMES[fn] = {e.name() for e in prof.profiler.kineto_results.events()
-                      if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation()}
+        _NAMES[fn] = {name for _, _, name in _device(prof)}
         print(f"kernels of {getattr(fn, '__name__', fn)}: {sorted(_NAMES[fn])}", file=sys.stderr)
     return _NAMES[fn]
 

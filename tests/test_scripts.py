@@ -1,6 +1,7 @@
 """The shell wrappers in scripts/ parse, are executable, and go through kopt (no logic of their own)."""
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,68 @@ def test_campaign_skips_steps_past_its_budget(tmp_path):
     steps = (tmp_path / "out" / "logs" / "steps.txt").read_text()
     assert "doctor skipped (budget)" in steps and "bench_fp16 skipped (budget)" in steps
     assert (tmp_path / "out" / "campaign.tgz").exists(), p.stderr
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name):
+    """A script of scripts/ as a module (its pure helpers; the GPU parts are never called)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _bench_rows(run_id, runtime, ref=0.010, cases=range(1, 19), replay="graph"):
+    import json
+
+    return [json.dumps({"mode": "signal", "candidate_id": "abcdef012345", "run_id": run_id, "case": c,
+                        "variant": "fp16-d128-contig-full", "runtime_ms": runtime(c), "ref_runtime_ms": ref,
+                        "commit": "deadbee", "timestamp": "2026-12-01T11:31:00+00:00", "device": "H200",
+                        "kind": "case", "status": "ok", "correct": True,
+                        "timing": {"method": "cupti", "replay": replay, "flush_kind": "read", "n": 5004}})
+            for c in cases]
+
+
+def test_bench_repeat_check_flags_the_case_a_run_moves(tmp_path):
+    led = tmp_path / "candidates.jsonl"
+    lines = []
+    for i in range(5):  # case 16 moves by 5% in the last run; every other case by 0.1%
+        lines += _bench_rows(f"run{i}", lambda c, i=i: 0.280 * (1.05 if c == 16 and i == 4 else 1 + 0.001 * i))
+    led.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "repeat.md"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_repeat_check.py"), "--candidate",
+                        "abcdef012345", "--ledger", str(led), "--out", str(out)], capture_output=True, text=True)
+    assert p.returncode == 1, p.stderr
+    text = out.read_text()
+    assert "| 16 |" in text and text.count("| no |") == 1 and "1 case(s) outside the bound" in text
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_repeat_check.py"), "--candidate",
+                        "abcdef012345", "--ledger", str(led), "--runs", "6"], capture_output=True, text=True)
+    assert p.returncode == 2 and "only 5 complete runs" in p.stderr
+
+
+def test_graph_check_splits_calls_by_their_own_kernels():
+    gc = _script("gpu_graph_check")
+    gc._FLUSH_NAMES.update({"Memset", "reduce"})
+    recs = [(0, 1, "Memset"), (1, 60, "reduce"), (61, 65, "split"), (65, 67, "combine"),
+            (68, 69, "Memset"), (69, 120, "reduce"), (121, 124, "split"), (124, 125, "stray"),
+            (125, 127, "combine")]
+    spans, others = gc._runs(recs, {"split", "combine"})
+    assert spans == [6 / 1e3, 3 / 1e3, 2 / 1e3] and others == {"stray"}   # a foreign record ends a run
+    assert gc._name("Memset (Unknown)") == gc._name("Memset (Device)") == "Memset"
+    assert gc.agree(0.01029, 0.01) and not gc.agree(0.0104, 0.01)        # 3% of 10 µs
+    assert gc.agree(0.00329, 0.003) and not gc.agree(0.00331, 0.003)     # 0.3 µs on a 3 µs call
+
+
+def test_export_bench_csv_writes_the_replay_column(tmp_path):
+    led = tmp_path / "candidates.jsonl"
+    led.write_text("\n".join(_bench_rows("runA", lambda c: 0.0031, cases=[1, 2], replay="stream")) + "\n")
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_bench_csv.py"), "runA", "--ledger", str(led)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    head, first, *_ = p.stdout.splitlines()
+    cols = head.split(",")
+    assert first.split(",")[cols.index("replay")] == "stream" and first.split(",")[cols.index("case")] == "1"
