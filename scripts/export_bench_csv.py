@@ -4,8 +4,9 @@
 
 RUN_ID: a run_id of the ledger (a prefix is enough; `kopt candidates --json` lists them). One CSV row
 per case row, in ledger order: device, date, commit, candidate id, case, variant, runtime, FA2 (or
-named baseline) runtime, speedup with its 95% CI, GB/s, % of the copy ceiling, timing method, cold flush kind, samples,
-the CUDA-event cross-check and the mean SM clock; replay: how the device-only calls ran (graph | stream). Values that were not measured are written as NA.
+named baseline) runtime, speedup with its 95% CI, GB/s, % of the read ceiling, the limit and % of it, the
+eager figures, the noisy flag, timing method, how the device-only calls ran (replay: graph | stream), cold
+flush kind, samples, the CUDA-event cross-check and the mean SM clock. Values not measured are written NA.
 """
 from __future__ import annotations
 
