@@ -79,6 +79,7 @@ def test_shipped_is_shown_and_the_noisy_older_best_beside_it(workspace, shipped)
     assert "every case it leads on rests on a noisy timing" in b.reason
     assert s.commits == ["abc1234"]
     assert "shipped candidate" in s.summary() and "cases 15-18 not measured" in s.summary()
+    assert s.verdict_timing == "eager spans" and "verdict v-new (eager spans)" in s.summary()
     json.dumps(s.brief())                                # JSON-ready, without the raw rows
     assert "row" not in s.brief()["cases"][0]
 
@@ -88,6 +89,15 @@ def test_no_best_beside_when_the_shipped_is_the_best(workspace, shipped):
     ledger.append(ledger_file(workspace), [row(shipped, c, 1.5, run="v-new") for c in PERF])
     s = shown_candidate(workspace)
     assert s.candidate_id == shipped and s.best_by_rule is None
+
+
+def test_the_shown_verdict_says_how_it_was_timed(workspace, shipped):
+    t = _timing().model_copy(update={"device_only": True, "replay": "graph"})
+    ledger.append(ledger_file(workspace), [row(shipped, c, 1.5, run="v-graph").model_copy(update={"timing": t})
+                                           for c in PERF])
+    s = shown_candidate(workspace)
+    assert s.verdict_timing == "device-only with graph replays"
+    assert "verdict v-graph (device-only with graph replays) 1.500x" in s.summary()
 
 
 def test_shipped_without_rows_is_still_shown(workspace, shipped):

@@ -55,6 +55,9 @@ class Shown(BaseModel):
     source: Literal["shipped", "ledger best", "none"] = "none"
     device: Optional[str] = None
     verdict_run: Optional[str] = None
+    verdict_timing: Optional[str] = None
+    """How the verdict's rows were timed (kopt.workspace.iterations.GENERATIONS): verdicts timed another way
+    are not compared with it, and its figures differ from bench rows timed another way."""
     verdict_geomean: Optional[float] = None
     """Geomean speedup of the verdict's timed uniform (edge and perf) cases."""
     verdict_geomean_ragged: Optional[float] = None
@@ -81,8 +84,9 @@ class Shown(BaseModel):
     def detail(self) -> str:
         """Its device, verdict, and where the rows not from the verdict come from."""
         rag = f", ragged {_x(self.verdict_geomean_ragged)}" if self.verdict_geomean_ragged else ""
-        v = (f"verdict {self.verdict_run} {_x(self.verdict_geomean)}{rag} over {self.verdict_timed} timed cases, "
-             f"{self.verdict_correct}/{self.verdict_rows} rows correct" if self.verdict_run else "no verdict")
+        how = f" ({self.verdict_timing})" if self.verdict_timing else ""
+        v = (f"verdict {self.verdict_run}{how} {_x(self.verdict_geomean)}{rag} over {self.verdict_timed} timed "
+             f"cases, {self.verdict_correct}/{self.verdict_rows} rows correct" if self.verdict_run else "no verdict")
         parts = [f"on {self.device or 'NA'}, {v}"]
         if b := self.by_basis("bench"):
             parts.append(f"bench rows for {_cases(b)}")
@@ -170,7 +174,7 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     points: the iterations (kopt.workspace.iterations.trajectory) when already computed."""
     from kopt.paths import ledger_file
     from kopt.workspace import ranking
-    from kopt.workspace.iterations import current_candidate
+    from kopt.workspace.iterations import GENERATIONS, current_candidate, timing_generation
     from kopt.workspace.ledger import Loaded, load_dicts
 
     ws = Path(ws)
@@ -200,6 +204,7 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     s.device = device or ranking.verdict_device(verdict) or ranking.verdict_device(reversed(mine))
     if verdict:
         s.verdict_run = verdict[0].get("run_id")
+        s.verdict_timing = GENERATIONS[timing_generation(verdict)]
         s.verdict_rows = len(verdict)
         s.verdict_correct = sum(r.get("correct") is True for r in verdict)
     s.cases = _case_views(ws, rows, cid, verdict, s.device)
