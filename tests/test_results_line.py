@@ -55,3 +55,16 @@ def test_extras_and_tokens_without_spaces():
 def test_parse_rejects_garbage():
     with pytest.raises(ValueError):
         parse_line("CORRECT:True COMPILED:True")
+
+
+def test_replay_field_and_the_note_on_stderr():
+    from kopt.cli.output import replay_note
+
+    t = TimingStats(method="cupti", median_ms=0.01, q1_ms=0.009, q3_ms=0.011, min_ms=0.009, n=100, rel_iqr=0.2,
+                    device_only=True, replay="graph")
+    assert parse_line(machine_line(_row(timing=t)))["REPLAY"] == "graph" and replay_note(_row(timing=t)) == ""
+    s = t.model_copy(update={"replay": "stream", "replay_note": "candidate: not capturable as a CUDA graph (x)"})
+    assert parse_line(machine_line(_row(timing=s)))["REPLAY"] == "stream"
+    assert replay_note(_row(timing=s)) == ("timed on the stream, not as graph replays: candidate: not capturable "
+                                           "as a CUDA graph (x)")
+    assert parse_line(machine_line(_row()))["REPLAY"] == "NA"          # no timing (the CPU path, a failure)

@@ -43,6 +43,8 @@ def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_s
             err.print(f"[dim]case {r.case}: {r.status.value} ({len(done)}/{total})[/dim]")
         if r.message and r.status.value != "ok":
             err.print(f"[yellow]case {r.case}: {r.message}[/yellow]", highlight=False)
+        if note := replay_note(r):
+            err.print(f"[yellow]case {r.case}: {note}[/yellow]", highlight=False)
 
     if not machine and not as_json and not bar:
         err.print(f"[dim]evaluating {total} case(s)...[/dim]")
@@ -61,6 +63,14 @@ def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_s
         err.print(f"[dim]wall time {wall:.1f} s[/dim]")
     sys.stdout.flush()
     return results
+
+
+def replay_note(r: CaseResult) -> str:
+    """Why a case's device-only calls ran on the stream although graph replays were asked for ("" else)."""
+    t = r.timing
+    if t is None or t.replay != "stream" or not t.replay_note:
+        return ""
+    return f"timed on the stream, not as graph replays: {t.replay_note}"
 
 
 def table(results: list[CaseResult]) -> None:
