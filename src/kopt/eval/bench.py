@@ -18,7 +18,7 @@ from kopt.cases import Case, hidden_variant
 from kopt.eval.child import Child, run_jobs
 from kopt.eval.jobs import Job, Outcome, fresh_seed
 from kopt.hardware import resolve_device
-from kopt.records import CaseResult, FlushKind, Status
+from kopt.records import CaseResult, FlushKind, Replay, Status
 
 
 @dataclass
@@ -30,7 +30,7 @@ class BenchOptions:
     flush: FlushKind = "read"
     """How the cold flush evicts L2 (kopt.timing.TimingOptions.flush)."""
     graph: bool = False
-    replay: str = "graph"
+    replay: Replay = "graph"
     """Device-only cold calls as CUDA-graph replays where both sides capture, or on the stream
     (kopt.timing.TimingOptions.replay)."""
     timeout_s: float = 600.0
