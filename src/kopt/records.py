@@ -195,6 +195,10 @@ class CaseResult(BaseModel):
     """mode=peers rows: every peer of the panel; REF / SPEEDUP above are the best correct peer's."""
 
 
+#: How people read a speedup or a geomean of speedups (fmt_na's fmt): 1.493x.
+SPEEDUP_FMT = "{:.3f}x"
+
+
 def fmt_na(v: Optional[float], fmt: str = "{:.4f}") -> str:
     """A number for people and the machine line (fmt.format(v)): NA when it was not measured."""
     return "NA" if v is None else fmt.format(v)

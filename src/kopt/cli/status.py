@@ -9,7 +9,9 @@ import typer
 
 
 def _x(v) -> str:
-    return "NA" if v is None else f"{v:.3f}x"
+    from kopt.records import SPEEDUP_FMT, fmt_na
+
+    return fmt_na(v, SPEEDUP_FMT)
 
 
 def shown_lines(con, shown: dict) -> None:
@@ -24,7 +26,9 @@ def shown_lines(con, shown: dict) -> None:
 
 
 def _pct(v) -> str:
-    return "NA" if v is None else f"{v:.1f}"
+    from kopt.records import fmt_na
+
+    return fmt_na(v, "{:.1f}")
 
 
 def command(

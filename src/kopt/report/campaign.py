@@ -32,7 +32,6 @@ class CaseRow:
     c500_ref_ms: Optional[float]
     basis: Optional[str] = None
     """verdict | bench | None (not measured)."""
-    run_id: Optional[str] = None
     speedup: Optional[float] = None
     ci: Optional[tuple] = None
     runtime_ms: Optional[float] = None
@@ -41,7 +40,6 @@ class CaseRow:
     pct_peak: Optional[float] = None
     ceiling: str = ""
     """What pct_peak is a share of: read (rows that record the limit) or copy (older rows)."""
-    limit_ms: Optional[float] = None
     pct_limit: Optional[float] = None
     correct: Optional[bool] = None
     status: str = "NA"
@@ -51,8 +49,6 @@ class CaseRow:
     note: str = ""
     na: dict = field(default_factory=dict)
     """field -> why it is NA."""
-
-
 
 
 @dataclass
@@ -69,7 +65,13 @@ class Campaign:
     ceiling_kind: str = ""
     peers: dict = field(default_factory=dict)
     """device slug -> kopt.report.panel.Panel of that device's newest `kopt peers` run."""
-    skipped: int = 0
+    ledger: object = None
+    """kopt.workspace.ledger.Loaded: the whole ledger as read once (every device's rows, the lines skipped)."""
+
+    @property
+    def skipped(self) -> int:
+        """Ledger lines skipped as unreadable."""
+        return len(self.ledger.skipped) if self.ledger else 0
 
     @property
     def best_id(self) -> Optional[str]:
@@ -91,10 +93,6 @@ class Campaign:
         return {"kopt-candidate": (s.candidate_id if s else None) or "none",
                 "kopt-source": s.source if s else "none", "kopt-cases": str(len(self.rows)),
                 "kopt-verdict-run": (s.verdict_run if s else None) or "none"}
-
-
-
-
 
 
 def _na(r: Optional[dict], view_note: str) -> dict[str, str]:
@@ -129,9 +127,9 @@ def _case_row(case, view) -> CaseRow:
     if r is None:
         return c
     ci = r.get("speedup_ci")
-    c.run_id, c.speedup = r.get("run_id"), row_speedup(r)
+    c.speedup = row_speedup(r)
     c.ci = tuple(ci) if isinstance(ci, (list, tuple)) and len(ci) == 2 else None
-    for k in ("runtime_ms", "ref_runtime_ms", "gbps", "pct_peak", "limit_ms", "pct_limit"):
+    for k in ("runtime_ms", "ref_runtime_ms", "gbps", "pct_peak", "pct_limit"):
         setattr(c, k, r.get(k))
     c.ceiling = "read" if r.get("limit_ms") is not None or (r.get("schema_version") or 1) >= 2 else "copy"
     c.correct, c.status = r.get("correct") is True, str(r.get("status", "NA"))
@@ -149,7 +147,7 @@ def _peers(rows: list[dict], kinds: dict[int, str]) -> dict:
         run = panel.latest_rows(rows, dev)
         if run:
             p = panel.build(run, kinds)
-            out[p.device.lower().replace(" ", "_")] = p  # the file name kopt peers gives its plot
+            out[p.slug] = p  # the file name kopt peers gives its plot
     return out
 
 
@@ -163,8 +161,8 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
 
     ws = Path(ws)
     c = Campaign()
-    loaded = load_dicts(ledger_file(ws))
-    rows, c.skipped = loaded.rows, len(loaded.skipped)
+    c.ledger = load_dicts(ledger_file(ws))
+    rows = c.ledger.rows
     if device:
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
     # Iteration geomeans in git snapshots mix devices; a per-device view rebuilds them from its own rows.

@@ -182,11 +182,11 @@ def _img(path: Path, alt: str) -> str:
             f"src='data:image/png;base64,{data}'></p>")
 
 
-def _ranked(ws: Path, device: Optional[str]) -> list[dict]:
+def _ranked(ws: Path, c, device: Optional[str]) -> list[dict]:
     from kopt.paths import ledger_file
     from kopt.workspace import ranking
 
-    df, _ = ranking.load_frame(ledger_file(ws), device)
+    df, _ = ranking.load_frame(ledger_file(ws), device, c.ledger)  # the ledger the campaign read
     return ranking.records(ranking.rank(df).head(5))
 
 
@@ -194,19 +194,20 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
           plots: Optional[list[Path]] = None) -> Path:
     """Write the HTML report (default results/<backend>/report.html); returns its path.
     campaign / plots: the campaign and its figures when already made (inlined, not drawn again)."""
-    from kopt.report.plot import load_campaign, make_plots
+    from kopt.report.campaign import load_campaign
+    from kopt.report.plot import make_plots
 
     ws = Path(ws)
     c = campaign or load_campaign(ws, device)
     with tempfile.TemporaryDirectory() as tmp:
         files = {p.stem: p for p in (plots or make_plots(ws, Path(tmp), campaign=c))}
         imgs = {k: _img(p, f"{k} of {c.best_id or 'no candidate'}") for k, p in files.items()}
-    newest = _newest_row(ws)
+    newest = max((str(r["timestamp"]) for r in c.ledger.rows if r.get("timestamp")), default=None)
     meta = "".join(f"<meta name='{k}' content='{html.escape(v, quote=True)}'>"
                    for k, v in {**c.marker(), "kopt-images": ",".join(imgs)}.items())
     body = (f"<h1>kopt campaign report</h1><p class='note'>device {_e(device or 'all')}, ledger rows up to "
             f"{_e(newest)}; ledger lines skipped as unreadable: {c.skipped}. "
-            f"{_e(c.stamp())}.</p>" + _shown_section(c, _ranked(ws, device)) + _cases_section(c)
+            f"{_e(c.stamp())}.</p>" + _shown_section(c, _ranked(ws, c, device)) + _cases_section(c)
             + imgs["speedup"] + imgs["roofline"] + _peers_section(c, imgs)
             + _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{meta}<title>kopt report</title>"
@@ -217,20 +218,13 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
     return out
 
 
-def _newest_row(ws: Path) -> Optional[str]:
-    from kopt.paths import ledger_file
-    from kopt.workspace.ledger import load_dicts
-
-    stamps = [str(r["timestamp"]) for r in load_dicts(ledger_file(ws)).rows if r.get("timestamp")]
-    return max(stamps) if stamps else None
-
-
 def refresh(ws: Path, screenshot: Optional[bool] = None) -> list[Path]:
     """Regenerate the committed views from the workspace's data: the plots, report.html and its
     screenshot report.png (screenshot None: only where one is already kept and a headless Chromium
     is installed). Returns the files written."""
     from kopt.report import browser
-    from kopt.report.plot import load_campaign, make_plots
+    from kopt.report.campaign import load_campaign
+    from kopt.report.plot import make_plots
 
     ws = Path(ws)
     c = load_campaign(ws)

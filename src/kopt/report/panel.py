@@ -73,6 +73,11 @@ class Panel:
     date: str = "NA"
     commit: str = "NA"
 
+    @property
+    def slug(self) -> str:
+        """The device as file names carry it (peers-<slug>-<date>.csv, plots/peers-<slug>.png)."""
+        return self.device.lower().replace(" ", "_")
+
     def geomean_best(self, kinds: Optional[set] = None) -> tuple[Optional[float], int]:
         """Geomean of the speedup over the best peer per case (of these kinds), and the number of cases."""
         sp = [r.best.speedup for r in self.rows if r.best and (kinds is None or r.kind in kinds)]
@@ -170,17 +175,9 @@ def notes(p: Panel) -> list[str]:
 
 def _ids(cs: list[int]) -> str:
     """1,2,3,5 -> 1-3,5."""
-    out, run = [], []
-    for c in sorted(set(cs)):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+    from kopt.report.shown import ranges
+
+    return ranges(set(cs)).replace(", ", ",")
 
 
 def markdown(p: Panel) -> str:
@@ -296,7 +293,7 @@ def write_results(rows: list, cases: list, ws: Path, out: Optional[Path] = None)
         return []
     p = build([r.model_dump(mode="json") for r in rows], {c.id: c.kind for c in cases})
     backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
-    dev = p.device.lower().replace(" ", "_")
+    dev = p.slug
     out = Path(out) if out else ws / "results" / backend / f"peers-{dev}-{p.date}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = not out.is_file() or not out.read_text().startswith(",".join(CSV_COLUMNS) + "\n")

@@ -22,6 +22,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, Field
 
+from kopt.records import SPEEDUP_FMT, fmt_na
+
 
 class CaseView(BaseModel):
     """The shown candidate on one case of the matrix."""
@@ -83,10 +85,11 @@ class Shown(BaseModel):
 
     def detail(self) -> str:
         """Its device, verdict, and where the rows not from the verdict come from."""
-        rag = f", ragged {_x(self.verdict_geomean_ragged)}" if self.verdict_geomean_ragged else ""
+        rag = f", ragged {fmt_na(self.verdict_geomean_ragged, SPEEDUP_FMT)}" if self.verdict_geomean_ragged else ""
         how = f" ({self.verdict_timing})" if self.verdict_timing else ""
-        v = (f"verdict {self.verdict_run}{how} {_x(self.verdict_geomean)}{rag} over {self.verdict_timed} timed "
-             f"cases, {self.verdict_correct}/{self.verdict_rows} rows correct" if self.verdict_run else "no verdict")
+        v = (f"verdict {self.verdict_run}{how} {fmt_na(self.verdict_geomean, SPEEDUP_FMT)}{rag} over "
+             f"{self.verdict_timed} timed cases, {self.verdict_correct}/{self.verdict_rows} rows correct"
+             if self.verdict_run else "no verdict")
         parts = [f"on {self.device or 'NA'}, {v}"]
         if b := self.by_basis("bench"):
             parts.append(f"bench rows for {_cases(b)}")
@@ -97,10 +100,6 @@ class Shown(BaseModel):
     def brief(self) -> dict:
         """JSON-ready form without the raw rows."""
         return self.model_dump(exclude={"cases": {"__all__": {"row"}}})
-
-
-def _x(v: Optional[float]) -> str:
-    return "NA" if v is None else f"{v:.3f}x"
 
 
 def _cases(ids: list[int]) -> str:
@@ -148,14 +147,14 @@ def _case_views(ws: Path, rows: list[dict], cid: str, verdict: list[dict], devic
         v = next((r for r in verdict if r.get("case") == c.id and (r.get("variant") or "") in variants
                   and _timed(r)), None)
         view = CaseView(case=c.id, kind=c.kind, variant=c.variant.label())
+        j, later = _latest(rows, cid, c.id, variants, device, "signal")
         if v is not None:
             view.basis, view.row = "verdict", v
-            j, later = _latest(rows, cid, c.id, variants, device, "signal")
             if later is not None and j > index.get(id(v), -1) and later.get("runtime_ms"):
-                view.note = (f"later bench {later['runtime_ms']:.4f} ms, {_x(row_speedup(later))} "
+                view.note = (f"later bench {later['runtime_ms']:.4f} ms, {fmt_na(row_speedup(later), SPEEDUP_FMT)} "
                              f"(run {later.get('run_id') or 'NA'})")
         else:
-            _, b = _latest(rows, cid, c.id, variants, device, "signal")
+            b = later
             if b is not None:
                 view.basis, view.row = "bench", b
                 view.note = (f"bench run {b.get('run_id') or 'NA'} ("
@@ -240,12 +239,12 @@ def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optiona
         so, sm = _speed(r), _speed(m)
         if so and sm and so > sm * (1 + thr):
             ahead.append((r["case"], so, sm, _noise(r, m)))
-    rag = (f", ragged {_x(best.ragged)} against {_x(s.verdict_geomean_ragged)}"
+    rag = (f", ragged {fmt_na(best.ragged, SPEEDUP_FMT)} against {fmt_na(s.verdict_geomean_ragged, SPEEDUP_FMT)}"
            if best.ragged or s.verdict_geomean_ragged else "")
-    head = (f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)} against the shown "
-            f"{_x(s.verdict_geomean)}{rag}" if s.verdict_geomean else
-            f"iteration {best.iteration}'s verdict geomean {_x(best.geomean)}; the shown candidate has no "
-            "verdict geomean")
+    head = (f"iteration {best.iteration}'s verdict geomean {fmt_na(best.geomean, SPEEDUP_FMT)} against the shown "
+            f"{fmt_na(s.verdict_geomean, SPEEDUP_FMT)}{rag}" if s.verdict_geomean else
+            f"iteration {best.iteration}'s verdict geomean {fmt_na(best.geomean, SPEEDUP_FMT)}; the shown candidate "
+            "has no verdict geomean")
     if ahead:
         cases = "; ".join(f"case {c} {so:.3f}x vs {sm:.3f}x ({n or 'timings not flagged noisy'})"
                           for c, so, sm, n in ahead)

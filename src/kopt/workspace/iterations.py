@@ -209,9 +209,10 @@ class IterPoint:
     """The improvement rule's reason for the outcome."""
 
 
-def trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[IterPoint], str]:
+def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
+               hist: Optional[list[Iteration]] = None) -> tuple[list[IterPoint], str]:
     """Git iterations when there are any (all devices); else verdicts grouped by candidate in timestamp
-    order, judged by the same rule (judge)."""
+    order, judged by the same rule (judge). hist: history(ws, rows) when already computed."""
     from kopt.workspace.ranking import failed, geomeans, latest_verdict, row_cid, verdict_device
 
     by_cid: dict[str, list[dict]] = {}  # one pass over the ledger, not one per candidate
@@ -222,11 +223,13 @@ def trajectory(ws: Path, rows: list[dict], use_git: bool = True) -> tuple[list[I
     def verdict(cid: Optional[str]) -> list[dict]:
         return latest_verdict(by_cid.get(cid, []), cid) if cid else []
 
-    try:
-
-        hist = history(ws, rows) if use_git else []  # use_git only without a device filter: all rows
-    except Exception:  # no git, no snapshots, an older layout: fall back to the ledger
+    if not use_git:  # use_git only without a device filter: all rows
         hist = []
+    elif hist is None:
+        try:
+            hist = history(ws, rows)
+        except Exception:  # no git, no snapshots, an older layout: fall back to the ledger
+            hist = []
     if hist:
         return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
                           h.geomean_ragged or geomeans(verdict(h.candidate_id)).ragged, h.reason)

@@ -13,12 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from kopt.records import SPEEDUP_FMT, fmt_na
 from kopt.workspace.iterations import (
     Iteration,
     best_iteration,
     history,
     since_improvement,
     threshold,
+    trajectory,
 )
 
 STAGNATION_AFTER = 3
@@ -95,20 +97,18 @@ def record_stagnation(ws: Path, hist: list[Iteration], worst: Optional[int],
     return True
 
 
-def _gm(v: Optional[float]) -> str:
-    return "NA" if v is None else f"{v:.3f}x"
-
-
 def why_best(best: Optional[Iteration], top: Optional[dict], hist: list[Iteration]) -> str:
     """The best candidate in words: the best iteration by the rule (both geomeans and the rule's reason),
     and the ledger's top-ranked candidate when it is another one (with why the rule did not keep it)."""
     parts = []
     if best is not None:
         parts.append(f"iteration {best.iteration} (`{best.candidate_id}`) is the best by the improvement rule: "
-                     f"uniform {_gm(best.geomean)}, ragged {_gm(best.geomean_ragged)} ({best.reason})")
+                     f"uniform {fmt_na(best.geomean, SPEEDUP_FMT)}, ragged {fmt_na(best.geomean_ragged, SPEEDUP_FMT)} "
+                     f"({best.reason})")
     if top is not None and (best is None or top.get("candidate_id") != best.candidate_id):
-        text = (f"the ledger ranks `{top['candidate_id']}` first by uniform geomean ({_gm(top.get('geomean'))}, "
-                f"ragged {_gm(top.get('geomean_ragged'))}, {top.get('basis')} rows)")
+        text = (f"the ledger ranks `{top['candidate_id']}` first by uniform geomean "
+                f"({fmt_na(top.get('geomean'), SPEEDUP_FMT)}, ragged {fmt_na(top.get('geomean_ragged'), SPEEDUP_FMT)}, "
+                f"{top.get('basis')} rows)")
         mine = [it for it in hist if it.candidate_id == top.get("candidate_id")]
         if mine:
             text += f": iteration {mine[-1].iteration} {mine[-1].outcome} ({mine[-1].reason})"
@@ -137,7 +137,8 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     rep.why_best = why_best(rep.best, top, hist)
     from kopt.report.shown import shown_candidate
 
-    rep.shown = shown_candidate(ws, rows, device).brief()
+    points = None if device else trajectory(ws, rows, hist=hist)[0]  # the history above, not computed again
+    rep.shown = shown_candidate(ws, rows, device, points=points).brief()
     if stagnating:
         rep.worst_case = _worst_case(ranking.latest_verdict(rows, hist[-1].candidate_id))
         if rep.worst_case is None and rep.best is not None:  # the last iteration has no verdict
