@@ -522,3 +522,20 @@ def test_pair_adds_rounds_while_the_pooled_median_misses_the_rule(monkeypatch):
     monkeypatch.setattr(api, "_timer", lambda device, o: capped)
     api.time_pair(lambda: 1, lambda: 2, "cuda", opts)
     assert capped.rounds == 2 * 12                            # 12 rounds x 50 samples reach the cap of 600
+
+
+def test_pair_in_one_session_without_the_eager_figure(monkeypatch):
+    # Tuning times its finalists with eager_calls=0: one session for every round and no eager segments.
+    from kopt.timing import api
+
+    class OneSession(_FakeTimer):
+        def sample_all(self, fns, rule, eager=0):
+            assert eager == 0
+            return [Samples(dev=[1.0 + 1e-4 * i for i in range(50)], elapsed_s=0.01) for _ in fns]
+
+    opts = TimingOptions.for_device("cuda")
+    opts.eager_calls = 0
+    t = OneSession(0.0)
+    monkeypatch.setattr(api, "_timer", lambda device, o: t)
+    pt = api.time_pair(lambda: 1, lambda: 2, "cuda", opts)
+    assert len(pt.ratios) == opts.rounds and pt.a.eager_median_ms is None and pt.b.eager_median_ms is None

@@ -79,7 +79,8 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     got = together([h for h, _ in order], rule, n_eager) if together else None
     for (h, acc), s in zip(order, got or [None] * len(order)):
         acc.append(s if s is not None else t.sample(h, rule))
-    ea, eb = got[len(order):] if got else t.eager([ha, hb], n_eager)  # the eager figure runs the calls
+    # the eager figure runs the calls; sample_all adds its segments only when asked for some (n_eager > 0)
+    ea, eb = got[len(order):] if got and n_eager else t.eager([ha, hb], n_eager)
     r = rounds
     while t.cupti and r < MORE_ROUNDS * rounds and not _pooled_done(opts.stop, ra, rb, t.cupti):
         for _ in range(2):  # one more A B, B A pair of rounds, each with fresh captures
