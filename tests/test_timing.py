@@ -138,6 +138,9 @@ def test_device_only_batch_drops_host_bound_calls_and_counts_side_streams():
     CudaTimer._add(t, s, facts, [0.02], 1980.0)
     assert s.dev == [pytest.approx(12e-6), None, pytest.approx(13e-6)] and s.host_bound == 1 and s.side_stream == 1
     e = Samples()
+    g = Samples()
+    CudaTimer._add(t, g, facts, [], 1980.0, graph=True)                    # a replayed graph joined its streams
+    assert g.side_stream == 0 and g.host_bound == 1
     CudaTimer._add(t, e, facts, [], 1980.0, eager=True)                    # eager spans keep the host's gaps
     assert len(e.dev) == 4 and e.host_bound == 0
     st = timing.summarize(s, "cupti", True, True, 256 << 20, eager=e)

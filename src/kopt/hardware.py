@@ -201,25 +201,32 @@ def write_cached(entry: CopyCeiling, cache_dir: Optional[Path] = None) -> Path:
     return atomic.write_text(cache_file(entry.device, cache_dir), json.dumps(entry.model_dump(), indent=2) + "\n")
 
 
+def events_best_ms(fn: Callable[[], object], reps: int, device: Optional[str] = None, warm: int = 1) -> float:
+    """The best of `reps` CUDA-event timings of fn after `warm` untimed calls (clocks up, code loaded). Best,
+    not median: a ceiling is what the memory system can do, not what it usually does."""
+    import torch
+
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize(device)
+    best = float("inf")
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(reps):
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        best = min(best, a.elapsed_time(b))
+    return best
+
+
 def measure_copy_gbps(device: str, nbytes: int = COPY_BYTES, reps: int = 10) -> float:
     """Best-of-`reps` device-to-device copy bandwidth, counting bytes read + written, CUDA events."""
     import torch
 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 256)
     dst = torch.empty_like(src)
-    for _ in range(3):                       # warm-up: clocks up, copy path loaded
-        dst.copy_(src)
-    torch.cuda.synchronize(device)
-    best_ms = float("inf")
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(reps):
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        best_ms = min(best_ms, start.elapsed_time(end))
-    del src, dst
-    # Best, not median: a ceiling is what the memory system can do, not what it usually does.
+    best_ms = events_best_ms(lambda: dst.copy_(src), reps, device, warm=3)
     return 2 * nbytes / (best_ms / 1e3) / 1e9
 
 
@@ -302,7 +309,5 @@ def _torch_cuda_build() -> Optional[bool]:
 
 def _version_says_cuda(text: str) -> Optional[bool]:
     """torch/version.py's `cuda` entry: a version string (True), None (False), absent (None)."""
-    import re
-
     m = re.search(r"^cuda\s*(?::[^=\n]*)?=\s*(\S+)", text, re.M)
     return None if m is None else m.group(1) != "None"

@@ -10,7 +10,6 @@ once per device and cached with the copy ceiling in results/hardware-<device>.js
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,22 +38,6 @@ def limit_ms(nbytes: int, roof: Roofline) -> float:
 def pct_limit(limit: float, runtime_ms: float) -> float:
     """limit / runtime as %: 100 is at the roofline."""
     return 100.0 * limit / runtime_ms
-
-
-def _events_best_ms(fn: Callable[[], object], reps: int) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(reps):
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        best = min(best, a.elapsed_time(b))
-    return best
 
 
 def _triton_reads(words) -> dict:
@@ -103,7 +86,7 @@ def measure_read_gbps(device: str, nbytes: int = READ_BYTES, reps: int = 10) -> 
             pass
         for name, fn in kernels.items():
             try:
-                ms = _events_best_ms(lambda: [fn() for _ in range(parts)], reps)
+                ms = hardware.events_best_ms(lambda: [fn() for _ in range(parts)], reps, device)
             except Exception:  # a kernel that does not compile here is not a ceiling
                 continue
             best[f"{name}-{nbytes // parts >> 20}MiBx{parts}"] = nbytes / (ms / 1e3) / 1e9
@@ -153,10 +136,12 @@ def for_device(device: str, cache_dir: Optional[Path] = None, *, refresh: bool =
     """The device's roofline, measured once and cached beside its copy ceiling; None on the CPU."""
     if hardware.is_cpu(device):
         return None
-    copy = hardware.copy_ceiling_gbps(device, cache_dir, refresh=refresh)
     info = hardware.detect(device)
-    entry = hardware.read_cached(info.name, cache_dir)
-    if entry is None or copy is None:
+    entry = None if refresh else hardware.read_cached(info.name, cache_dir)
+    if entry is None:  # the copy ceiling first (measured and cached), the entry the rest is added to
+        hardware.copy_ceiling_gbps(device, cache_dir, refresh=refresh)
+        entry = hardware.read_cached(info.name, cache_dir)
+    if entry is None:
         return None
     if refresh or entry.read_gbps is None or entry.floor_ms is None:
         from kopt.workspace.vcs import head_short

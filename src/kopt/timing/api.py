@@ -46,17 +46,20 @@ def time_fn(fn: Callable[[], object], device: str, opts: TimingOptions) -> Timin
 MORE_ROUNDS = 4
 
 
+def _pooled(ra: list[Samples], rb: list[Samples], cupti: bool) -> tuple[bool, Samples, Samples]:
+    """Both sides' rounds pooled, and whether CUPTI spans are used: one method for every round (if CUPTI
+    failed in any round, all rounds use events)."""
+    use_dev = all(x.use_cupti(cupti) for x in ra + rb)
+    return use_dev, reduce(Samples.merge, ra, Samples()), reduce(Samples.merge, rb, Samples())
+
+
 def _pooled_done(rule, ra: list[Samples], rb: list[Samples], cupti: bool) -> bool:
     """Whether both sides' pooled samples meet the whole rule (its CI target, or a cap). Each round stops
     on its share of the rule (StopRule.split), which assumes the rounds agree; when their medians differ
     (a call whose spans shift between captures: R2's upper tail on an H200) the pooled CI stays wide, and
     more rounds are what narrows it."""
-    use_dev = all(x.use_cupti(cupti) for x in ra + rb)
-    for side in (ra, rb):
-        p = reduce(Samples.merge, side, Samples())
-        if not rule.should_stop(p.primary(use_dev), sum(x.elapsed_s for x in side)):
-            return False
-    return True
+    use_dev, pa, pb = _pooled(ra, rb, cupti)
+    return all(rule.should_stop(p.primary(use_dev), p.elapsed_s) for p in (pa, pb))
 
 
 def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: str,
@@ -88,10 +91,8 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
             for h, acc in ((ha, ra), (hb, rb)) if r % 2 == 0 else ((hb, rb), (ha, ra)):
                 acc.append(t.sample(h, rule))
             r += 1
-    # One method for every round: if CUPTI failed in any round, all rounds use events.
-    use_dev = all(x.use_cupti(t.cupti) for x in ra + rb)
+    use_dev, pa, pb = _pooled(ra, rb, t.cupti)
     ps = stats.paired_speedup([x.values(use_dev)[0] for x in ra], [x.values(use_dev)[0] for x in rb])
-    pa, pb = reduce(Samples.merge, ra, Samples()), reduce(Samples.merge, rb, Samples())
     return PairTiming(
         a=_summary(t, pa, use_dev, ea), b=_summary(t, pb, use_dev, eb),
         ratios=ps.ratios, speedup=ps.speedup, ci=ps.ci,

@@ -23,7 +23,6 @@ kernels and the flush's, and it writes the call's output; otherwise both sides r
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 import warnings
@@ -232,11 +231,8 @@ class CudaTimer:
             if got is not None:
                 facts = got
         out, first = [], 0
-        for (fn, n, _), ev, mhz in zip(segments, evs, clocks):
-            got = facts[first:first + n]
-            if id(fn) in self._eager_of:  # a replayed graph joined every stream it forked, or it would not capture
-                got = [None if f is None else dataclasses.replace(f, side_stream=False) for f in got]
-            out.append((got, ev, mhz))
+        for (_, n, _), ev, mhz in zip(segments, evs, clocks):
+            out.append((facts[first:first + n], ev, mhz))
             first += n
         return out
 
@@ -427,7 +423,7 @@ class CudaTimer:
         out = []
         for i, seg in enumerate(segs):
             out.append(Samples(elapsed_s=share if i < len(fns) else 0.0))
-            self._add(out[-1], *seg, eager=i >= len(fns))
+            self._add(out[-1], *seg, eager=i >= len(fns), graph=i < len(fns) and id(fns[i]) in self._eager_of)
         return out
 
     def eager(self, fns: list, n: int) -> list[Samples]:
@@ -440,14 +436,17 @@ class CudaTimer:
             self._add(out[-1], *seg, eager=True)
         return out
 
-    def _add(self, s: Samples, facts: list, ev: list, mhz: Optional[float], eager: bool = False) -> None:
+    def _add(self, s: Samples, facts: list, ev: list, mhz: Optional[float], eager: bool = False,
+             graph: bool = False) -> None:
         """One batch's samples into s: kept, or set aside when its SM clock read low (throttled). A
-        device-only call whose kernels waited for the host is not a device-only sample: dropped, counted."""
+        device-only call whose kernels waited for the host is not a device-only sample: dropped, counted.
+        graph: the batch replayed graphs, which joined every stream they forked or would not have captured
+        (their kernels' stream ids are the graph's, not a side stream's)."""
         if mhz is not None:
             s.clocks.append(mhz)
         dev = []
         for f in facts:
-            if f is not None and f.side_stream:
+            if f is not None and f.side_stream and not graph:
                 s.side_stream += 1
             if f is not None and f.host_bound and not eager:
                 s.host_bound += 1
@@ -462,9 +461,10 @@ class CudaTimer:
 
     def sample(self, fn: Callable[[], object], rule: StopRule) -> Samples:
         s, t0, size = Samples(), clock(), self._first_batch(fn, rule)
+        graph = id(fn) in self._eager_of
         while True:
             n = max(1, min(size, rule.max_samples - len(s.dev)))
-            self._add(s, *self._batch(fn, n, self.cupti))
+            self._add(s, *self._batch(fn, n, self.cupti), graph=graph)
             size = min(MAX_BATCH, size * 2)
             el = clock() - t0
             if rule.should_stop(s.primary(s.use_cupti(self.cupti)), el) or \

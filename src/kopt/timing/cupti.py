@@ -125,12 +125,12 @@ def call_facts(tr: Trace, n: int, main_stream: Optional[int], lead: Optional[Seq
         if not recs:
             out.append(CallFacts(None))
             continue
-        span = (max(r.end for r in recs) - recs[0].start) / 1e3
         # The GPU waited for the host when a launch came after everything before it on the device ended.
         bound, done = False, recs[0].end
         for r in recs[1:]:
             bound = bound or (r.launch is not None and r.launch > done)
             done = max(done, r.end)
+        span = (done - recs[0].start) / 1e3  # done: the last end
         side = False
         if main_stream is not None:
             off = [r.launch for r in recs if r.stream is not None and r.stream != main_stream]
