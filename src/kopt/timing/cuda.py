@@ -134,6 +134,8 @@ class CudaTimer:
         """Graph replay handle -> the call it was captured from (the eager figure runs the call itself)."""
         self._flush_records = 0
         """Device records of the flush as a graph replays it (the first records of every replayed call)."""
+        self._flush_graph = None
+        """The flush alone as a graph (the capture check counts its records)."""
         self._call_ms: dict[int, float] = {}
         self._host_us: dict[int, float] = {}
         """Host µs to enqueue one flushed call of each function (measured on its last batch)."""
@@ -357,9 +359,9 @@ class CudaTimer:
         and its replay, each in its own range: "" when every replay launched its call's device activities
         and the flush's, else why not. Counts the flush's records (_flush_records) on the way."""
         torch, rf = self.torch, self.torch.profiler.record_function
-        fg = None
-        if self._flush is not None:
-            (fg,), _ = self._graphs([self._flush], flush=False)
+        if self._flush is not None and self._flush_graph is None:  # captured once per timer
+            (self._flush_graph,), _ = self._graphs([self._flush], flush=False)
+        fg = self._flush_graph
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with self._profiler() as prof:
