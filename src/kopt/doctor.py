@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from importlib.metadata import PackageNotFoundError, version
 
-
-def _ver(pkg: str) -> str | None:
-    try:
-        return version(pkg)
-    except PackageNotFoundError:
-        return None
+from kopt.baselines.base import dist_version
 
 
 def _tool_version(exe: str, args=("--version",)) -> str | None:
@@ -35,8 +29,8 @@ def report() -> dict:
     from kopt.baselines import flash_attn_version
 
     d: dict = {"python": platform.python_version(), "torch": torch.__version__,
-               "tilelang": _ver("tilelang"), "flash_attn": flash_attn_version(),
-               "kopt": _ver("kopt") or "source", "nvcc": _tool_version("nvcc"),
+               "tilelang": dist_version("tilelang"), "flash_attn": flash_attn_version(),
+               "kopt": dist_version("kopt") or "source", "nvcc": _tool_version("nvcc"),
                "profilers": {t: shutil.which(t) is not None for t in ("ncu", "nsys", "mcProfiler", "mcTracer")}}
     cuda = torch.cuda.is_available()
     d["cuda_available"] = cuda

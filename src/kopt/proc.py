@@ -26,9 +26,9 @@ SRC_DIR = Path(__file__).resolve().parents[1]
 _LIVE: set[subprocess.Popen] = set()
 
 
-def child_env(base: Optional[dict] = None) -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """The environment of every kopt child: this kopt first on PYTHONPATH (once, no empty entry), unbuffered output."""
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     parts = [str(SRC_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SRC_DIR)]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"
@@ -40,12 +40,11 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def spawn(argv: list[str], log: Path, stdin=subprocess.DEVNULL, env: Optional[dict] = None,
-          cwd: Optional[Path] = None) -> subprocess.Popen:
+def spawn(argv: list[str], log: Path, stdin=subprocess.DEVNULL, env: Optional[dict] = None) -> subprocess.Popen:
     """Start argv in a session of its own, stdout and stderr into `log` (truncated); tracked until reaped."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as fh:
-        p = subprocess.Popen(argv, stdin=stdin, stdout=fh, stderr=subprocess.STDOUT, cwd=cwd,
+        p = subprocess.Popen(argv, stdin=stdin, stdout=fh, stderr=subprocess.STDOUT,
                              env=env if env is not None else child_env(), start_new_session=True)
     _LIVE.add(p)
     return p

@@ -14,6 +14,14 @@
 The fp32 reference and the baselines' outputs never live in a child that runs candidate code.
 """
 
-from kopt.eval.bench import BenchOptions, evaluate, evaluate_peers
-
 __all__ = ["BenchOptions", "evaluate", "evaluate_peers"]
+
+
+def __getattr__(name: str):
+    """The public face, imported on first use: the evaluation child (`python -m kopt.eval.worker`) runs this
+    package's __init__ and needs none of the parent's modules."""
+    if name in __all__:
+        from kopt.eval import bench
+
+        return getattr(bench, name)
+    raise AttributeError(f"module 'kopt.eval' has no attribute {name!r}")

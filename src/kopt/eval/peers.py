@@ -78,11 +78,12 @@ def _first_call(name: str, base, timed: list, job) -> Callable[[], object]:
     import torch
 
     from kopt.integrity import guards
+    from kopt.timing import Rotation
 
-    first = base.fn(timed[0])
+    calls = [base.bind(w) for w in timed]  # each input set prepared once (re-paging, planning)
+    first = calls[0]()
     guards.sync(job.device)
     torch.save(first.detach().cpu(), Path(job.out_dir) / output_file(name))
-    from kopt.timing import Rotation
 
     def guarded(c):
         def call():
@@ -92,7 +93,7 @@ def _first_call(name: str, base, timed: list, job) -> Callable[[], object]:
                 raise _PeerFailed(f"{type(e).__name__}: {str(e)[:200]}") from None
         return call
 
-    return Rotation([guarded(c) for c in base.timed(timed).calls])  # each input set captured on its own
+    return Rotation([guarded(c) for c in calls])  # each input set captured on its own
 
 
 def _adopt(row, p: PeerResult) -> None:

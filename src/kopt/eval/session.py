@@ -168,14 +168,10 @@ def _versions_once() -> dict[str, str]:
 
     import kopt
     from kopt.baselines import flash_attn_version
+    from kopt.baselines.base import dist_version
 
     v = {"python": platform.python_version(), "torch": torch.__version__, "kopt": kopt.__version__}
-    try:
-        from importlib.metadata import version
-
-        v["tilelang"] = version("tilelang")
-    except Exception:
-        v["tilelang"] = "NA"
+    v["tilelang"] = dist_version("tilelang") or "NA"
     v["flash_attn"] = flash_attn_version() or "NA"
     if torch.cuda.is_available():
         v["cuda"] = str(torch.version.cuda)

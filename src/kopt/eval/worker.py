@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 
 from kopt.eval.jobs import Job, WorkerResult, write_result
-from kopt.eval.session import Reject, Session, check_tamper, classify, load, versions
+from kopt.eval.session import Reject, Session, check_tamper, classify, error_text, load, versions
 from kopt.integrity import guards
 from kopt.records import Status
 
@@ -30,11 +30,6 @@ class Evaluation:
         self.res = WorkerResult()
         self.session: Session | None = None
         self.threads = THREADS or guards.thread_idents()  # the harness's own threads, before any candidate
-
-    @property
-    def held(self) -> list:
-        """Earlier outputs kept alive so a reused buffer is detectable (released when the job ends)."""
-        return self.session.held if self.session else []
 
     def save(self, phase: str | None = None) -> None:
         """Record progress so a crash still tells the parent how far we got."""
@@ -122,7 +117,7 @@ class Evaluation:
     def time(self, timed) -> None:
         """ABBA timing of candidate against the baseline over rotated input sets."""
         from kopt import baselines
-        from kopt.timing import TimingOptions, rotating, time_fn, time_pair
+        from kopt.timing import Rotation, TimingOptions, rotating, time_fn, time_pair
 
         job = self.job
         opts = TimingOptions.for_device(job.device, quick=job.quick, cold=job.cold, graph=job.graph, flush=job.flush,
@@ -137,16 +132,18 @@ class Evaluation:
         base = baselines.pick(job.case, job.device, job.baseline)
         self.res.ref_name, self.res.ref_note = base.name, base.note
         try:
-            base.fn(timed[0])
+            first = base.bind(timed[0])  # prepared once (re-paging, planning), outside the timed calls
+            first()
             guards.sync(job.device)
         except Exception as e:
             self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
             self.res.baseline_failed = True
             self.res.timing = time_fn(cand, job.device, opts)
             return
+        calls = [first] + [base.bind(w) for w in timed[1:]]
         # ab: candidate vs baseline; A/A pairs time one function against itself (calibration).
-        fn_a = base.timed(timed) if job.pair == "aa_base" else cand  # prepared outside the timed calls
-        fn_b = rotating(call, timed) if job.pair == "aa_cand" else base.timed(timed)
+        fn_a = Rotation(calls) if job.pair == "aa_base" else cand
+        fn_b = rotating(call, timed) if job.pair == "aa_cand" else Rotation(calls)
         pair = time_pair(fn_a, fn_b, job.device, opts)
         self.res.timing, self.res.ref_timing = pair.a, pair.b
         self.res.ratios, self.res.speedup, self.res.speedup_ci = pair.ratios, pair.speedup, pair.ci
@@ -232,7 +229,7 @@ def run_to_result(ev, device: str) -> None:
         ev.save("done")
     except Exception as e:  # a harness bug or a candidate escaping `call`: still a result, never silence
         ev.res.status = classify(e)
-        ev.res.message = f"{type(e).__name__}: {str(e)[:300]}"
+        ev.res.message = error_text(e)
         traceback.print_exc()
         ev.save("done")
 
@@ -242,7 +239,8 @@ def _evaluate(job: Job) -> None:
     try:
         run_to_result(ev, job.device)
     finally:
-        ev.held.clear()
+        if ev.session:  # the earlier outputs it kept alive (a reused buffer shows) go with the job
+            ev.session.held.clear()
         if job.device == "cuda":
             import torch
 

@@ -111,7 +111,7 @@ class TuneRun:
         try:
             cfgs = list(fn(self.job.case.shape_dict()))
         except Exception as e:
-            raise Reject(Status.runtime_error, f"configs() raised {type(e).__name__}: {str(e)[:300]}") from None
+            raise Reject(Status.runtime_error, f"configs() raised {error_text(e)}") from None
         bad = [c for c in cfgs if c is not None and not isinstance(c, dict)]
         if not cfgs or bad:
             raise Reject(Status.unsupported, "configs() must return a non-empty list of dicts")
@@ -207,7 +207,7 @@ class TuneRun:
                 cr.paired_speedup, cr.paired_ci, cr.paired_a, cr.paired_b = pair.speedup, pair.ci, pair.a, pair.b
                 self.save()
         except Exception as e:  # the screen's verdicts stand; pick_winner uses the pairs that finished
-            self.res.pair_error = f"{type(e).__name__}: {str(e)[:300]}"
+            self.res.pair_error = error_text(e)
             print(f"finalist stage stopped: {self.res.pair_error}", file=sys.stderr)
 
     def caller(self, mod, cfgs: list, i: int, sets: dict):
