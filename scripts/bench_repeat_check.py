@@ -15,8 +15,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+from kopt.cases import load_cases  # noqa: E402
+from kopt.paths import cases_file  # noqa: E402
 from kopt.workspace.ledger import load_dicts  # noqa: E402
+from kopt.workspace.ranking import row_cid  # noqa: E402
 
 
 def within(x: float, med: float) -> bool:
@@ -33,14 +37,15 @@ def main() -> int:
     a = ap.parse_args()
     by_run: dict[str, dict[int, dict]] = defaultdict(dict)
     order: list[str] = []
+    labels = {c.id: c.variant.label() for c in load_cases(cases_file(REPO))}  # each case as the table defines it
     for r in load_dicts(a.ledger).rows:  # kopt's tolerant reader (torn lines skipped)
-        if r.get("mode") != "signal" or r.get("candidate_id") != a.candidate or not r.get("runtime_ms") \
-                or r.get("variant") != "fp16-d128-contig-full":
+        if r.get("mode") != "signal" or row_cid(r) != a.candidate or not r.get("runtime_ms") \
+                or r.get("variant") != labels.get(r.get("case")):
             continue
         if r["run_id"] not in by_run:
             order.append(r["run_id"])
         by_run[r["run_id"]][r["case"]] = r
-    runs = [x for x in order if len(by_run[x]) >= 18][-a.runs:]
+    runs = [x for x in order if len(by_run[x]) >= len(labels)][-a.runs:]
     if len(runs) < a.runs:
         print(f"only {len(runs)} complete runs of {a.candidate} in {a.ledger}", file=sys.stderr)
         return 2

@@ -161,14 +161,16 @@ def _kernel_names(fn) -> set:
     return _NAMES[fn]
 
 
-def latest_rows(ledger: Path, candidate_id: str) -> dict[int, dict]:
-    """Latest signal row per case of this candidate with timings, from the ledger."""
+def latest_rows(ledger: Path, candidate_id: str, labels: dict[int, str]) -> dict[int, dict]:
+    """Latest signal row per case of this candidate with timings, in the case's own variant (labels: case
+    id -> variant label, the inputs the script times), from the ledger."""
     from kopt.workspace.ledger import load_dicts
+    from kopt.workspace.ranking import row_cid
 
     rows = {}
     for r in load_dicts(ledger).rows:  # kopt's tolerant reader (torn lines skipped)
-        if r.get("mode") == "signal" and r.get("candidate_id") == candidate_id and r.get("runtime_ms") \
-                and r.get("variant", "").endswith("contig-full"):
+        if r.get("mode") == "signal" and row_cid(r) == candidate_id and r.get("runtime_ms") \
+                and r.get("variant") == labels.get(r.get("case")):
             rows[r["case"]] = r
     return rows
 
@@ -185,18 +187,19 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=15)
     ap.add_argument("--ledger", type=Path)
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--candidate", type=Path, default=REPO / "solution" / "tilelang" / "run_kernel.py")
-    ap.add_argument("--diagnose", action="store_true", help="time each call four ways (graph, stream, with and "
-                                                            "without marks) and list its kernels, instead")
+    ap.add_argument("--candidate", type=Path)
+    ap.add_argument("--diagnose", action="store_true", help="time each call five ways (graphs and the stream, "
+                                                            "with and without marks) and list its kernels, instead")
     args = ap.parse_args()
 
     import torch
 
     from kopt import baselines, candidate, cases
     from kopt.cli.common import parse_ids
+    from kopt.paths import default_candidate
     from kopt.workload import make_workload
 
-    shipped = args.candidate
+    shipped = args.candidate or default_candidate(REPO)
     mod = candidate.load(shipped)
     cid = candidate.candidate_id(shipped)
     buf = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
@@ -205,7 +208,7 @@ def main() -> int:
     _FLUSH_NAMES.update(_kernel_names(flush) | _kernel_names(_mark))
     ids = parse_ids(args.cases)
     sel = cases.select(cases.load_cases(), ids)
-    led = latest_rows(args.ledger, cid) if args.ledger else {}
+    led = latest_rows(args.ledger, cid, {c.id: c.variant.label() for c in sel}) if args.ledger else {}
     lines = ["| case | candidate graph µs | kopt RUNTIME µs | Δ | FA2 graph µs | kopt REF_RUNTIME µs | Δ | agree |",
              "|---|---|---|---|---|---|---|---|"]
     worst = []

@@ -124,6 +124,12 @@ class Case(BaseModel):
         return self.batch * self.seqlen_k if lens is None else sum(lens)
 
     @property
+    def capacity(self) -> int:
+        """Keys the cache holds per sequence: seqlen_k, in whole pages when the variant is paged."""
+        page = self.variant.page_size
+        return -(-self.seqlen_k // page) * page if page else self.seqlen_k
+
+    @property
     def q_heads(self) -> int:
         """Number of query heads."""
         return self.kv_heads * self.gqa

@@ -259,12 +259,19 @@ def copy_ceiling_gbps(
 
 # ---------------------------------------------------------------- which device a run uses
 
-def resolve_device(device: str) -> str:
-    """auto -> cuda when a GPU is visible, else cpu; cuda without a GPU is a usage error."""
+def check_device(device: str) -> None:
+    """A usage error unless device is auto, cuda or cpu."""
     from kopt.errors import UsageError
 
     if device not in ("auto", "cuda", "cpu"):
         raise UsageError(f"unknown device {device!r}; use auto, cuda or cpu")
+
+
+def resolve_device(device: str) -> str:
+    """auto -> cuda when a GPU is visible, else cpu; cuda without a GPU is a usage error."""
+    from kopt.errors import UsageError
+
+    check_device(device)
     if device == "cpu":
         return "cpu"
     if _driver_gpu_count() > 0 and _torch_cuda_build() is True:  # no torch import on the way to the child

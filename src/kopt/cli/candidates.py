@@ -61,13 +61,12 @@ def command(
         return
     from rich.table import Table
 
-    from kopt.cli.status import shown_lines
-
     con = out_console()
     if not len(table):
         con.print("no candidate rows in candidates.jsonl yet")
         return
-    shown_lines(con, shown.brief())
+    for line in shown.lines():
+        con.print(line, highlight=False, soft_wrap=True)
     mark = {shown.candidate_id: MARKS.get(shown.source, ""),
             **({shown.best_by_rule.candidate_id: MARKS["rule"]} if shown.best_by_rule else {})}
     t = Table(title=f"candidates on case {case}" if case is not None else "candidates (geomean speedup)")

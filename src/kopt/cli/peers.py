@@ -15,7 +15,7 @@ from kopt.cli.options import CaseSelection, VariantOpts, resolve_cases
 
 def command(
     case: options.Case = None,
-    all_: bool = typer.Option(False, "--all", help="Every case of bench/cases.yaml."),
+    all_: options.AllCases = False,
     candidate: options.Candidate = None,
     peers: Optional[str] = typer.Option(None, "--peers", help="Comma-separated subset of "
                                                               "fa2,fa2-paged,fa3,flashinfer,torch (default: all)."),
@@ -35,7 +35,6 @@ def command(
     from kopt.candidate import resolve
     from kopt.cli.common import err_console
     from kopt.eval import bench
-    from kopt.eval.bench import BenchOptions
     from kopt.eval.peers import check_names
     from kopt.paths import default_candidate, workspace
     from kopt.report import panel
@@ -45,7 +44,7 @@ def command(
     names = check_names([p.strip() for p in peers.split(",")]) if peers is not None else None
     path = resolve(candidate or default_candidate())
     err = err_console()
-    opts = BenchOptions(device=device, timeout_s=timeout, record=not no_record, quick=quick)
+    opts = bench.BenchOptions(device=device, timeout_s=timeout, record=not no_record, quick=quick)
 
     def on_result(r):
         if not as_json:

@@ -14,17 +14,6 @@ def _x(v) -> str:
     return fmt_na(v, SPEEDUP_FMT)
 
 
-def shown_lines(con, shown: dict) -> None:
-    """The shown candidate and, when it is another one, the best by the improvement rule (kopt.report.shown)."""
-    from kopt.report.shown import Shown
-
-    s = Shown.model_validate(shown)
-    con.print(f"shown: {s.summary()}", highlight=False, soft_wrap=True)
-    if b := s.best_by_rule:
-        con.print(f"best by the improvement rule: {b.candidate_id} (iteration {b.iteration}, geomean "
-                  f"{_x(b.geomean)}): {b.reason}", highlight=False, soft_wrap=True)
-
-
 def _pct(v) -> str:
     from kopt.records import fmt_na
 
@@ -56,7 +45,10 @@ def command(
         con.print(f"best iteration: {best.iteration} ({best.label}) candidate {best.candidate_id} "
                   f"geomean {_x(best.geomean)} over {best.n_cases} cases, ragged {_x(best.geomean_ragged)} "
                   f"over {best.n_ragged}, % limit {_pct(best.pct_limit)} (ragged {_pct(best.pct_limit_ragged)})")
-    shown_lines(con, rep.shown)
+    from kopt.report.shown import Shown
+
+    for line in Shown.model_validate(rep.shown).lines():
+        con.print(line, highlight=False, soft_wrap=True)
     if rep.best_candidate:
         c = rep.best_candidate
         con.print(f"best candidate in the ledger: {c['candidate_id']} geomean {_x(c['geomean'])} "

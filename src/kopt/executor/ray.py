@@ -74,8 +74,9 @@ class RayExecutor(Executor):
             import ray  # noqa: F401
         except ImportError:
             raise UsageError(f"--executor ray needs Ray: {INSTALL}") from None
-        if device not in ("auto", "cuda", "cpu"):
-            raise UsageError(f"unknown device {device!r}; use auto, cuda or cpu")
+        from kopt.hardware import check_device
+
+        check_device(device)
         self.device, self.address, self.shared, self.log = device, address, shared, log
         self._owns = False
         self._tracker = None

@@ -114,10 +114,6 @@ class Balance:
     plan: str = ""
     """The plan it models, e.g. `block_N 64 x 16 splits, eager`."""
 
-    def to_dict(self) -> dict:
-        """JSON-ready form."""
-        return asdict(self)
-
 
 def split_work(lengths: list[int], kv_heads: int, block_N: int, num_splits: int, alloc_len: int,
                eager: bool = False) -> list[int]:

@@ -248,9 +248,7 @@ def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_n
     if plan is None:
         return None, (f"no plan recorded for candidate {cid} on case {case.id} ({label}) on {device_name}: "
                       f"run `kopt bench --case {case.id}` first")
-    page = case.variant.page_size
-    alloc = -(-case.seqlen_k // page) * page if page else case.seqlen_k  # paged: whole pages are allocated
-    return plan_balance(plan, seqlens_for(case, seed).tolist(), case.kv_heads, alloc, units)
+    return plan_balance(plan, seqlens_for(case, seed).tolist(), case.kv_heads, case.capacity, units)
 
 
 def _ceiling(name: str, device: str) -> Optional[float]:

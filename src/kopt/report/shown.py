@@ -97,6 +97,14 @@ class Shown(BaseModel):
             parts.append(f"{_cases(n)} not measured")
         return "; ".join(parts)
 
+    def lines(self) -> list[str]:
+        """For terminals: the shown candidate and, when it is another one, the best by the improvement rule."""
+        out = [f"shown: {self.summary()}"]
+        if b := self.best_by_rule:
+            out.append(f"best by the improvement rule: {b.candidate_id} (iteration {b.iteration}, geomean "
+                       f"{fmt_na(b.geomean, SPEEDUP_FMT)}): {b.reason}")
+        return out
+
     def brief(self) -> dict:
         """JSON-ready form without the raw rows."""
         return self.model_dump(exclude={"cases": {"__all__": {"row"}}})

@@ -62,10 +62,12 @@ class TimingOptions:
     @classmethod
     def for_device(cls, device: str, quick: bool = False, cold: Optional[bool] = None,
                    graph: Optional[bool] = None, flush: Optional[str] = None,
-                   replay: Optional[str] = None) -> TimingOptions:
+                   replay: Optional[str] = None, eager_calls: Optional[int] = None) -> TimingOptions:
         """Defaults for a device: DESIGN.md's numbers on GPUs; a few host-clock samples on CPU.
-        cold / graph / flush / replay, when given, override the device's default."""
+        cold / graph / flush / replay / eager_calls, when given, override the device's default."""
         opts = cls._defaults(device, quick)
+        if eager_calls is not None:
+            opts.eager_calls = eager_calls
         if replay is not None:
             if replay not in REPLAYS:
                 raise ValueError(f"unknown replay {replay!r}; use one of {', '.join(REPLAYS)}")

@@ -178,14 +178,9 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
             res.host, res.retried = res.host or r.host, r.retried
             done(items[r.index], res)
 
-        ex.run(partial(_shard, device, replace(opts, compile_jobs=jobs)), path, items, on_result)
+        ex.run(partial(run_shard, device, replace(opts, compile_jobs=jobs)), path, items, on_result)
     order = {c.id: i for i, c in enumerate(cases)}
     return sorted(out, key=lambda ct: order[ct.case.id])
-
-
-def _shard(device: str, opts: TuneOptions, path: str, item: ShardItem) -> ShardResult:
-    """The executor's shard function (module level: it pickles to a pool worker or a Ray node)."""
-    return run_shard(path, device, opts, item)
 
 
 # ---------------------------------------------------------------- winner, table row, ledger row
@@ -229,10 +224,9 @@ def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = Fa
     d_ms, w_ms = ct.times_ms()
     lo, hi = ct.gain_ci or (None, None)
     page = v.page_size or 0
-    capacity = -(-case.seqlen_k // page) * page if page else case.seqlen_k
     return table.TuningRow(
         device=ct.meta.device_name, units=ct.meta.units, dtype=v.dtype.value, head_dim=v.head_dim,
-        batch=case.batch, seqlen_bucket=table.bucket(capacity), kv_heads=case.kv_heads, gqa=case.gqa,
+        batch=case.batch, seqlen_bucket=table.bucket(case.capacity), kv_heads=case.kv_heads, gqa=case.gqa,
         page_size=page, config=w.config or {}, runtime_ms=w_ms, default_runtime_ms=d_ms, gain=ct.gain,
         gain_lo=lo, gain_hi=hi, commit=head_short(Path(path).parent), candidate_id=short_id(chash), quick=bool(quick),
         host=ct.meta.host)

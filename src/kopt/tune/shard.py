@@ -42,8 +42,9 @@ class ShardItem:
     shards: int = 1
 
 
-def run_shard(path: str, device: str, opts: TuneOptions, item: ShardItem) -> ShardResult:
-    """Prewarm, then time the shard's configs in a child (rerun past crashes), then check outputs here."""
+def run_shard(device: str, opts: TuneOptions, path: str, item: ShardItem) -> ShardResult:
+    """Prewarm, then time the shard's configs in a child (rerun past crashes), then check outputs here.
+    The executor's shard function (module level: it pickles to a pool worker or a Ray node)."""
     t0 = time.perf_counter()
     s0 = fresh_seed()
     base = dict(candidate_path=path, case=item.case, device=device, shard=item.shard, shards=item.shards,

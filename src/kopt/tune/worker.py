@@ -177,7 +177,8 @@ class TuneRun:
         """Screen timing of one config, always with the quick options: cold (flushed L2) or hot (graph replay)."""
         from kopt.timing import TimingOptions, rotating, time_fn
 
-        opts = _no_eager(TimingOptions.for_device(self.job.device, quick=True, cold=not hot, graph=hot))
+        opts = TimingOptions.for_device(self.job.device, quick=True, cold=not hot, graph=hot,
+                                        eager_calls=EAGER_CALLS)
         return time_fn(rotating(call, timed), self.job.device, opts)
 
     def pair_finalists(self, mod, cfgs: list, sets: dict, before: dict) -> None:
@@ -191,7 +192,7 @@ class TuneRun:
             return
         by_index = {r.index: r for r in self.res.results}
         timed = [sets[s] for s in job.seeds_timing]
-        opts = _no_eager(TimingOptions.for_device(job.device, quick=job.quick, cold=True, graph=False))
+        opts = TimingOptions.for_device(job.device, quick=job.quick, cold=True, graph=False, eager_calls=EAGER_CALLS)
         try:
             default = rotating(self.caller(mod, cfgs, 0, sets), timed)
             for i in self.res.finalists:
@@ -231,7 +232,8 @@ class TuneRun:
 
         base = baselines.pick(self.job.case, self.job.device, self.job.baseline)
         self.res.ref_name = base.name
-        opts = _no_eager(TimingOptions.for_device(self.job.device, quick=self.job.quick, cold=True, graph=False))
+        opts = TimingOptions.for_device(self.job.device, quick=self.job.quick, cold=True, graph=False,
+                                        eager_calls=EAGER_CALLS)
         fn = rotating(base.fn, timed)
 
         try:
@@ -242,12 +244,9 @@ class TuneRun:
             self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
 
 
-def _no_eager(opts):
-    """Tuning ranks configs by device-only time alone: the host-inclusive second figure (extra flushed,
-    synchronized calls per timing) is not taken for every config of a screen."""
-    from dataclasses import replace
-
-    return replace(opts, eager_calls=0)
+#: Tuning ranks configs by device-only time alone: the host-inclusive second figure (extra flushed,
+#: synchronized calls per timing) is not taken for every config of a screen.
+EAGER_CALLS = 0
 
 
 def main(argv: list[str]) -> int:
