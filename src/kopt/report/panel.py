@@ -207,7 +207,8 @@ def panel_html(p: Panel) -> str:
 
 
 def report_section(ws: Path, device: Optional[str] = None) -> str:
-    """html_section of the workspace's ledger (the report's hook); empty text when there is no peers run."""
+    """html_section of a workspace's ledger and case table, read here (the report itself renders the panels
+    its campaign already built: kopt.report.page); empty text when there is no peers run."""
     from kopt.cases import load_cases
     from kopt.paths import cases_file, ledger_file
     from kopt.workspace.ledger import load_dicts

@@ -30,16 +30,22 @@ def attribute_calls(
     Times in ns, one clock for host and device (kineto aligns them). call_ranges are the host
     ranges of the timed calls, in call order, non-overlapping.
     """
+    calls = call_indices(call_ranges, [r[3] for r in device_records])
+    return [(name, s / 1e3, e / 1e3, i) for (name, s, e, _), i in zip(device_records, calls)]
+
+
+def call_indices(call_ranges: Sequence[tuple[float, float]], launches: Sequence[Optional[float]]) -> list[int]:
+    """Per launch time: the index of the call range holding it, -1 when none does (attribute_calls' rule)."""
     order = sorted(range(len(call_ranges)), key=lambda i: call_ranges[i][0])
     starts = [call_ranges[i][0] for i in order]
     out = []
-    for name, s, e, launch in device_records:
+    for launch in launches:
         idx = -1
         if launch is not None:
             j = bisect.bisect_right(starts, launch) - 1
             if j >= 0 and launch <= call_ranges[order[j]][1]:
                 idx = order[j]
-        out.append((name, s / 1e3, e / 1e3, idx))
+        out.append(idx)
     return out
 
 
@@ -88,8 +94,7 @@ class Trace:
     """Per record, the index of the call whose range launched it (-1: the harness's own), attributed once."""
 
     def __post_init__(self):
-        att = attribute_calls(self.ranges, [(r.name, r.start, r.end, r.launch) for r in self.records])
-        self.call_of = [a[3] for a in att]
+        self.call_of = call_indices(self.ranges, [r.launch for r in self.records])
 
 
 @dataclass
