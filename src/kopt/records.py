@@ -194,6 +194,14 @@ class CaseResult(BaseModel):
     peers: list[PeerResult] = Field(default_factory=list)
     """mode=peers rows: every peer of the panel; REF / SPEEDUP above are the best correct peer's."""
 
+    def take_timings(self, timing: Optional[TimingStats], ref_timing: Optional[TimingStats]) -> None:
+        """Both timings, and the line's figures taken from them (RUNTIME, REF_RUNTIME and their eager twins)."""
+        self.timing, self.ref_timing = timing, ref_timing
+        if timing:
+            self.runtime_ms, self.eager_ms = timing.median_ms, timing.eager_median_ms
+        if ref_timing:
+            self.ref_runtime_ms, self.ref_eager_ms = ref_timing.median_ms, ref_timing.eager_median_ms
+
 
 #: How people read a speedup or a geomean of speedups (fmt_na's fmt): 1.493x.
 SPEEDUP_FMT = "{:.3f}x"

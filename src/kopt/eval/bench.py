@@ -213,13 +213,9 @@ def _fill_from_child(r: CaseResult, oc: Outcome, device: str) -> None:
     r.device = res.device_name if res else device
     if res:
         r.backend, r.compile_s, r.versions, r.plan = res.backend, res.compile_s, res.versions, res.plan
-        r.timing, r.ref_timing, r.ref = res.timing, res.ref_timing, res.ref_name
-        r.speedup_ci, r.peers = res.speedup_ci, res.peers
+        r.take_timings(res.timing, res.ref_timing)
+        r.ref, r.speedup_ci, r.peers = res.ref_name, res.speedup_ci, res.peers
         r.overhead_s.update({k: round(v, 3) for k, v in res.overhead_s.items()})
-        if res.timing:
-            r.runtime_ms, r.eager_ms = res.timing.median_ms, res.timing.eager_median_ms
-        if res.ref_timing:
-            r.ref_runtime_ms, r.ref_eager_ms = res.ref_timing.median_ms, res.ref_timing.eager_median_ms
         r.speedup = res.speedup
         r.message = res.message
     fail = oc.failure()

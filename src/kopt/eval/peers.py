@@ -98,12 +98,12 @@ def _first_call(name: str, base, timed: list, job) -> Callable[[], object]:
 
 def _adopt(row, p: PeerResult) -> None:
     """Give a row (WorkerResult or CaseResult) the figures of its pairing with peer p."""
-    row.timing, row.ref_timing, row.speedup, row.speedup_ci = p.timing, p.ref_timing, p.speedup, p.speedup_ci
+    row.speedup, row.speedup_ci = p.speedup, p.speedup_ci
     if isinstance(row, CaseResult):
-        row.ref, row.runtime_ms, row.ref_runtime_ms = p.ref, p.timing.median_ms, p.ref_timing.median_ms
-        row.eager_ms, row.ref_eager_ms = p.timing.eager_median_ms, p.ref_timing.eager_median_ms
+        row.take_timings(p.timing, p.ref_timing)
+        row.ref = p.ref
     else:
-        row.ref_name = p.ref
+        row.timing, row.ref_timing, row.ref_name = p.timing, p.ref_timing, p.ref
 
 
 # ---------------------------------------------------------------- in the parent
