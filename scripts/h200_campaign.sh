@@ -105,6 +105,18 @@ for s in $steps; do case $s in
                printf 'Metadata-Version: 2.1\nName: fa3-fwd\nVersion: 0.0.3\n' > /tmp/kopt-peers/fa3_fwd-0.0.3.dist-info/METADATA
              fi
              ( export PYTHONPATH=/tmp/kopt-peers:$PYTHONPATH; run peers 420 python3 -m kopt peers --all --dtype "${PEERS_DTYPE:-bf16}" ) ;;
+  cfgscreen) # CFG_SCREEN: a file of lines "CASES<tab>CONFIGS" (scripts/gpu_config_screen.py), '#' comments; its
+             # explicit configs are compiled first for those cases, in parallel (configs laid over the default, '+{..}', are not)
+             i=0
+             while IFS=$'\t' read -r cs cf <&3; do
+               [[ -z $cs || $cs == \#* ]] && continue
+               pc=$(tr ';' '\n' <<< "$cf" | sed -n 's/^[^=]*=\({.*\)$/\1/p' | paste -sd';')
+               [[ -n $pc ]] && run "cfgprewarm_$i" 240 python3 scripts/prewarm_kernels.py --configs "$pc" --cases "$cs"
+               run "cfgscreen_$i" 300 python3 scripts/gpu_config_screen.py --cases "$cs" --configs "$cf" ${CFG_SCREEN_ARGS:-}
+               echo "cfgscreen_$i cases=$cs configs=$cf" >> "$log/steps.txt"; i=$((i + 1))
+             done 3< "${CFG_SCREEN:?CFG_SCREEN: the screen file}" ;;
+  walljson)  # case 10 wall time x3 with --json (every phase of kopt's own in each log)
+             for i in 1 2 3; do run "walljson_$i" 60 python3 -m kopt bench --case 10 --cold-cache --machine --json --no-record; done ;;
   prewarmv)  # PREWARM_ARGS: more prewarm_kernels.py flags (--bf16 for peers).
              # What bench --all and verify need, for the shipped candidate and each folder in PREWARM_AT (a
              # copy of an older iteration's workspace: its solution/ and results/tilelang/tuning.csv), in parallel

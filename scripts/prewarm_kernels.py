@@ -66,7 +66,7 @@ def _shapes(ids: list[int] | None = None):
 
 #: The plan fields that select a compiled kernel (see run_kernel._cuda_kernels).
 _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits", "scale",
-           "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine")
+           "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl")
 
 
 def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify: bool = False,

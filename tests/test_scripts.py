@@ -89,3 +89,18 @@ def test_export_bench_csv_writes_the_replay_column(tmp_path):
     head, first, *_ = p.stdout.splitlines()
     cols = head.split(",")
     assert first.split(",")[cols.index("replay")] == "stream" and first.split(",")[cols.index("case")] == "1"
+
+
+def test_config_screen_parses_labels_and_overlays():
+    cs = _script("gpu_config_screen")
+    got = cs.parse_configs('a={"pdl": 0}; b=+{"block_N": 128} ;')
+    assert got == [("a", {"pdl": 0}, False), ("b", {"block_N": 128}, True)]
+    for bad in ('{"pdl": 0}', '=[]', 'x=[1]', 'x={bad'):
+        with pytest.raises(ValueError):
+            cs.parse_configs(bad)
+
+
+def test_config_screen_bad_configs_exit_2():
+    r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu_config_screen.py"),
+                        "--cases", "10", "--configs", "nolabel"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("error: config 'nolabel'")
