@@ -129,3 +129,38 @@ def test_device_only_verdicts_are_judged_among_themselves():
              {"timing": {"device_only": True, "replay": "stream"}}]
     assert timing_generation(graph) == "graph"          # the replaying harness, whichever way each call ran
     assert timing_generation(graph + dev_only) == "device-only"
+
+
+@pytest.mark.usefixtures("git_env")
+def test_log_does_not_judge_a_graph_verdict_against_a_stream_best(tmp_path, monkeypatch):
+    """ITERATIONS.md's Bench line compares only verdicts of one timing generation: the first verdict timed with
+    graph replays is a new baseline there, as in the history, even when an older best reads higher."""
+    from conftest import kopt as run
+    from kopt.records import TimingStats
+    from kopt.workspace import log
+    from kopt.workspace.vcs import candidate_hash
+
+    ws = tmp_path / "w"
+    assert run("init", ws).exit_code == 0
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    sol = ws / "solution" / "tilelang" / "run_kernel.py"
+
+    def verdict(uni: float, replay) -> None:
+        h, cid = candidate_hash(sol)
+        run_id = uuid.uuid4().hex[:12]
+        t = TimingStats(method="cupti", median_ms=0.1, q1_ms=0.1, q3_ms=0.1, min_ms=0.1, n=100, rel_iqr=0.0,
+                        device_only=True, replay=replay)
+        ledger.append(ws / "candidates.jsonl", [
+            CaseResult(row_id=uuid.uuid4().hex, run_id=run_id, mode="verdict", candidate_hash=h, candidate_id=cid,
+                       case=c, case_kind="perf", compiled=True, correct=True, speedup=uni, runtime_ms=0.1 / uni,
+                       ref_runtime_ms=0.1, device="H200", timing=t) for c in (4, 5)])
+
+    verdict(1.5, None)                      # device-only on the stream
+    assert run("log", "--hypothesis", "stream").exit_code == 0 and run("commit", "-m", "one").exit_code == 0
+    sol.write_text(sol.read_text() + "\n# variant 2\n")
+    verdict(1.4, "graph")                   # lower, but timed another way
+    bench = log.bench_section(ws)
+    assert "a new baseline" in bench and "iter 1 at 1.500x" in bench and "not improved" not in bench, bench
+    assert run("log", "--hypothesis", "graph").exit_code == 0 and run("commit", "-m", "two").exit_code == 0
+    last = iterations.history(ws)[-1]
+    assert last.outcome == "improved" and last.generation == "graph" and "graph replays" in last.reason

@@ -54,6 +54,8 @@ class Iteration:
     best_ragged_before: Optional[float] = None
     reason: str = ""
     """Why the rule gave this outcome: both geomeans against the best, or why one was left out."""
+    generation: str = "eager"
+    """How its verdict was timed (timing_generation): only iterations of one generation are compared."""
 
 
 @dataclass
@@ -157,7 +159,8 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
             j = Judgement("improved", f"the first verdict on this device timed {GENERATIONS[gen]}: a new baseline "
                                       "(earlier verdicts were timed another way and are not compared with it)")
         out.append(Iteration(m.iteration, m.label, m.candidate_id, g.uniform, g.n_uniform, j.outcome, prev,
-                             path.name, dev, g.ragged, g.n_ragged, g.pct_limit, g.pct_limit_ragged, prev_r, j.reason))
+                             path.name, dev, g.ragged, g.n_ragged, g.pct_limit, g.pct_limit_ragged, prev_r, j.reason,
+                             gen))
         if j.outcome == "improved":
             best[(dev, gen)] = (g.uniform, g.ragged)
     return out

@@ -59,9 +59,15 @@ def bench_section(ws: Path) -> str:
     if cid and got != cid:
         line += f" (the current solution is `{cid}`, which has no verdict yet)"
     dev = ranking.verdict_device(latest)
+    gen = iterations.timing_generation(latest)
     hist = [it for it in iterations.history(ws, rows) if it.candidate_id != got or it.device != dev]  # not its own
-    best = iterations.best_iteration(hist, dev)
-    if best is None or best.geomean is None:
+    best = iterations.best_iteration([it for it in hist if it.generation == gen], dev)
+    other = iterations.best_iteration(hist, dev)
+    if best is None and other is not None and other.geomean is not None:
+        was = iterations.GENERATIONS[other.generation]
+        line += (f"; the first verdict on {dev} timed {iterations.GENERATIONS[gen]}: a new baseline (the previous "
+                 f"best, iter {other.iteration} at {other.geomean:.3f}x, was timed {was} and is not compared with it).")
+    elif best is None or best.geomean is None:
         line += f"; no previous best iteration on {dev or 'this device'}."
     elif gm is not None:
         thr = iterations.threshold(ws, dev, rows)
