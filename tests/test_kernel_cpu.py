@@ -214,6 +214,40 @@ def test_eager_variant_issues_q_and_k_before_l(rk, split, paged):
         assert "BT[" in plain and "max(min(BT[" not in plain
 
 
+def _kernel_bodies(src: str) -> dict:
+    """Kernel name -> its source text, up to the next kernel."""
+    parts = re.split(r'(?=extern "C" __global__)', src)
+    out = {}
+    for p in parts:
+        m = re.search(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', p)
+        if m:
+            out[m.group(1)] = p
+    return out
+
+
+@needs_nvcc
+def test_pdl_switch_launches_the_combine_as_a_dependent(rk):
+    """pdl (Hopper): the split kernel allows its dependent's launch at its start and the combine kernel waits
+    for the split grid before it reads a partial; the balanced combine derives its plan from L first. The
+    portable variant (pdl off) has neither instruction. The fused pdl variant nvcc-compiles without spills."""
+    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=True, block_N=128, eager=True)
+    info = rk.compile_cuda_check(pdl=True, **shape)["main"]
+    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    k = _kernel_bodies(info["source"])
+    split, comb = k["decode_split_combine_kernel"], k["decode_split_combine_kernel_1"]
+    assert "cudaTriggerProgrammaticLaunchCompletion" in split and "cudaGridDependencySynchronize" not in split
+    assert split.index("cudaTriggerProgrammaticLaunchCompletion") < split.index("cp_async_gs")
+    assert comb.index("cudaGridDependencySynchronize") < comb.index("Opart[")
+    plain = rk.build_cuda_source(pdl=False, **shape)
+    assert "cudaGridDependencySynchronize" not in plain and "cudaTriggerProgrammaticLaunchCompletion" not in plain
+    bal = _kernel_bodies(rk.build_cuda_source(dtype="float16", hq=32, hkv=4, d=128, split=True, balanced=132,
+                                              block_N=128, bal_combine=True, pdl=True))
+    bcomb = bal["decode_balanced_kernel_1"]
+    assert bcomb.index("L[") < bcomb.index("cudaGridDependencySynchronize") < bcomb.index("Opart[")
+    unfused = rk.build_cuda_source(pdl=True, fused=False, **shape)  # split kernel + the separate combine kernel
+    assert "cudaTriggerProgrammaticLaunchCompletion" in unfused and "cudaGridDependencySynchronize" in unfused
+
+
 @needs_nvcc
 def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(rk):
     """The last-CTA merge: one device kernel (no combine launch); partial writes fenced before thread 0's
@@ -291,7 +325,8 @@ def test_balanced_variant_plans_on_the_device(rk, paged):
 
 @pytest.mark.parametrize("case,want", [
     ((16, 8, 32768, 4), (64, 34, 264)),   # R1: one 32768 row among fifteen of 512
-    ((8, 4, 131072, 8), (64, 67, 264)),   # R3
+    ((8, 4, 131072, 8), (128, 34, 132)),  # R3 (G 8: 128-key tiles, one CTA per unit)
+    ((4, 4, 61519, 16), (128, 34, 132)),  # R4: one 61519 row and three of 17
     ((64, 8, 2048, 1), None),             # case 7: a short allocated length keeps the plain kernel
     ((16, 4, 4096, 4), None),             # case 8: likewise
     ((1, 8, 58966, 33), None),            # case 13: one row; the plain kernel cuts its own length
@@ -301,4 +336,12 @@ def test_balanced_plan_from_shapes(rk, case, want):
     """The balanced launch depends on shapes and the allocated length only (CUDA-graph safe)."""
     B, hkv, s, uniform = case
     cfg = {"num_splits": uniform} if want is None and uniform == 65 else {}
-    assert rk._balanced_splits(cfg, B, hkv, s, 132, 0, uniform) == want
+    gqa = 32 // hkv  # the cases' query heads: 32
+    assert rk._balanced_splits(cfg, B, hkv, s, 132, 0, uniform, gqa) == want
+
+
+def test_balanced_tiling_given_wins_over_the_gqa_rule(rk):
+    """R4's shape (G 8): 128-key tiles at one CTA per unit by default; a given tile and CTAs per unit win."""
+    assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8) == (128, 34, 132)
+    assert rk._balanced_splits({"bal_per_sm": 2}, 4, 4, 61519, 132, 64, 16, 8) == (64, 67, 264)
+    assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 4) == (64, 67, 264)  # G 4: the 64-key plan

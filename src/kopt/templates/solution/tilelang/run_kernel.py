@@ -31,7 +31,7 @@ import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and devi
 
 # config keys understood by the CUDA path
 _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced",
-             "bal_per_sm", "q_loop", "merge_unroll", "bal_combine")
+             "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -77,8 +77,8 @@ def _check_config(config):
 # ----------------------------------------------------------------------------------------------
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
-                 "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "scale", "target", "main", "comb", "dummy_bt", "opart", "lse",
-                 "cnt")
+                 "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl", "scale", "target",
+                 "main", "comb", "dummy_bt", "opart", "lse", "cnt")
 
 
 _PLANS: dict = {}
@@ -127,7 +127,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         eager = tiles_per_cta <= _cuda.EAGER_MAX_TILES
     p.eager = bool(int(eager))
     p.balanced, p.q_loop, p.merge_unroll, p.bal_combine = 0, False, 0, False
-    bal = _balanced_splits(cfg, B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn, p.num_splits)
+    bal = _balanced_splits(cfg, B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn, p.num_splits, Hq // Hkv)
     if bal is not None:
         p.block_N, p.num_splits, p.balanced = bal
         p.last_cta, p.eager = True, False
@@ -135,30 +135,40 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         p.merge_unroll = int(cfg.get("merge_unroll") or _cuda.BAL_MERGE_UNROLL)
         bc = cfg.get("bal_combine")  # default: a combine kernel when a full row's merge is large
         p.bal_combine = bool(int(bc)) if bc is not None else (Hq // Hkv) * p.num_splits > _cuda.LAST_CTA_MAX_ROWS
+    # programmatic dependent launch of the combine kernel (default on Hopper and later); only a plan with a
+    # combine kernel has a dependent launch
+    pdl = cfg.get("pdl")
+    pdl = bool(int(pdl)) if pdl is not None else _cuda.pdl_default(q.device)
+    p.pdl = pdl and p.num_splits > 1 and (p.bal_combine if p.balanced else not p.last_cta)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
     p.target = _cuda.cuda_target(q.device)
     p.main = p.comb = p.dummy_bt = p.opart = p.lse = p.cnt = None
     return p
 
 
-def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits):
+def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1):
     """(block_N, max splits per row, target CTAs) of the work-balanced kernel, or None for the plain one.
 
     The balanced kernel splits each row by its own length, read on the device (tl_decode_cuda: the batch's
     real tiles over about ``bal_per_sm`` CTAs per unit), so its launch depends on shapes only. Default:
     balanced when no split count is pinned (explicitly or by a tuned row), the allocated length has at least
-    BAL_MIN_ALLOC_TILES tiles, the batch has several rows (one row is balanced by the plain kernel: it cuts
-    its own length into the splits), and one full-length row could use more splits than the uniform plan's."""
+    BAL_MIN_ALLOC_TILES 64-key tiles, the batch has several rows (one row is balanced by the plain kernel: it
+    cuts its own length into the splits), and one full-length row could use more splits than the uniform
+    plan's. Tiles and CTAs per unit (unless given): 64-key tiles at BAL_CTAS_PER_SM CTAs per unit, or, from
+    BAL_WIDE_GQA query heads per KV head, 128-key tiles at one CTA per unit (choose_tiling's rule for CTAs
+    that fit the units)."""
     bal = cfg.get("balanced")
     if bal is not None and not int(bal):
         return None
-    bn = block_N or 64
+    wide = gqa >= _cuda.BAL_WIDE_GQA
+    bn = block_N or (128 if wide else 64)
     alloc_tiles = -(-max_seqlen // bn)
-    target = max(1, round(float(cfg.get("bal_per_sm") or _cuda.BAL_CTAS_PER_SM) * num_sms))
+    per_sm = cfg.get("bal_per_sm") or (1 if wide else _cuda.BAL_CTAS_PER_SM)
+    target = max(1, round(float(per_sm) * num_sms))
     mt = _cuda.BAL_MIN_TILES
     ns = min(_cuda._MAX_SPLITS, -(-target // hkv) + 1, max(1, (2 * alloc_tiles + mt) // (2 * mt)))
-    if bal is None and (batch < 2 or int(cfg.get("num_splits") or 0) > 0 or alloc_tiles < _cuda.BAL_MIN_ALLOC_TILES
-                        or ns <= uniform_splits):
+    if bal is None and (batch < 2 or int(cfg.get("num_splits") or 0) > 0
+                        or -(-max_seqlen // 64) < _cuda.BAL_MIN_ALLOC_TILES or ns <= uniform_splits):
         return None
     return bn, max(ns, 2), target
 
@@ -204,10 +214,10 @@ def _cuda_kernels(p: "_Plan"):
     split = p.num_splits > 1
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
                             p.scale, p.target, p.fused, p.eager, p.last_cta, p.balanced, p.q_loop,
-                            p.merge_unroll, p.bal_combine)
+                            p.merge_unroll, p.bal_combine, p.pdl)
     # fused: the combine kernel is launched by the same host call as the split kernel; last_cta: no
     # combine kernel (the last CTA of each (batch, kv head) merges)
-    comb = _cuda.get_combine(p.dtype, p.hq, p.d, p.target) if split and not (p.fused or p.last_cta) else None
+    comb = _cuda.get_combine(p.dtype, p.hq, p.d, p.target, p.pdl) if split and not (p.fused or p.last_cta) else None
     return main, comb
 
 
@@ -256,7 +266,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
     return {"path": "cuda", "block_N": p.block_N, "num_splits": p.num_splits, "num_stages": p.num_stages, "threads": p.threads,
             "fused": p.fused, "eager": p.eager, "last_cta": p.last_cta and p.num_splits > 1, "paged": p.paged,
             "balanced": p.balanced, "q_loop": p.q_loop, "merge_unroll": p.merge_unroll,
-            "bal_combine": p.bal_combine,
+            "bal_combine": p.bal_combine, "pdl": p.pdl,
             "page_size": p.page}
 
 

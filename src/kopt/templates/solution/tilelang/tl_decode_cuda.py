@@ -24,7 +24,8 @@ iteration 7: the clamp on every row of the non-eager path cost paged case 7 abou
 
 ``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's
 _balanced_splits): each row is split by its own length, read on the device, so that the batch's real
-tiles spread over about BAL_CTAS_PER_SM CTAs per unit: with T = kv heads x the sum of the rows' tiles
+tiles spread over about BAL_CTAS_PER_SM CTAs per unit (one, with 128-key tiles, from BAL_WIDE_GQA query
+heads per KV head): with T = kv heads x the sum of the rows' tiles
 and w = max(BAL_MIN_TILES, ceil(T / target)), row b takes round(tiles_b / w) splits (1..num_splits).
 The grid is (kv heads, batch + pool): block y < batch runs the first split of row y; the pool blocks
 (pool = ceil(target / kv heads), which bounds the extra splits of all rows together) each find their
@@ -78,6 +79,7 @@ def build_decode(
     q_loop: bool = False,
     merge_unroll: int = 0,
     bal_combine: bool = False,
+    pdl: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -90,7 +92,13 @@ def build_decode(
     row's split count from L as the split kernel does; rows of fewer are merged by their last CTA).
 
     With ``split`` and ``fused`` the prim_func holds both kernels (split, then combine): one host
-    call launches them back to back, so no Python runs between the two launches."""
+    call launches them back to back, so no Python runs between the two launches.
+
+    ``pdl`` (Hopper and later; a switch, off on other targets): programmatic dependent launch of the
+    combine kernel. The split kernel's CTAs allow it at their start, so the combine kernel is launched and
+    its CTAs made resident while the split kernel still runs; each of them waits for the split grid's
+    completion and memory (griddepcontrol.wait) before it reads a partial. It saves the launch gap between
+    the two kernels, not a byte of traffic."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -255,6 +263,8 @@ def build_decode(
             # rows' extra splits. Every block derives the plan from L alone (no host sync, no second
             # kernel), so the same launch serves any lengths.
             with T.Kernel(hkv, batch + pool, threads=threads) as (h, y):
+                if pdl and bal_combine:
+                    T.pdl_trigger()
                 tot = T.alloc_var("int32")
                 acc = T.alloc_var("int32")
                 rb = T.alloc_var("int32")
@@ -289,6 +299,8 @@ def build_decode(
                         tot2 += T.ceildiv(L[i], block_N)
                     w2 = T.max(T.ceildiv(tot2 * hkv, target), min_tiles)
                     ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
+                    if pdl:  # the plan comes from L alone: made before the wait for the split grid
+                        T.pdl_sync()
                     if ns2 * G > LAST_CTA_MAX_ROWS:
                         combine_body(Opart, LSE, Out, hh, b2, ns2, T.get_thread_binding())
 
@@ -327,8 +339,12 @@ def build_decode(
             Out: T.Tensor([batch, hq, d], dtype),
         ):
             with T.Kernel(num_splits, hkv, batch, threads=threads) as (sid, h, b):
+                if pdl:
+                    T.pdl_trigger()
                 body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
             with T.Kernel(hq, batch, threads=d) as (hh, b2):
+                if pdl:
+                    T.pdl_sync()
                 combine_body(Opart, LSE, Out, hh, b2, num_splits, T.get_thread_binding())
 
         return decode_split_combine
@@ -346,6 +362,8 @@ def build_decode(
             LSE: T.Tensor([batch, hq, num_splits], accum),
         ):
             with T.Kernel(num_splits, hkv, batch, threads=threads) as (sid, h, b):
+                if pdl:
+                    T.pdl_trigger()
                 body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
 
         return decode_split
@@ -370,7 +388,10 @@ _COMBINE_UNROLL = 16
 BAL_MIN_TILES = 4
 #: balanced variant: target CTAs per unit (the batch's real tiles are spread over about this many waves' CTAs)
 BAL_CTAS_PER_SM = 2
-#: balanced variant by default only from this many KV tiles of allocated length: below it one full-length
+#: balanced variant: from this many query heads per KV head, 128-key tiles at one CTA per unit (H200,
+#: iteration 12: R4 (G 8) 37.8 -> 36.9 us, R3 (G 8) -0.9%; with G 4 R1 and case 12 were 2.2% and 0.8% slower)
+BAL_WIDE_GQA = 8
+#: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
 BAL_MIN_ALLOC_TILES = 256
 #: balanced variant: Q in the first cp.async group with K (build_decode's q_loop)
@@ -497,8 +518,9 @@ def build_combine_serial(hq: int, d: int):
     return combine_serial
 
 
-def build_combine(dtype: str, hq: int, d: int):
-    """Merge split partials: O = sum_s 2^(lse_s - lse) * O_s with lse = log2 sum_s 2^lse_s."""
+def build_combine(dtype: str, hq: int, d: int, pdl: bool = False):
+    """Merge split partials: O = sum_s 2^(lse_s - lse) * O_s with lse = log2 sum_s 2^lse_s. ``pdl``: launched
+    as a programmatic dependent of the split kernel (build_decode), it waits for it before the first read."""
     import tilelang.language as T
 
     accum = "float32"
@@ -513,6 +535,8 @@ def build_combine(dtype: str, hq: int, d: int):
         Out: T.Tensor([batch, hq, d], dtype),
     ):
         with T.Kernel(hq, batch, threads=d) as (hh, b):
+            if pdl:
+                T.pdl_sync()
             combine_body(Opart, LSE, Out, hh, b, num_splits, T.get_thread_binding())
 
     return combine
@@ -547,6 +571,12 @@ def sm_count(device) -> int:
         n = torch.cuda.get_device_properties(idx).multi_processor_count
         _SM_COUNT[idx] = n
     return n
+
+
+def pdl_default(device) -> bool:
+    """Programmatic dependent launch by default on Hopper and later (compute capability 9+); other devices
+    and backends keep the plain launch order."""
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
@@ -619,7 +649,7 @@ def _compile(func, target):
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
-               bal_combine=False):
+               bal_combine=False, pdl=False):
     balanced = int(balanced)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
     if balanced:
@@ -627,28 +657,29 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     last_cta = bool(last_cta and split)
     fused = bool(fused and split and not last_cta)
     eager = bool(eager)
+    pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine)
+           float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl)
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
-                                 fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine)
+                                 fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl)
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
 
 
-def get_combine(dtype, hq, d, target):
-    key = ("combine", dtype, hq, d, str(target))
+def get_combine(dtype, hq, d, target, pdl=False):
+    key = ("combine", dtype, hq, d, str(target), bool(pdl))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
-                k = _compile(build_combine(dtype, hq, d), target)
+                k = _compile(build_combine(dtype, hq, d, bool(pdl)), target)
                 _KERNELS[key] = k
     return k
 
@@ -666,7 +697,7 @@ def _pass_configs():
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
-                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False):
+                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -677,7 +708,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
                 last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
-                bal_combine=bool(bal_combine and balanced)), arch
+                bal_combine=bool(bal_combine and balanced), pdl=bool(pdl)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
@@ -705,7 +736,7 @@ def _lowered(args: dict, arch: str, which: str) -> tuple:
         if which == "main":
             func = build_decode(**args)
         else:
-            func = build_combine(args["dtype"], args["hq"], args["d"])
+            func = build_combine(args["dtype"], args["hq"], args["d"], args["pdl"])
         r = _lower_source(func, arch)
         _LOWERED[key] = r
     return r
