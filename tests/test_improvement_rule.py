@@ -164,3 +164,26 @@ def test_log_does_not_judge_a_graph_verdict_against_a_stream_best(tmp_path, monk
     assert run("log", "--hypothesis", "graph").exit_code == 0 and run("commit", "-m", "two").exit_code == 0
     last = iterations.history(ws)[-1]
     assert last.outcome == "improved" and last.generation == "graph" and "graph replays" in last.reason
+
+
+def test_a_stopped_verify_run_is_no_verdict():
+    """Rows of a `kopt verify` run carry how many the run writes: a run stopped after its perf cases (killed,
+    out of time) is skipped, and the candidate's latest finished run is its verdict; rows older than the count
+    are taken as they are."""
+    done = [_row("a", c, "perf", 1.5, run_id="r1", verdict_rows=3) for c in (4, 5, 6)]
+    stopped = [_row("a", c, "perf", 9.0, run_id="r2", verdict_rows=3) for c in (4, 5)]
+    assert [r["speedup"] for r in ranking.latest_verdict(done + stopped, "a")] == [1.5, 1.5, 1.5]
+    assert ranking.latest_verdict(stopped, "a") == []
+    old = [_row("a", c, "perf", 1.2, run_id="r0") for c in (4, 5)]
+    assert [r["speedup"] for r in ranking.latest_verdict(old + stopped, "a")] == [1.2, 1.2]
+
+
+def test_a_stopped_verify_run_is_not_ranked_as_a_verdict(tmp_path):
+    path = tmp_path / "candidates.jsonl"
+    stopped = [_row("b", c, "perf", 9.0, run_id="r2", verdict_rows=3) for c in (4, 5)]
+    signal = [dict(_row("b", c, "perf", 1.1, run_id="s1"), mode="signal") for c in (4, 5)]
+    ledger.append(path, [CaseResult.model_validate(r) for r in signal + stopped +
+                         [_row("a", 4, "perf", 2.0, run_id="r1", verdict_rows=1)]])
+    top = ranking.rank(ranking.load_frame(path)[0]).set_index("candidate_id")
+    assert top.loc["b", "basis"] == "signal" and top.loc["b", "geomean"] == pytest.approx(1.1)
+    assert top.loc["a", "basis"] == "verdict"

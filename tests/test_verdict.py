@@ -50,9 +50,11 @@ def test_the_verdict_times_the_perf_and_ragged_cases():
     from kopt.eval.bench import BenchOptions
 
     cf = load_file()
-    perf, _, hidden = plan(cf, BenchOptions(device="cpu"))
+    perf, matrix, hidden = plan(cf, BenchOptions(device="cpu"))
     assert [c.id for c, _ in perf] == list(range(4, 19))
     assert all(h.kind == "perf" and h.lengths is None for h, _ in hidden)
+    n = len(perf) + len(matrix) + len(hidden)  # every row knows the run's size: a stopped run is no verdict
+    assert {o.verdict_rows for _, o in perf + matrix + hidden} == {n} and len({o.run_id for _, o in perf + hidden}) == 1
 
 
 def test_hidden_shapes_of_ragged_cases_drop_their_lengths():

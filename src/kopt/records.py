@@ -138,6 +138,9 @@ class CaseResult(BaseModel):
     """Shared by every row of one `kopt bench` / `kopt verify` invocation."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     mode: Literal["signal", "verdict", "calibrate", "tune", "peers"] = "signal"
+    verdict_rows: Optional[int] = Field(default=None, ge=1)
+    """mode=verdict: the rows its `kopt verify` run writes in all (perf, matrix, hidden). A run with fewer rows
+    in the ledger was stopped before its end and is no verdict (kopt.workspace.ranking.latest_verdict)."""
     kind: Literal["case", "stagnation"] = "case"
     candidate_path: str = ""
     candidate_hash: str = ""

@@ -55,6 +55,8 @@ class BenchOptions:
     hidden: bool = False
     """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
     Verdicts add hidden rows of their own (kopt.eval.verdict), so they leave this off."""
+    verdict_rows: Optional[int] = None
+    """mode=verdict: the rows the whole verify run writes (set by kopt.eval.verdict.plan, kept on each row)."""
 
 
 def _preload(device: str) -> None:
@@ -135,7 +137,8 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
                        candidate_hash=chash, candidate_id=candidate.short_id(chash), parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
                        case=case.id, case_kind=case.kind, variant=row_label(case, opts.tag),
-                       commit=commit, device=device, static_warnings=warns) for case in cases]
+                       commit=commit, device=device, static_warnings=warns, verdict_rows=opts.verdict_rows)
+            for case in cases]
     if errors:
         for r in rows:
             r.status, r.message = Status.static_violation, "; ".join(f"{f.code}: {f.message}" for f in errors)[:500]

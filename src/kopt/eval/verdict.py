@@ -125,7 +125,8 @@ def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None)
     rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
     hidden = replace(check, tag="hidden-b{batch}-s{seqlen_k}")  # one options object: one child for all
     groups[2] = [(h, hidden) for h in hidden_cases(perf, cf.verify.hidden, rng)]
-    return groups
+    n = sum(len(g) for g in groups)  # every row says how many the run writes: a stopped run is seen as one
+    return [[(c, replace(o, verdict_rows=n)) for c, o in g] for g in groups]
 
 
 def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,

@@ -22,7 +22,7 @@ from kopt.timing.stats import geomean
 #: Ledger fields the ranking reads; anything missing in an old row becomes NA.
 COLUMNS = ["row_id", "timestamp", "mode", "kind", "candidate_id", "candidate_hash", "parent_id",
            "technique", "case", "case_kind", "variant", "correct", "status", "runtime_ms", "ref_runtime_ms",
-           "speedup", "pct_limit", "device"]
+           "speedup", "pct_limit", "device", "run_id", "verdict_rows"]
 #: Modes that measure a candidate (calibrate rows measure the harness, not a candidate).
 CANDIDATE_MODES = ("verdict", "signal", "tune")
 
@@ -66,9 +66,15 @@ def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None, device: Opti
         return []
     cid = cid or row_cid(verdicts[-1])
     mine = [r for r in verdicts if row_cid(r) == cid]
-    run = mine[-1].get("run_id") if mine else None
-    if run:  # rows of one `kopt verify` run share a run_id: the latest run is the verdict
-        mine = [r for r in mine if r.get("run_id") == run]
+    runs: dict[str, list[dict]] = {}
+    for r in mine:
+        runs.setdefault(r.get("run_id") or "", []).append(r)
+    # rows of one `kopt verify` run share a run_id: the latest finished run is the verdict. A run stopped before
+    # its end (fewer rows than its verdict_rows) says nothing; rows older than the count are taken as they are.
+    finished = [rs for rs in runs.values() if len(rs) >= max(r.get("verdict_rows") or 0 for r in rs)]
+    if not finished:
+        return []
+    mine = finished[-1]
     latest: dict[tuple, dict] = {}
     for r in mine:
         latest[(r.get("case"), r.get("variant") or "")] = r  # file order is append order
@@ -164,11 +170,23 @@ def _basis_rows(df):
     any, else signal (bench) rows, else tune rows (each the fastest config of a case, quick timing:
     labelled so, never mixed with the other two)."""
     d = df[df["mode"].isin(CANDIDATE_MODES)]
+    d = d[~(d["mode"].eq("verdict") & stopped_runs(d))]  # a verify run stopped before its end is no verdict
     rank_of = {m: i for i, m in enumerate(CANDIDATE_MODES)}
     best = d.assign(_r=d["mode"].map(rank_of)).groupby("candidate_id")["_r"].min()
     d = d[d["mode"].map(rank_of) == d["candidate_id"].map(best)]
     d = d.drop_duplicates(["candidate_id", "case", "variant"], keep="last")
     return d.assign(basis=d["mode"])
+
+
+def stopped_runs(df):
+    """Per row: whether it belongs to a run with fewer rows than its verdict_rows (a `kopt verify` stopped
+    before its end; latest_verdict skips those runs too)."""
+    import pandas as pd
+
+    want = pd.to_numeric(df["verdict_rows"], errors="coerce").fillna(0)
+    by_run = df["run_id"].astype(object).fillna("").astype(str)
+    size = by_run.map(by_run.value_counts())
+    return by_run.ne("") & (size < want.groupby(by_run).transform("max"))
 
 
 def parents(df) -> dict[str, str]:
