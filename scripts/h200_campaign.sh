@@ -78,9 +78,10 @@ for s in $steps; do case $s in
   verify)    run verify 600 python3 -m kopt verify --machine --technique "${VERIFY_TECHNIQUE:-shipped}" \
                --hypothesis "${VERIFY_HYPOTHESIS:-the shipped kernel passes the verdict on the H200}" ;;
   timingtests) run timing_tests 300 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests/test_timing.py tests/test_adversarial.py ;;
-  bench5)    # BENCH_N invocations (default 5) of bench --all; BENCH_CANDIDATE: another candidate file
+  bench5)    # BENCH_N invocations (default 5) of bench --all; BENCH_CANDIDATE: another candidate file; BENCH_ARGS: more
+             # bench flags (e.g. "--timing-sets 4")
              for i in $(seq "${BENCH_N:-5}"); do run "bench_all_$i" 300 python3 -m kopt bench --all --cold-cache --machine \
-               ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"}; done ;;
+               ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"} ${BENCH_ARGS:-}; done ;;
   graphcheck) run graph_check 300 python3 scripts/gpu_graph_check.py --cases "${GRAPH_CASES:-1-18}" \
                --ledger candidates.jsonl --out "$log/graph-check.md" ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"} ;;
   aa)        run aa 300 python3 -m kopt calibrate --case "${AA_CASES:-5,10,15}" --json ;;

@@ -30,16 +30,17 @@ def test_bench_shipped_candidate_case1_and_10(workspace):
     assert row.validation and row.validation.correct and row.validation.trials >= 1
     assert row.versions["tilelang"].startswith("0.1") and row.compile_s is not None
     assert row.plan == {"path": "c-target"}  # the candidate's plan_info hook, recorded in the row
+    assert row.timing_sets == 2  # the default: two input sets, each its own allocation
 
 
 def test_bench_json_and_paged_variant(workspace):
     r = CliRunner().invoke(app, ["bench", "--case", "3", "--device", "cpu", "--json", "--no-record", "--quick",
-                                 "--page-size", "16", "--seqlens", "ragged", "--dtype", "bf16",
+                                 "--page-size", "16", "--seqlens", "ragged", "--dtype", "bf16", "--timing-sets", "3",
                                  "--candidate", str(SHIPPED)])
     assert r.exit_code == 0, r.output
     obj = json.loads(r.stdout)
     res = obj["results"][0]
-    assert res["correct"] and res["variant"] == "bf16-d128-paged16-ragged"
+    assert res["correct"] and res["variant"] == "bf16-d128-paged16-ragged" and res["timing_sets"] == 3
     assert parse_line(obj["lines"][0])["STATUS"] == "ok"
     assert obj["overhead_s"]["wall_total"] > 0 and "child_wall" in res["overhead_s"]
     assert not (workspace / "candidates.jsonl").exists()
@@ -63,7 +64,8 @@ def test_usage_errors_exit_2(workspace):
     for args, msg in ([["bench", "--case", "99"], "valid ids"],
                       [["bench"], "--case"],
                       [["bench", "--case", "1", "--dtype", "fp8"], "dtype"],
-                      [["bench", "--case", "1", "--candidate", "nope.py"], "not found"]):
+                      [["bench", "--case", "1", "--candidate", "nope.py"], "not found"],
+                      [["bench", "--case", "1", "--timing-sets", "1"], "--timing-sets"]):
         r = runner.invoke(app, args)
         assert r.exit_code == 2 and msg in str(r.exception) + r.output, (args, r.output)
 

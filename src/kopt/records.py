@@ -192,6 +192,8 @@ class CaseResult(BaseModel):
     overhead_s: dict[str, float] = Field(default_factory=dict)
     commit: Optional[str] = None
     seed: Optional[int] = None
+    timing_sets: Optional[int] = Field(default=None, ge=1)
+    """Input sets the timed calls rotated over, each its own allocation (None: older rows, two)."""
     static_warnings: list[str] = Field(default_factory=list)
     """Warnings of the static check (errors reject the candidate; warnings are shown, not fatal)."""
     peers: list[PeerResult] = Field(default_factory=list)

@@ -33,6 +33,9 @@ def command(
     no_record: bool = typer.Option(False, "--no-record", help="Do not append rows to candidates.jsonl."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     seeds: int = typer.Option(1, "--seeds", min=1, max=16, help="Fresh-seed correctness trials per case."),
+    timing_sets: int = typer.Option(2, "--timing-sets", min=2, max=8,
+                                    help="Input sets the timed calls rotate over, each its own allocation (more "
+                                         "average more placements in device memory; each costs the case's bytes)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for verdicts)."),
     baseline: str = typer.Option("auto", "--baseline", help="auto (flash-attn where it runs, else torch) | fa2 | "
                                                             "fa2-paged | fa3 | flashinfer | torch: a named peer is NA "
@@ -54,7 +57,7 @@ def command(
     path = resolve(candidate or default_candidate())
     opts = BenchOptions(device=device, cold=cold_cache, flush=options.choice(flush, FLUSH_KINDS, "--flush"),
                         graph=graph, replay=options.choice(replay, REPLAYS, "--replay"), timeout_s=timeout,
-                        record=not no_record, seeds=seeds, quick=quick,
+                        record=not no_record, seeds=seeds, timing_sets=timing_sets, quick=quick,
                         baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
                         config=options.config_json(config), hidden=hidden)
     def go(on_result, on_progress):

@@ -55,6 +55,9 @@ class BenchOptions:
     hidden: bool = False
     """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
     Verdicts add hidden rows of their own (kopt.eval.verdict), so they leave this off."""
+    timing_sets: int = 2
+    """Input sets the timed calls rotate over (each its own allocation, so a figure averages that many placements
+    of the inputs in device memory; `kopt bench --timing-sets`)."""
     verdict_rows: Optional[int] = None
     """mode=verdict: the rows the whole verify run writes (set by kopt.eval.verdict.plan, kept on each row)."""
 
@@ -161,10 +164,10 @@ def row_label(case: Case, tag: str) -> str:
 
 def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> Job:
     seeds = [fresh_seed() for _ in range(max(opts.seeds, 1))]
-    r.seed = seeds[0]
+    r.seed, r.timing_sets = seeds[0], max(opts.timing_sets, 2)
     work = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
     return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
-               seeds_timing=[seeds[0], fresh_seed()], refill_seed=fresh_seed(),
+               seeds_timing=[seeds[0]] + [fresh_seed() for _ in range(r.timing_sets - 1)], refill_seed=fresh_seed(),
                do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, replay=opts.replay,
                quick=opts.quick,
                baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work),
