@@ -19,6 +19,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+#: plan_info fields that describe the call, not a config key (the rest of a plan is its config, laid under '+{..}')
+PLAN_ONLY = ("path", "paged", "page_size")
+
+
 def parse_configs(text: str) -> list[tuple[str, dict, bool]]:
     """'label=JSON;label=+JSON' -> [(label, config, over_default)]; a bad entry raises ValueError."""
     out = []
@@ -65,8 +69,7 @@ def main(argv=None) -> int:
         case = case.with_variant(page_size=a.page_size)
         ws = [make_workload(case, seed, "cuda") for seed in (0, 1, 2)]
         base_plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
-        keys = [k for k in mod._CFG_KEYS if k in base_plan] if hasattr(mod, "_CFG_KEYS") else []
-        resolved = {k: int(base_plan[k]) if isinstance(base_plan[k], bool) else base_plan[k] for k in keys}
+        resolved = {k: int(v) if isinstance(v, bool) else v for k, v in base_plan.items() if k not in PLAN_ONLY}
         default = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
         default()
         for label, cfg, over in configs:

@@ -100,6 +100,16 @@ def test_the_shown_verdict_says_how_it_was_timed(workspace, shipped):
     assert "verdict v-graph (device-only with graph replays) 1.500x" in s.summary()
 
 
+def test_a_stopped_verify_is_named_and_not_shown_as_the_verdict(workspace, shipped):
+    n = len(PERF) + 4  # the run was to write four more rows (matrix, hidden) than it did
+    ledger.append(ledger_file(workspace), [row(shipped, c, 1.5, run="v-done", verdict_rows=len(PERF)) for c in PERF])
+    ledger.append(ledger_file(workspace), [row(shipped, c, 9.0, run="v-cut", verdict_rows=n) for c in PERF])
+    s = shown_candidate(workspace)
+    assert s.verdict_run == "v-done" and s.verdict_geomean == pytest.approx(1.5)
+    assert s.verdict_stopped == f"run v-cut: {len(PERF)} of {n} rows"
+    assert "a later verify stopped before its end (run v-cut: 11 of 15 rows): not a verdict" in s.summary()
+
+
 def test_shipped_without_rows_is_still_shown(workspace, shipped):
     ledger.append(ledger_file(workspace), [row("0ld0ld0ld0ld", c, 1.2, run="v-old") for c in PERF])
     s = shown_candidate(workspace)

@@ -64,6 +64,9 @@ class Shown(BaseModel):
     """Geomean speedup of the verdict's timed uniform (edge and perf) cases."""
     verdict_geomean_ragged: Optional[float] = None
     """Geomean speedup of the verdict's timed ragged cases (None: none timed)."""
+    verdict_stopped: str = ""
+    """The candidate's last `kopt verify` run that stopped before its end, when it came after the verdict shown
+    (or there is none): "run R: n of N rows". It is no verdict; run verify again."""
     verdict_timed: int = 0
     verdict_rows: int = 0
     verdict_correct: int = 0
@@ -91,6 +94,8 @@ class Shown(BaseModel):
              f"{self.verdict_timed} timed cases, {self.verdict_correct}/{self.verdict_rows} rows correct"
              if self.verdict_run else "no verdict")
         parts = [f"on {self.device or 'NA'}, {v}"]
+        if self.verdict_stopped:
+            parts.append(f"a later verify stopped before its end ({self.verdict_stopped}): not a verdict")
         if b := self.by_basis("bench"):
             parts.append(f"bench rows for {_cases(b)}")
         if n := self.by_basis(None):
@@ -214,6 +219,12 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         s.verdict_timing = GENERATIONS[timing_generation(verdict)]
         s.verdict_rows = len(verdict)
         s.verdict_correct = sum(r.get("correct") is True for r in verdict)
+    stopped = ranking.stopped_verdicts(rows, cid)
+    if stopped:
+        rid, n, want = stopped[-1]
+        at = {r.get("run_id"): i for i, r in enumerate(rows)}  # a run's last row
+        if not verdict or at[rid] > at.get(s.verdict_run, -1):
+            s.verdict_stopped = f"run {rid}: {n} of {want} rows"
     s.cases = _case_views(ws, rows, cid, verdict, s.device)
     timed = [c for c in s.cases if c.basis == "verdict"]
     s.verdict_timed = len(timed)

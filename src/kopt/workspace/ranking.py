@@ -81,6 +81,21 @@ def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None, device: Opti
     return sorted(latest.values(), key=lambda r: (r.get("case") or 0, r.get("variant") or ""))
 
 
+def stopped_verdicts(rows: Iterable[dict], cid: str) -> list[tuple[str, int, int]]:
+    """(run_id, rows written, rows planned) of each `kopt verify` run of `cid` stopped before its end, in file
+    order: no verdict (latest_verdict skips them), but a user should hear of the last one."""
+    runs: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("mode") == "verdict" and _is_case_row(r) and row_cid(r) == cid and r.get("run_id"):
+            runs.setdefault(r["run_id"], []).append(r)
+    out = []
+    for rid, rs in runs.items():
+        want = max(r.get("verdict_rows") or 0 for r in rs)
+        if len(rs) < want:
+            out.append((rid, len(rs), want))
+    return out
+
+
 def verdict_device(rows: Iterable[dict]) -> Optional[str]:
     """The device a set of verdict rows was measured on (the first row's; None when unknown)."""
     return next((r.get("device") for r in rows if r.get("device") not in (None, "", "NA")), None)
