@@ -115,18 +115,17 @@ def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None)
 
     by_id = {c.id: c for c in cf.cases}
     perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind in PERF_KINDS]
-    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12])
+    matrix_cases = [by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size,
+                                          seqlens=m.seqlens) for m in cf.verify.matrix for i in m.cases]
+    rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
+    hidden_shapes = hidden_cases(perf, cf.verify.hidden, rng)
+    # every row says how many the run writes, so a run stopped before its end is seen as one
+    n = len(perf) + len(matrix_cases) + len(hidden_shapes)
+    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12], verdict_rows=n)
     check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
     matrix = replace(check, tag="matrix")
-    groups: list[list[tuple[Case, BenchOptions]]] = [[(c, base) for c in perf], [], []]
-    for m in cf.verify.matrix:
-        groups[1] += [(by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size,
-                                             seqlens=m.seqlens), matrix) for i in m.cases]
-    rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
     hidden = replace(check, tag="hidden-b{batch}-s{seqlen_k}")  # one options object: one child for all
-    groups[2] = [(h, hidden) for h in hidden_cases(perf, cf.verify.hidden, rng)]
-    n = sum(len(g) for g in groups)  # every row says how many the run writes: a stopped run is seen as one
-    return [[(c, replace(o, verdict_rows=n)) for c, o in g] for g in groups]
+    return [[(c, base) for c in perf], [(c, matrix) for c in matrix_cases], [(h, hidden) for h in hidden_shapes]]
 
 
 def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,

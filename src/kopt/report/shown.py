@@ -219,12 +219,10 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         s.verdict_timing = GENERATIONS[timing_generation(verdict)]
         s.verdict_rows = len(verdict)
         s.verdict_correct = sum(r.get("correct") is True for r in verdict)
-    stopped = ranking.stopped_verdicts(rows, cid)
-    if stopped:
-        rid, n, want = stopped[-1]
-        at = {r.get("run_id"): i for i, r in enumerate(rows)}  # a run's last row
-        if not verdict or at[rid] > at.get(s.verdict_run, -1):
-            s.verdict_stopped = f"run {rid}: {n} of {want} rows"
+    runs = ranking.verdict_runs(rows, cid)
+    if runs and not ranking.run_finished(runs[-1]):  # the last run stopped: after the verdict shown, if any
+        last = runs[-1]
+        s.verdict_stopped = f"run {last[0].get('run_id')}: {len(last)} of {ranking.planned_rows(last)} rows"
     s.cases = _case_views(ws, rows, cid, verdict, s.device)
     timed = [c for c in s.cases if c.basis == "verdict"]
     s.verdict_timed = len(timed)

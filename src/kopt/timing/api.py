@@ -62,6 +62,11 @@ def _pooled_done(rule, ra: list[Samples], rb: list[Samples], cupti: bool) -> boo
     return all(rule.should_stop(p.primary(use_dev), p.elapsed_s) for p in (pa, pb))
 
 
+def _abba(r: int, a: tuple, b: tuple) -> list[tuple]:
+    """Round r's order of the two sides: A B, B A, A B, ... (drifts hit both sides alike)."""
+    return [a, b] if r % 2 == 0 else [b, a]
+
+
 def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: str,
               opts: TimingOptions) -> PairTiming:
     """Interleaved ABBA rounds of candidate a and baseline b; speedup = median per-round time_b / time_a.
@@ -72,11 +77,11 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     rule = opts.stop.split(rounds)
     ra: list[Samples] = []
     rb: list[Samples] = []
-    order = []                                 # A B, B A, A B, ...: drifts hit both sides alike
+    order = []
     for r in range(rounds):
         if r:  # graph replays: each round its own captures (kopt.timing.cuda.CudaTimer.again)
             ha, hb = t.again(ha), t.again(hb)
-        order += [(ha, ra), (hb, rb)] if r % 2 == 0 else [(hb, rb), (ha, ra)]
+        order += _abba(r, (ha, ra), (hb, rb))
     together = getattr(t, "sample_all", None)  # all rounds in one session, where the timer can
     n_eager = _eager_calls(opts)
     got = together([h for h, _ in order], rule, n_eager) if together else None
@@ -88,7 +93,7 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     while t.cupti and r < MORE_ROUNDS * rounds and not _pooled_done(opts.stop, ra, rb, t.cupti):
         for _ in range(2):  # one more A B, B A pair of rounds, each with fresh captures
             ha, hb = t.again(ha), t.again(hb)
-            for h, acc in ((ha, ra), (hb, rb)) if r % 2 == 0 else ((hb, rb), (ha, ra)):
+            for h, acc in _abba(r, (ha, ra), (hb, rb)):
                 acc.append(t.sample(h, rule))
             r += 1
     use_dev, pa, pb = _pooled(ra, rb, t.cupti)

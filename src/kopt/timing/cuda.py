@@ -265,10 +265,16 @@ class CudaTimer:
                 else:
                     handles, self.replay = got, "graph"
                     for h, fn in zip(got, fns):
-                        self._eager_of[id(h)] = fn
-                        if id(fn) in self._call_ms:
-                            self._call_ms[id(h)] = self._call_ms[id(fn)]
+                        self._adopt(h, fn, fn)
         return handles
+
+    def _adopt(self, h, fn, like) -> None:
+        """Graph handle h replays fn's calls: the eager figure runs fn itself, and h takes the per-function
+        estimates (call time, host time a call) of `like`, fn or the handle h replaces."""
+        self._eager_of[id(h)] = fn
+        for d in (self._call_ms, self._host_us):
+            if id(like) in d:
+                d[id(h)] = d[id(like)]
 
     def _hot_graph(self, fn):
         """Hot mode: graph_calls calls in one graph, replayed (no flush; per-call time = replay / graph_calls)."""
@@ -348,10 +354,7 @@ class CudaTimer:
             return h
         graphs, _ = self._graphs(_calls(fn))     # the first capture passed the checks: the same calls
         new = Rotation([g.replay for g in graphs])
-        self._eager_of[id(new)] = fn
-        for d in (self._call_ms, self._host_us):
-            if id(h) in d:
-                d[id(new)] = d[id(h)]
+        self._adopt(new, fn, h)
         return new
 
     def _same_kernels(self, calls: list, replays: list) -> str:

@@ -57,43 +57,46 @@ def _is_case_row(row: dict) -> bool:
     return row.get("kind", "case") == "case"
 
 
-def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None, device: Optional[str] = None) -> list[dict]:
-    """The latest verdict row per (case, variant) of candidate `cid` (default: of the last verdict row);
-    with `device`, of its latest verdict on that device."""
+def verdict_runs(rows: Iterable[dict], cid: Optional[str] = None, device: Optional[str] = None) -> list[list[dict]]:
+    """The `kopt verify` runs of candidate `cid` (default: of the last verdict row), optionally on one device:
+    the rows of each run (they share a run_id; older rows without one form one run), runs ordered by their
+    last row."""
     verdicts = [r for r in rows if r.get("mode") == "verdict" and _is_case_row(r) and row_cid(r)
                 and (device is None or r.get("device") == device)]
     if not verdicts:
         return []
     cid = cid or row_cid(verdicts[-1])
-    mine = [r for r in verdicts if row_cid(r) == cid]
     runs: dict[str, list[dict]] = {}
-    for r in mine:
-        runs.setdefault(r.get("run_id") or "", []).append(r)
-    # rows of one `kopt verify` run share a run_id: the latest finished run is the verdict. A run stopped before
-    # its end (fewer rows than its verdict_rows) says nothing; rows older than the count are taken as they are.
-    finished = [rs for rs in runs.values() if len(rs) >= max(r.get("verdict_rows") or 0 for r in rs)]
+    last: dict[str, int] = {}
+    for i, r in enumerate(verdicts):
+        if row_cid(r) == cid:
+            rid = r.get("run_id") or ""
+            runs.setdefault(rid, []).append(r)
+            last[rid] = i
+    return [runs[rid] for rid in sorted(runs, key=last.__getitem__)]
+
+
+def planned_rows(run: list[dict]) -> int:
+    """The rows a verify run planned to write (its rows' verdict_rows; 0 for rows older than the count)."""
+    return max(r.get("verdict_rows") or 0 for r in run)
+
+
+def run_finished(run: list[dict]) -> bool:
+    """Whether a verify run wrote all the rows it planned; a run stopped before its end (killed, out of time)
+    is no verdict. Rows older than the count are taken as they are."""
+    return len(run) >= planned_rows(run)
+
+
+def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None, device: Optional[str] = None) -> list[dict]:
+    """The latest verdict row per (case, variant) of candidate `cid` (default: of the last verdict row);
+    with `device`, of its latest verdict on that device: the rows of its latest finished run."""
+    finished = [run for run in verdict_runs(rows, cid, device) if run_finished(run)]
     if not finished:
         return []
-    mine = finished[-1]
     latest: dict[tuple, dict] = {}
-    for r in mine:
+    for r in finished[-1]:
         latest[(r.get("case"), r.get("variant") or "")] = r  # file order is append order
     return sorted(latest.values(), key=lambda r: (r.get("case") or 0, r.get("variant") or ""))
-
-
-def stopped_verdicts(rows: Iterable[dict], cid: str) -> list[tuple[str, int, int]]:
-    """(run_id, rows written, rows planned) of each `kopt verify` run of `cid` stopped before its end, in file
-    order: no verdict (latest_verdict skips them), but a user should hear of the last one."""
-    runs: dict[str, list[dict]] = {}
-    for r in rows:
-        if r.get("mode") == "verdict" and _is_case_row(r) and row_cid(r) == cid and r.get("run_id"):
-            runs.setdefault(r["run_id"], []).append(r)
-    out = []
-    for rid, rs in runs.items():
-        want = max(r.get("verdict_rows") or 0 for r in rs)
-        if len(rs) < want:
-            out.append((rid, len(rs), want))
-    return out
 
 
 def verdict_device(rows: Iterable[dict]) -> Optional[str]:
@@ -185,7 +188,7 @@ def _basis_rows(df):
     any, else signal (bench) rows, else tune rows (each the fastest config of a case, quick timing:
     labelled so, never mixed with the other two)."""
     d = df[df["mode"].isin(CANDIDATE_MODES)]
-    d = d[~(d["mode"].eq("verdict") & stopped_runs(d))]  # a verify run stopped before its end is no verdict
+    d = d[~(d["mode"].eq("verdict") & _stopped(d))]  # a verify run stopped before its end is no verdict
     rank_of = {m: i for i, m in enumerate(CANDIDATE_MODES)}
     best = d.assign(_r=d["mode"].map(rank_of)).groupby("candidate_id")["_r"].min()
     d = d[d["mode"].map(rank_of) == d["candidate_id"].map(best)]
@@ -193,9 +196,9 @@ def _basis_rows(df):
     return d.assign(basis=d["mode"])
 
 
-def stopped_runs(df):
+def _stopped(df):
     """Per row: whether it belongs to a run with fewer rows than its verdict_rows (a `kopt verify` stopped
-    before its end; latest_verdict skips those runs too)."""
+    before its end: run_finished, on the frame; latest_verdict skips those runs too)."""
     import pandas as pd
 
     want = pd.to_numeric(df["verdict_rows"], errors="coerce").fillna(0)
