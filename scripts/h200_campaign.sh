@@ -13,7 +13,8 @@
 #   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
 #   flush, for a same-commit comparison with the default read flush), screen (configs on a few cases, quick: SCREEN_CONFIGS,
-#   SCREEN_CASES, SCREEN_ARGS e.g. "--page-size 64"), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all).
+#   SCREEN_CASES, SCREEN_ARGS e.g. "--page-size 64"), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all),
+#   cfgscreen (CFG_SCREEN: a screen file, scripts/gpu_config_screen.py), walljson, startup (scripts/gpu_child_startup.py).
 # The paged steps time quickly unless PAGED_QUICK= (empty: full timing); PAGED256_CASES (default 1-14).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
@@ -107,15 +108,16 @@ for s in $steps; do case $s in
              fi
              ( export PYTHONPATH=/tmp/kopt-peers:$PYTHONPATH; run peers 420 python3 -m kopt peers --all --dtype "${PEERS_DTYPE:-bf16}" ) ;;
   cfgscreen) # CFG_SCREEN: a file of lines "CASES<tab>CONFIGS" (scripts/gpu_config_screen.py), '#' comments; its
-             # explicit configs are compiled first for those cases, in parallel (configs laid over the default, '+{..}', are not)
+             # configs (explicit, or laid over each case's plan: '+{..}') are compiled first for those cases, in parallel
              i=0
              while IFS=$'\t' read -r cs cf <&3; do
                [[ -z $cs || $cs == \#* ]] && continue
-               pc=$(tr ';' '\n' <<< "$cf" | sed -n 's/^[^=]*=\({.*\)$/\1/p' | paste -sd';')
+               pc=$(tr ';' '\n' <<< "$cf" | sed -n 's/^[^=]*=\(+\{0,1\}{.*\)$/\1/p' | paste -sd';')
                [[ -n $pc ]] && run "cfgprewarm_$i" 240 python3 scripts/prewarm_kernels.py --configs "$pc" --cases "$cs"
                run "cfgscreen_$i" 300 python3 scripts/gpu_config_screen.py --cases "$cs" --configs "$cf" ${CFG_SCREEN_ARGS:-}
                echo "cfgscreen_$i cases=$cs configs=$cf" >> "$log/steps.txt"; i=$((i + 1))
              done 3< "${CFG_SCREEN:?CFG_SCREEN: the screen file}" ;;
+  startup)   run child_startup 120 python3 scripts/gpu_child_startup.py --runs "${STARTUP_RUNS:-2}" ;;  # child_warm's steps
   walljson)  # case 10 wall time x3 with --json (every phase of kopt's own in each log)
              for i in 1 2 3; do run "walljson_$i" 60 python3 -m kopt bench --case 10 --cold-cache --machine --json --no-record; done ;;
   prewarmv)  # PREWARM_ARGS: more prewarm_kernels.py flags (--bf16 for peers).

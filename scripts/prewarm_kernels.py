@@ -14,6 +14,7 @@ unit count and arch). Prints one line per finished kernel and a summary.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -69,10 +70,24 @@ _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", 
            "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl")
 
 
-def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify: bool = False,
+#: The plan fields a config may set (a '+{..}' config is laid over the case's own plan of these).
+_CONFIG_FIELDS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced", "q_loop",
+                  "merge_unroll", "bal_combine", "pdl")
+
+
+def parse_configs(text: str) -> list[tuple[dict, bool]]:
+    """'JSON;+JSON' -> [(config, over_default)]: a leading '+' lays the config over each case's own plan."""
+    out = []
+    for part in filter(None, (x.strip() for x in text.split(";"))):
+        out.append((json.loads(part.lstrip("+")), part.startswith("+")))
+    return out
+
+
+def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = None, verify: bool = False,
           bf16: bool = False) -> list[tuple]:
     """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads (with
-    `verify`, only what `kopt verify` needs: no tuning configs beside each case's own plan)."""
+    `verify`, only what `kopt verify` needs: no tuning configs beside each case's own plan). `extra`:
+    (config, over) pairs, over: laid over the case's own plan (gpu_config_screen's '+{..}')."""
     import torch
 
     sys.path.insert(0, SOL)
@@ -94,10 +109,13 @@ def specs(extra: list[dict] | None = None, ids: list[int] | None = None, verify:
             k = one.expand(b, s, hkv, d)
         cfgs = [None]
         if v.dtype == "fp16" and not v.page_size and v.head_dim == 128 and not verify:
-            allc = rk.configs({"seqlen_k": s})
-            cfgs += [allc[1], allc[-1]]
+            if not ids:  # a screen (ids) needs the cases' own plans and its configs only
+                allc = rk.configs({"seqlen_k": s})
+                cfgs += [allc[1], allc[-1]]
             if v.seqlens != "ragged":  # the 14 cases themselves, not the GPU tests' head layouts
-                cfgs += list(extra or [])
+                own = rk._cuda_plan(q, k, bt, None, None)
+                resolved = {f: int(getattr(own, f)) for f in _CONFIG_FIELDS}
+                cfgs += [{**resolved, **c} if over else c for c, over in extra or []]
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
             p.num_splits = min(p.num_splits, 2)  # the kernels depend on split or not, not on the count
@@ -125,16 +143,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     ap.add_argument("--list", action="store_true", help="print the variants and exit")
-    ap.add_argument("--configs", default="", help="';'-separated JSON configs, each also compiled for the 14 cases")
+    ap.add_argument("--configs", default="", help="';'-separated JSON configs, each also compiled for the 14 cases "
+                                                   "('+JSON': laid over each case's own plan)")
     ap.add_argument("--cases", default="", help="comma-separated case ids: only these cases (fp16, contiguous)")
     ap.add_argument("--verify", action="store_true", help="only what bench --all and verify need (the cases, the "
                                                           "verify matrix)")
     ap.add_argument("--bf16", action="store_true", help="with --verify: every case in bf16 too (kopt peers)")
     a = ap.parse_args(argv)
-    import json
-
     ids = [int(x) for x in a.cases.split(",") if x.strip()]
-    todo = specs([json.loads(c) for c in a.configs.split(";") if c.strip()], ids or None, a.verify, a.bf16)
+    todo = specs(parse_configs(a.configs), ids or None, a.verify, a.bf16)
     if a.list:
         for s in todo:
             print(*s)

@@ -154,24 +154,53 @@ class Evaluation:
 START_S: dict[str, float] = {}
 
 
+def start_context():
+    """Start creating the CUDA context of this process's first device in a thread, through the driver API
+    (ctypes releases the GIL while the driver works, so the imports that follow run meanwhile). It retains
+    the device's primary context, the one the CUDA runtime (torch) then finds ready. Returns the thread
+    (join it before using the device); without a driver it does nothing, and torch reports what is wrong."""
+    import threading
+
+    def create():
+        import ctypes
+
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
+            if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0:
+                cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+        except (OSError, AttributeError):
+            pass
+
+    t = threading.Thread(target=create, name="kopt-cuda-context", daemon=True)
+    t.start()
+    return t
+
+
 def _warm() -> None:
     """Import what every evaluation needs (torch, the harness, the baseline library) and read the
     versions while the parent still prepares the jobs; as the parent asks ($KOPT_CHILD_WARM), create
-    the CUDA context and import tilelang too. Library code only: no candidate code runs here, and
-    PRISTINE and THREADS are still taken after the wait, before any candidate import."""
+    the CUDA context (in a thread, while the imports run: start_context) and import tilelang too. Library
+    code only: no candidate code runs here, and PRISTINE and THREADS are still taken after the wait,
+    before any candidate import."""
     import os
+
+    from kopt.eval.jobs import ENV_WARM
+
+    want = set(filter(None, os.environ.get(ENV_WARM, "").split(",")))
+    ctx = start_context() if "cuda" in want else None
 
     import torch
     import torch.profiler  # noqa: F401
 
     from kopt import baselines, candidate, hardware, timing, workload  # noqa: F401
-    from kopt.eval.jobs import ENV_WARM
 
     versions()
-    want = set(filter(None, os.environ.get(ENV_WARM, "").split(",")))
+    if ctx is not None:
+        ctx.join()
     if "cuda" in want and torch.cuda.is_available():
         try:
-            torch.cuda.mem_get_info()  # creates the context (torch.cuda.init() alone does not)
+            torch.cuda.mem_get_info()  # the runtime's view of the context (torch.cuda.init() alone makes none)
         except Exception:  # a broken device: the job's own phases report it
             pass
     if "tilelang" in want:
