@@ -14,7 +14,8 @@
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
 #   flush, for a same-commit comparison with the default read flush), screen (configs on a few cases, quick: SCREEN_CONFIGS,
 #   SCREEN_CASES, SCREEN_ARGS e.g. "--page-size 64"), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all),
-#   cfgscreen (CFG_SCREEN: a screen file, scripts/gpu_config_screen.py), walljson, startup (scripts/gpu_child_startup.py).
+#   cfgscreen (CFG_SCREEN: a screen file, scripts/gpu_config_screen.py), walljson, startup (scripts/gpu_child_startup.py),
+#   ragpaged (cases 15-18 in RAGPAGED_SIZES-token pages, default 16 256).
 # The paged steps time quickly unless PAGED_QUICK= (empty: full timing); PAGED256_CASES (default 1-14).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
@@ -67,6 +68,9 @@ for s in $steps; do case $s in
   bf16)      run bench_bf16 300 python3 -m kopt bench --all --cold-cache --machine --dtype bf16 --quick ;;
   paged256)  run bench_paged256 300 python3 -m kopt bench --case "${PAGED256_CASES:-1-14}" --cold-cache --machine \
                --page-size 256 ${PAGED_QUICK---quick} ;;
+  ragpaged)  # the ragged cases in 16- and 256-token pages (RAGPAGED_SIZES), full timing, recorded
+             for pg in ${RAGPAGED_SIZES:-16 256}; do
+               run "bench_ragged_p$pg" 240 python3 -m kopt bench --case 15-18 --cold-cache --machine --page-size "$pg"; done ;;
   paged64)   run bench_paged64 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 64 ${PAGED_QUICK---quick} ;;
   paged16)   run bench_paged16 300 python3 -m kopt bench --case 7-14 --cold-cache --machine --page-size 16 ${PAGED_QUICK---quick} ;;
   calibrate) run calibrate 300 python3 -m kopt calibrate --case 10,12 --json ;;
