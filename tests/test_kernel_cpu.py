@@ -226,6 +226,18 @@ def _kernel_bodies(src: str) -> dict:
 
 
 @needs_nvcc
+def test_wide_tiles_hold_a_short_range_in_one_tile(rk):
+    """block_N 256 (a config knob): a CTA whose range fits one tile issues all its K and V loads before the first
+    wait (one K group, one V group, then the loop's first wait), with no spills; 141 KB of shared memory."""
+    info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=256,
+                                 eager=True)["main"]
+    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    body = info["source"].split("__launch_bounds__", 1)[1]
+    assert body.index("V_shared") < body.index("cp_async_wait")  # V's copies issued before any wait
+    assert 128 * 1024 < info["dyn_smem_bytes"] <= 227 * 1024
+
+
+@needs_nvcc
 def test_pdl_switch_launches_the_combine_as_a_dependent(rk):
     """pdl (Hopper): the split kernel allows its dependent's launch at its start and the combine kernel waits
     for the split grid before it reads a partial; the balanced combine derives its plan from L first. The
@@ -341,7 +353,9 @@ def test_balanced_plan_from_shapes(rk, case, want):
 
 
 def test_balanced_tiling_given_wins_over_the_gqa_rule(rk):
-    """R4's shape (G 8): 128-key tiles at one CTA per unit by default; a given tile and CTAs per unit win."""
+    """R4's shape (G 8, contiguous): 128-key tiles at one CTA per unit by default; a given tile and CTAs per unit
+    win; G 4 and paged caches keep 64-key tiles at two per unit."""
     assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8) == (128, 34, 132)
     assert rk._balanced_splits({"bal_per_sm": 2}, 4, 4, 61519, 132, 64, 16, 8) == (64, 67, 264)
     assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 4) == (64, 67, 264)  # G 4: the 64-key plan
+    assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8, paged=True) == (64, 67, 264)  # paged: likewise

@@ -109,9 +109,9 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.threads = int(cfg.get("threads") or base["threads"])
     p.fused = bool(int(cfg.get("fused", base["fused"])))
     bn = int(cfg.get("block_N") or 0)
-    if bn not in (0, 32, 64, 128) or p.threads not in (128, 256) or p.num_stages not in (0, 1):
+    if bn not in (0, 32, 64, 128, 192, 256) or p.threads not in (128, 256) or p.num_stages not in (0, 1):
         raise ValueError(f"unsupported CUDA config block_N={bn} threads={p.threads} num_stages={p.num_stages} "
-                         "(block_N in 32/64/128, threads 128/256, num_stages 0/1)")
+                         "(block_N in 32/64/128/192/256, threads 128/256, num_stages 0/1)")
     # longest possible sequence (cache_seqlens stays on the device: no host sync to read it)
     max_seqlen = int(block_table.shape[1]) * page if paged else int(k_cache.shape[1])
     p.block_N, p.num_splits = _cuda.choose_tiling(B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn,
@@ -127,7 +127,8 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         eager = tiles_per_cta <= _cuda.EAGER_MAX_TILES
     p.eager = bool(int(eager))
     p.balanced, p.q_loop, p.merge_unroll, p.bal_combine = 0, False, 0, False
-    bal = _balanced_splits(cfg, B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn, p.num_splits, Hq // Hkv)
+    bal = _balanced_splits(cfg, B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn, p.num_splits, Hq // Hkv,
+                           paged)
     if bal is not None:
         p.block_N, p.num_splits, p.balanced = bal
         p.last_cta, p.eager = True, False
@@ -146,7 +147,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     return p
 
 
-def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1):
+def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, paged=False):
     """(block_N, max splits per row, target CTAs) of the work-balanced kernel, or None for the plain one.
 
     The balanced kernel splits each row by its own length, read on the device (tl_decode_cuda: the batch's
@@ -154,13 +155,13 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
     balanced when no split count is pinned (explicitly or by a tuned row), the allocated length has at least
     BAL_MIN_ALLOC_TILES 64-key tiles, the batch has several rows (one row is balanced by the plain kernel: it
     cuts its own length into the splits), and one full-length row could use more splits than the uniform
-    plan's. Tiles and CTAs per unit (unless given): 64-key tiles at BAL_CTAS_PER_SM CTAs per unit, or, from
-    BAL_WIDE_GQA query heads per KV head, 128-key tiles at one CTA per unit (choose_tiling's rule for CTAs
-    that fit the units)."""
+    plan's. Tiles and CTAs per unit (unless given): 64-key tiles at BAL_CTAS_PER_SM CTAs per unit, or, for a
+    contiguous cache with BAL_WIDE_GQA query heads per KV head or more, 128-key tiles at one CTA per unit
+    (choose_tiling's rule for CTAs that fit the units; paged caches lost with it)."""
     bal = cfg.get("balanced")
     if bal is not None and not int(bal):
         return None
-    wide = gqa >= _cuda.BAL_WIDE_GQA
+    wide = gqa >= _cuda.BAL_WIDE_GQA and not paged
     bn = block_N or (128 if wide else 64)
     alloc_tiles = -(-max_seqlen // bn)
     per_sm = cfg.get("bal_per_sm") or (1 if wide else _cuda.BAL_CTAS_PER_SM)

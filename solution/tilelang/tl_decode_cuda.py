@@ -25,7 +25,7 @@ iteration 7: the clamp on every row of the non-eager path cost paged case 7 abou
 ``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's
 _balanced_splits): each row is split by its own length, read on the device, so that the batch's real
 tiles spread over about BAL_CTAS_PER_SM CTAs per unit (one, with 128-key tiles, from BAL_WIDE_GQA query
-heads per KV head): with T = kv heads x the sum of the rows' tiles
+heads per KV head in a contiguous cache): with T = kv heads x the sum of the rows' tiles
 and w = max(BAL_MIN_TILES, ceil(T / target)), row b takes round(tiles_b / w) splits (1..num_splits).
 The grid is (kv heads, batch + pool): block y < batch runs the first split of row y; the pool blocks
 (pool = ceil(target / kv heads), which bounds the extra splits of all rows together) each find their
@@ -388,8 +388,9 @@ _COMBINE_UNROLL = 16
 BAL_MIN_TILES = 4
 #: balanced variant: target CTAs per unit (the batch's real tiles are spread over about this many waves' CTAs)
 BAL_CTAS_PER_SM = 2
-#: balanced variant: from this many query heads per KV head, 128-key tiles at one CTA per unit (H200,
-#: iteration 12: R4 (G 8) 37.8 -> 36.9 us, R3 (G 8) -0.9%; with G 4 R1 and case 12 were 2.2% and 0.8% slower)
+#: balanced variant: from this many query heads per KV head, 128-key tiles at one CTA per unit, contiguous caches
+#: only (H200, iteration 12: R4 (G 8) 37.8 -> 36.9 us, R3 (G 8) -0.9%; with G 4 R1 and case 12 were 2.2% and 0.8%
+#: slower; in 16-token pages R3 140.3 -> 149.4 us and R4 42.4 -> 43.6 us, in 256-token pages R3 +1%)
 BAL_WIDE_GQA = 8
 #: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
@@ -559,6 +560,10 @@ def default_config(G: int, d: int, page_size: int | None) -> dict:
 LAST_CTA_MAX_ROWS = 160
 
 
+#: the one wide tile of a short unsplit range (choose_tiling)
+WIDE_TILE = 192
+
+
 #: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
 #: saves part of one DRAM latency per CTA, and costs a 4 KB L2 read of Q per further tile.
 EAGER_MAX_TILES = 8
@@ -601,16 +606,21 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0):
-    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except 128-key tiles when
-    one CTA per (batch, kv_head) streams a longer range (> 256 keys) and those CTAs are no more than
-    the units: one CTA on a unit keeps more bytes in flight with bigger tiles, while several CTAs per
-    unit want the smaller tile's occupancy (H200, fp16, D 128: 168 registers and 73 KB of shared
-    memory, 3 CTAs per SM, at 128 keys; 126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512
-    CTAs take 1.29 waves with 128-key tiles and one with 64)."""
+    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
+    (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
+    for a longer range (> 256 keys) and one 192-key tile for a range of 129-192 keys. One CTA on a unit
+    keeps more bytes in flight with bigger tiles, while several CTAs per unit want the smaller tile's
+    occupancy (H200, fp16, D 128: 168 registers and 73 KB of shared memory, 3 CTAs per SM, at 128 keys;
+    126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512 CTAs take 1.29 waves with 128-key tiles
+    and one with 64). A range of one 192-key tile waits for one K round trip where 64-key tiles chain
+    three (H200, iteration 13: case 5, 141 keys, 5.31 -> 4.74 us; two 128-key tiles were 6.21, one of 256
+    slower still)."""
     bn = block_N or 64
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms:
         bn = 128
+    elif not block_N and ns == 1 and 128 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms:
+        bn = WIDE_TILE
     ns = max(1, min(ns, -(-max_seqlen // bn)))
     return bn, ns
 

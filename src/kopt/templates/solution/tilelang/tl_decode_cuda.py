@@ -25,7 +25,7 @@ iteration 7: the clamp on every row of the non-eager path cost paged case 7 abou
 ``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's
 _balanced_splits): each row is split by its own length, read on the device, so that the batch's real
 tiles spread over about BAL_CTAS_PER_SM CTAs per unit (one, with 128-key tiles, from BAL_WIDE_GQA query
-heads per KV head): with T = kv heads x the sum of the rows' tiles
+heads per KV head in a contiguous cache): with T = kv heads x the sum of the rows' tiles
 and w = max(BAL_MIN_TILES, ceil(T / target)), row b takes round(tiles_b / w) splits (1..num_splits).
 The grid is (kv heads, batch + pool): block y < batch runs the first split of row y; the pool blocks
 (pool = ceil(target / kv heads), which bounds the extra splits of all rows together) each find their
@@ -388,8 +388,9 @@ _COMBINE_UNROLL = 16
 BAL_MIN_TILES = 4
 #: balanced variant: target CTAs per unit (the batch's real tiles are spread over about this many waves' CTAs)
 BAL_CTAS_PER_SM = 2
-#: balanced variant: from this many query heads per KV head, 128-key tiles at one CTA per unit (H200,
-#: iteration 12: R4 (G 8) 37.8 -> 36.9 us, R3 (G 8) -0.9%; with G 4 R1 and case 12 were 2.2% and 0.8% slower)
+#: balanced variant: from this many query heads per KV head, 128-key tiles at one CTA per unit, contiguous caches
+#: only (H200, iteration 12: R4 (G 8) 37.8 -> 36.9 us, R3 (G 8) -0.9%; with G 4 R1 and case 12 were 2.2% and 0.8%
+#: slower; in 16-token pages R3 140.3 -> 149.4 us and R4 42.4 -> 43.6 us, in 256-token pages R3 +1%)
 BAL_WIDE_GQA = 8
 #: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
