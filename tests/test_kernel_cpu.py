@@ -226,15 +226,17 @@ def _kernel_bodies(src: str) -> dict:
 
 
 @needs_nvcc
-def test_wide_tiles_hold_a_short_range_in_one_tile(rk):
-    """block_N 256 (a config knob): a CTA whose range fits one tile issues all its K and V loads before the first
-    wait (one K group, one V group, then the loop's first wait), with no spills; 141 KB of shared memory."""
-    info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=256,
+@pytest.mark.parametrize("block_N,smem_kb", [(192, (96, 128)), (256, (128, 227))])
+def test_wide_tiles_hold_a_short_range_in_one_tile(rk, block_N, smem_kb):
+    """block_N 192 (the default for an unsplit range of 129-192 keys) and 256 (a config knob): a CTA whose range
+    fits one tile issues all its K and V loads before the first wait (one K group, one V group, then the loop's
+    first wait), with no spills, in 106 / 141 KB of shared memory."""
+    info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=block_N,
                                  eager=True)["main"]
     assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
     body = info["source"].split("__launch_bounds__", 1)[1]
     assert body.index("V_shared") < body.index("cp_async_wait")  # V's copies issued before any wait
-    assert 128 * 1024 < info["dyn_smem_bytes"] <= 227 * 1024
+    assert smem_kb[0] * 1024 < info["dyn_smem_bytes"] <= smem_kb[1] * 1024
 
 
 @needs_nvcc
@@ -306,12 +308,17 @@ def test_combine_merge_arithmetic(rk, num_splits):
     ((32, 8, 4096), (64, 1)),    # case 9: 256 CTAs
     ((16, 8, 362), (128, 1)),    # case 6: 128 CTAs, at most one per SM, a range past 256 keys
     ((64, 8, 64), (64, 1)),      # case 4: a short range
+    ((16, 4, 141), (192, 1)),    # case 5: 64 CTAs, at most one per SM, a range of one 192-key tile
+    ((16, 4, 192), (192, 1)),    # the widest range one such tile holds
+    ((16, 4, 128), (64, 1)),     # a range two 64-key tiles hold
+    ((64, 8, 141), (64, 1)),     # 512 CTAs: several per SM, the 64-key tile's occupancy
     ((1, 4, 8192), (64, 32)),    # case 10: split
     ((1, 4, 61519), (64, 65)),   # case 14: split, about 2 CTAs per SM (the tuning table pins 128 x 32)
 ])
 def test_default_tiling(rk, case, want):
-    """The default tile: 128 keys only when one CTA per (batch, kv head) streams more than 256 keys and
-    those CTAs fit one per unit (132 SMs); otherwise 64 keys. Explicit values win."""
+    """The default tile: when one CTA per (batch, kv head) streams the whole range and those CTAs fit one per
+    unit (132 SMs), 128 keys for a range past 256 keys and one 192-key tile for 129-192 keys; otherwise 64
+    keys. Explicit values win."""
     import sys
 
     cu = sys.modules["tl_decode_cuda"]

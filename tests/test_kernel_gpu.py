@@ -120,6 +120,42 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("eager", [0, 1])
+@pytest.mark.parametrize("cid,page,block_N", [(1, 0, 0), (3, 0, 0), (5, 0, 0), (5, 0, 64), (6, 0, 0), (10, 0, 192),
+                                              (3, 16, 0), (5, 64, 0), (4, 256, 0), (18, 0, 0), (17, 16, 0)])
+def test_nan_past_the_sequence_stays_out(kernel, cid, page, block_N, eager):
+    """K and V rows past each sequence hold NaN (stale or never written cache rows): the eager loads read K
+    rows there before L[b] arrives, and every path must keep them out of the output (P = 0 times NaN is NaN)."""
+    import torch
+
+    from kopt import baselines
+    from kopt.eval import checks
+    from kopt.reference import reference
+    from kopt.workload import make_workload
+
+    cfg = {"eager": eager} | ({"block_N": block_N} if block_N else {})
+    c = _case(cid, seqlens="ragged", page_size=page)
+    c = c.model_copy(update={"batch": max(c.batch, 3)})
+    w = make_workload(c, 41, "cuda")
+    ref, base = reference(w), baselines.torch_attention(w)  # from the intact cache
+    lens = w.cache_seqlens.long()
+    for cache in (w.k_cache, w.v_cache):
+        if page:  # position p of sequence b lives in page block_table[b, p // page], row p % page
+            pos = torch.arange(w.block_table.shape[1] * page, device=cache.device)
+            for b in range(w.q.shape[0]):
+                past = pos[pos >= lens[b]]
+                cache[w.block_table[b, past // page].long(), past % page] = float("nan")
+        else:
+            pos = torch.arange(cache.shape[1], device=cache.device)
+            cache[pos[None, :].expand(cache.shape[0], -1) >= lens[:, None]] = float("nan")
+    assert bool(torch.isnan(w.v_cache).any()), "no row past a sequence: the test would prove nothing"
+    out = kernel.run(*w.args(), **w.kwargs(cfg))
+    torch.cuda.synchronize()
+    chk = checks.check_output(out, ref, base, w.q)
+    assert chk.status.value == "ok", f"case {cid} page {page} block_N {block_N} eager {eager}: {chk.detail}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kv_heads,gqa", [(32, 1), (1, 32), (2, 16)], ids=["MHA32", "MQA32", "G16"])
 def test_eager_head_layouts(kernel, kv_heads, gqa):
     c = _case(10, seqlens="ragged").model_copy(update={"kv_heads": kv_heads, "gqa": gqa, "batch": 3, "seqlen_k": 3001})

@@ -230,3 +230,18 @@ def test_commit_goes_ahead_when_the_views_fail(ws, monkeypatch):
     edit(ws)
     res = kopt("commit", "-m", "first try")
     assert res.exit_code == 0 and "plots and report not regenerated: RuntimeError: no figures today" in res.stderr
+
+
+def test_a_message_with_its_own_prefix_is_not_prefixed_twice(ws):
+    """`-m "[iter N] ..."` for the iteration being committed: one prefix in the commit; another N: refused
+    (exit 2, nothing committed)."""
+    import git
+
+    repo = git.Repo(ws)
+    edit(ws)
+    code, err = failure(kopt("commit", "-m", "[iter 7] wrong number"))
+    assert code == 2 and "[iter 7]" in err and "iteration 1" in err
+    assert not any(p.name.startswith("1-") for p in (ws / "trajectory").iterdir())  # no snapshot left behind
+    res = kopt("commit", "-m", "[iter 1]  tiles of 192 keys")
+    assert res.exit_code == 0, (res.stdout, res.exception)
+    assert repo.head.commit.summary == "[iter 1] tiles of 192 keys"

@@ -3,6 +3,7 @@ regenerated from it, and the `[iter N]` commit of the workspace paths (kopt.work
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -23,6 +24,7 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
         raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
                              "candidates.jsonl, trajectory/, knowledge/) since the last commit")
     n = vcs.iterations_done(repo) + 1
+    description = _without_prefix(description, n)
     snap = vcs.write_snapshot(ws, repo, n, description)
     refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
     message = f"[iter {n}] {description}"
@@ -34,3 +36,18 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
         repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
         raise
     return vcs.CommitResult(n, message, sha, snap, refreshed, warning)
+
+
+def _without_prefix(description: str, n: int) -> str:
+    """The description without a leading `[iter N]` of its own (the commit adds it); one naming another
+    iteration than the one being committed is refused."""
+    m = re.match(r"\[iter (\d+)\]\s*", description)
+    if not m:
+        return description
+    if int(m.group(1)) != n:
+        raise UsageError(f"the message starts with [iter {m.group(1)}], but this commit is iteration {n}: "
+                         "leave the prefix out, kopt commit adds it")
+    rest = description[m.end():]
+    if not rest:
+        raise UsageError("give a description after the prefix: kopt commit -m \"what changed\"")
+    return rest

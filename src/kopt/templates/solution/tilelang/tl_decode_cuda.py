@@ -560,6 +560,10 @@ def default_config(G: int, d: int, page_size: int | None) -> dict:
 LAST_CTA_MAX_ROWS = 160
 
 
+#: the one wide tile of a short unsplit range (choose_tiling)
+WIDE_TILE = 192
+
+
 #: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
 #: saves part of one DRAM latency per CTA, and costs a 4 KB L2 read of Q per further tile.
 EAGER_MAX_TILES = 8
@@ -602,16 +606,21 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0):
-    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except 128-key tiles when
-    one CTA per (batch, kv_head) streams a longer range (> 256 keys) and those CTAs are no more than
-    the units: one CTA on a unit keeps more bytes in flight with bigger tiles, while several CTAs per
-    unit want the smaller tile's occupancy (H200, fp16, D 128: 168 registers and 73 KB of shared
-    memory, 3 CTAs per SM, at 128 keys; 126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512
-    CTAs take 1.29 waves with 128-key tiles and one with 64)."""
+    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
+    (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
+    for a longer range (> 256 keys) and one 192-key tile for a range of 129-192 keys. One CTA on a unit
+    keeps more bytes in flight with bigger tiles, while several CTAs per unit want the smaller tile's
+    occupancy (H200, fp16, D 128: 168 registers and 73 KB of shared memory, 3 CTAs per SM, at 128 keys;
+    126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512 CTAs take 1.29 waves with 128-key tiles
+    and one with 64). A range of one 192-key tile waits for one K round trip where 64-key tiles chain
+    three (H200, iteration 13: case 5, 141 keys, 5.31 -> 4.74 us; two 128-key tiles were 6.21, one of 256
+    slower still)."""
     bn = block_N or 64
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms:
         bn = 128
+    elif not block_N and ns == 1 and 128 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms:
+        bn = WIDE_TILE
     ns = max(1, min(ns, -(-max_seqlen // bn)))
     return bn, ns
 
