@@ -61,6 +61,32 @@ def test_child_warm_hint_imports_tilelang_before_the_candidate(tmp_path, warm):
         assert oc.result.status == Status.compile_error and "cold" in oc.result.message
 
 
+def test_cuda_warm_hint_without_a_driver_still_evaluates(tmp_path):
+    """The "cuda" hint starts the context thread (start_context) before the imports; on a host without a
+    CUDA driver it finds none and ends, and the child goes on to evaluate its job on the CPU."""
+    [oc] = run_jobs([_job("honest", tmp_path)], 120.0, child=Child(warm=("cuda",)))
+    assert oc.failure() is None and oc.result.status == Status.ok, oc.stderr_tail
+
+
+def test_context_thread_ends_without_a_driver(monkeypatch):
+    """start_context on a host whose libcuda cannot be loaded: a thread that ends on its own, no error."""
+    import ctypes
+
+    from kopt.eval import worker
+
+    def no_driver(name, *a, **k):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    import threading
+
+    raised = []
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    t = worker.start_context()
+    t.join(timeout=10)
+    assert not t.is_alive() and t.daemon and raised == []
+
+
 def test_warm_hints_follow_the_device_and_the_candidate_sources(tmp_path):
     torch_only = ADV / "honest.py"
     assert bench.warm_hints(torch_only, "cpu") == ()
