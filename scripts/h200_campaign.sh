@@ -15,8 +15,8 @@
 #   flush, for a same-commit comparison with the default read flush), screen (configs on a few cases, quick: SCREEN_CONFIGS,
 #   SCREEN_CASES, SCREEN_ARGS e.g. "--page-size 64"), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all),
 #   cfgscreen (CFG_SCREEN: a screen file, scripts/gpu_config_screen.py), walljson, startup (scripts/gpu_child_startup.py),
-#   ragpaged (cases 15-18 in RAGPAGED_SIZES-token pages, default 16 256), kerneltests (tests/test_kernel_gpu.py, the
-#   graph-replay, ragged and NaN tests first; after prewarm).
+#   ragpaged (cases 15-18 in RAGPAGED_SIZES-token pages, default 16 256), kerneltests (tests/test_kernel_gpu.py in
+#   parallel shards; after prewarm).
 # The paged steps time quickly unless PAGED_QUICK= (empty: full timing); PAGED256_CASES (default 1-14).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
@@ -44,12 +44,18 @@ for s in $steps; do case $s in
              run prewarm 300 python3 scripts/prewarm_kernels.py --configs "$pc" --cases "${PREWARM_CASES:-}" ;;
   gputests)  # GPUTESTS_K: a pytest -k expression (a subset, when device time is short)
              run gputests 420 python3 -m pytest -m gpu -q -rfE -p no:cacheprovider tests ${GPUTESTS_K:+-k "$GPUTESTS_K"} ;;
-  kerneltests) # the kernel's GPU tests, most telling first (graph replays with new lengths, the ragged batches in
-             # every layout, NaN past the sequences), then the rest; -v so a run cut short still says what passed.
-             # Run the prewarm step first: each test's kernel otherwise compiles on demand (~10 s each)
-             first="graph_replay or ragged_batches or nan_past"
-             run kerneltests_first 300 python3 -m pytest -m gpu -v -rfE -p no:cacheprovider tests/test_kernel_gpu.py -k "$first"
-             run kerneltests_rest 400 python3 -m pytest -m gpu -v -rfE -p no:cacheprovider tests/test_kernel_gpu.py -k "not ($first)" ;;
+  kerneltests) # tests/test_kernel_gpu.py in KERNELTESTS_SHARDS (default 6) pytest processes side by side
+             # (KOPT_TEST_SHARD, tests/conftest.py: their kernels compile in parallel); -v, so a shard cut short
+             # still says what passed. Run prewarm first: a test's kernel otherwise compiles on demand (~10 s)
+             n=${KERNELTESTS_SHARDS:-6}; pids=()
+             for i in $(seq 0 $((n - 1))); do
+               KOPT_TEST_SHARD="$i/$n" run "kerneltests_$i" "${KERNELTESTS_LIMIT_S:-500}" python3 -m pytest -m gpu -v -rfE \
+                 -p no:cacheprovider tests/test_kernel_gpu.py &
+               pids+=($!)
+             done
+             wait "${pids[@]}"
+             cat "$log"/kerneltests_*.out | grep -E " (PASSED|FAILED|ERROR)" | awk '{print $2}' | sort | uniq -c \
+               > "$log/kerneltests_summary.txt" ;;
   ab)        run ab_fused0 150 python3 -m kopt bench --case 8,10,13,14 --cold-cache --machine --quick \
                --config '{"fused": 0}' ;;
   overhead)  run overhead 240 python3 scripts/gpu_timing_overhead.py ;;

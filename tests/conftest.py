@@ -21,7 +21,26 @@ def _cuda() -> bool:
         return False
 
 
+def _shard(config, items) -> None:
+    """KOPT_TEST_SHARD=i/n keeps every n-th collected test from the i-th (0-based): n pytest processes, one
+    per shard, run a long GPU test file side by side (their kernels compile in parallel)."""
+    import os
+
+    spec = os.environ.get("KOPT_TEST_SHARD")
+    if not spec:
+        return
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+        assert 0 <= i < n
+    except (ValueError, AssertionError):
+        raise pytest.UsageError(f"KOPT_TEST_SHARD={spec!r}: want i/n with 0 <= i < n") from None
+    keep = set(range(i, len(items), n))
+    config.hook.pytest_deselected(items=[it for j, it in enumerate(items) if j not in keep])
+    items[:] = [it for j, it in enumerate(items) if j in keep]
+
+
 def pytest_collection_modifyitems(config, items):
+    _shard(config, items)
     if _cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
