@@ -70,11 +70,6 @@ _FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", 
            "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl")
 
 
-#: The plan fields a config may set (a '+{..}' config is laid over the case's own plan of these).
-_CONFIG_FIELDS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced", "q_loop",
-                  "merge_unroll", "bal_combine", "pdl")
-
-
 def parse_configs(text: str) -> list[tuple[dict, bool]]:
     """'JSON;+JSON' -> [(config, over_default)]: a leading '+' lays the config over each case's own plan."""
     out = []
@@ -112,10 +107,10 @@ def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = 
             if not ids:  # a screen (ids) needs the cases' own plans and its configs only
                 allc = rk.configs({"seqlen_k": s})
                 cfgs += [allc[1], allc[-1]]
-            if v.seqlens != "ragged":  # the 14 cases themselves, not the GPU tests' head layouts
-                own = rk._cuda_plan(q, k, bt, None, None)
-                resolved = {f: int(getattr(own, f)) for f in _CONFIG_FIELDS}
-                cfgs += [{**resolved, **c} if over else c for c, over in extra or []]
+            if v.seqlens != "ragged" and extra:  # the 14 cases themselves, not the GPU tests' head layouts
+                own = rk._cuda_plan(q, k, bt, None, None)  # the plan a '+{..}' config is laid over: its config keys
+                resolved = {f: int(getattr(own, f)) for f in _FIELDS if f in rk._CFG_KEYS}
+                cfgs += [{**resolved, **c} if over else c for c, over in extra]
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
             p.num_splits = min(p.num_splits, 2)  # the kernels depend on split or not, not on the count

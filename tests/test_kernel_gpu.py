@@ -18,20 +18,30 @@ def kernel():
     return candidate.load(SHIPPED)
 
 
-def _check(kernel, case, seed=0, config=None):
-    import torch
-
+def _intact(case, seed):
+    """A CUDA workload with its fp32 reference and torch baseline, taken before a test alters its inputs."""
     from kopt import baselines
-    from kopt.eval import checks
     from kopt.reference import reference
     from kopt.workload import make_workload
 
     w = make_workload(case, seed, "cuda")
+    return w, reference(w), baselines.torch_attention(w)
+
+
+def _assert_ok(kernel, w, ref, base, config, what):
+    """One call of the kernel on w checked against ref with kopt's tolerance rule (base: the torch baseline)."""
+    import torch
+
+    from kopt.eval import checks
+
     out = kernel.run(*w.args(), **w.kwargs(config))
     torch.cuda.synchronize()
-    ref = reference(w)
-    chk = checks.check_output(out, ref, baselines.torch_attention(w), w.q)
-    assert chk.status.value == "ok", f"case {case.id} {case.variant.label()}: {chk.detail}"
+    chk = checks.check_output(out, ref, base, w.q)
+    assert chk.status.value == "ok", f"{what}: {chk.detail}"
+
+
+def _check(kernel, case, seed=0, config=None):
+    _assert_ok(kernel, *_intact(case, seed), config, f"case {case.id} {case.variant.label()}")
 
 
 def _case(i, **variant):
@@ -95,17 +105,11 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
     clamped into the pool, the keys masked), and neither variant may let them reach the output."""
     import torch
 
-    from kopt import baselines
-    from kopt.eval import checks
-    from kopt.reference import reference
-    from kopt.workload import make_workload
-
     cfg = {"eager": eager} | ({"num_splits": splits} if splits else {})
     for seed, dtype in ((31, "fp16"), (32, "bf16")):
         c = _case(cid, seqlens="ragged", dtype=dtype, page_size=page)
         c = c.model_copy(update={"batch": max(c.batch, 3)})  # one sequence stays full: others must be shorter
-        w = make_workload(c, seed, "cuda")
-        ref, base = reference(w), baselines.torch_attention(w)  # from the intact table
+        w, ref, base = _intact(c, seed)  # from the intact table
         bt, nblocks = w.block_table, w.k_cache.shape[0]
         used = (w.cache_seqlens.long() + page - 1) // page
         cols = torch.arange(bt.shape[1], device=bt.device)
@@ -113,10 +117,7 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
         garbage = torch.where(cols % 2 == 0, -7, nblocks + 1000).to(bt.dtype).expand_as(bt)
         bt.copy_(torch.where(past, garbage, bt))
         assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
-        out = kernel.run(*w.args(), **w.kwargs(cfg))
-        torch.cuda.synchronize()
-        chk = checks.check_output(out, ref, base, w.q)
-        assert chk.status.value == "ok", f"case {cid} page {page} eager {eager} {dtype}: {chk.detail}"
+        _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} eager {eager} {dtype}")
 
 
 @pytest.mark.gpu
@@ -128,16 +129,10 @@ def test_nan_past_the_sequence_stays_out(kernel, cid, page, block_N, eager):
     rows there before L[b] arrives, and every path must keep them out of the output (P = 0 times NaN is NaN)."""
     import torch
 
-    from kopt import baselines
-    from kopt.eval import checks
-    from kopt.reference import reference
-    from kopt.workload import make_workload
-
     cfg = {"eager": eager} | ({"block_N": block_N} if block_N else {})
     c = _case(cid, seqlens="ragged", page_size=page)
     c = c.model_copy(update={"batch": max(c.batch, 3)})
-    w = make_workload(c, 41, "cuda")
-    ref, base = reference(w), baselines.torch_attention(w)  # from the intact cache
+    w, ref, base = _intact(c, 41)  # from the intact cache
     lens = w.cache_seqlens.long()
     for cache in (w.k_cache, w.v_cache):
         if page:  # position p of sequence b lives in page block_table[b, p // page], row p % page
@@ -149,10 +144,7 @@ def test_nan_past_the_sequence_stays_out(kernel, cid, page, block_N, eager):
             pos = torch.arange(cache.shape[1], device=cache.device)
             cache[pos[None, :].expand(cache.shape[0], -1) >= lens[:, None]] = float("nan")
     assert bool(torch.isnan(w.v_cache).any()), "no row past a sequence: the test would prove nothing"
-    out = kernel.run(*w.args(), **w.kwargs(cfg))
-    torch.cuda.synchronize()
-    chk = checks.check_output(out, ref, base, w.q)
-    assert chk.status.value == "ok", f"case {cid} page {page} block_N {block_N} eager {eager}: {chk.detail}"
+    _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} block_N {block_N} eager {eager}")
 
 
 @pytest.mark.gpu

@@ -285,20 +285,28 @@ def resolve_device(device: str) -> str:
     return "cpu"
 
 
-def _driver_gpu_count() -> int:
-    """CUDA devices the driver sees (honours CUDA_VISIBLE_DEVICES), through libcuda alone; 0 when there
-    is no NVIDIA driver (CPU hosts, other vendors' runtimes), so the caller falls back to torch.
-    Importing torch costs seconds on some hosts; the evaluation child pays it anyway."""
+def driver():
+    """The CUDA driver library through ctypes, initialised (cuInit), without importing torch; None where
+    there is no NVIDIA driver (CPU hosts, other vendors' runtimes) or it does not initialise."""
     import ctypes
 
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
-        n = ctypes.c_int(0)
-        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
-            return 0
-        return n.value
+        return cuda if cuda.cuInit(0) == 0 else None
     except (OSError, AttributeError):
+        return None
+
+
+def _driver_gpu_count() -> int:
+    """CUDA devices the driver sees (honours CUDA_VISIBLE_DEVICES), through libcuda alone; 0 when there
+    is no NVIDIA driver, so the caller falls back to torch. Importing torch costs seconds on some hosts;
+    the evaluation child pays it anyway."""
+    import ctypes
+
+    cuda, n = driver(), ctypes.c_int(0)
+    if cuda is None or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
         return 0
+    return n.value
 
 
 def _torch_cuda_build() -> Optional[bool]:

@@ -164,13 +164,11 @@ def start_context():
     def create():
         import ctypes
 
-        try:
-            cuda = ctypes.CDLL("libcuda.so.1")
-            dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
-            if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0:
-                cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
-        except (OSError, AttributeError):
-            pass
+        from kopt.hardware import driver
+
+        cuda, dev, ctx = driver(), ctypes.c_int(0), ctypes.c_void_p()
+        if cuda is not None and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0:
+            cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
 
     t = threading.Thread(target=create, name="kopt-cuda-context", daemon=True)
     t.start()
