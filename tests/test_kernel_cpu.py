@@ -277,16 +277,17 @@ def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(rk):
     assert all(s == 0 for s in info["main"]["spill_bytes"]), info["main"]["ptxas_log"][-2000:]
 
 
-@pytest.mark.parametrize("num_splits", [1, 5, 16, 17, 40])
-def test_combine_merge_arithmetic(rk, num_splits):
-    """The split-KV combine (chunked loads, running max) run as a C-target kernel: equals the
-    softmax-weighted sum of the partials, and empty splits (LSE -inf) weigh nothing."""
+@pytest.mark.parametrize("num_splits,unroll", [(1, 0), (5, 0), (16, 0), (33, 0), (40, 0), (67, 0), (17, 16), (40, 8)])
+def test_combine_merge_arithmetic(rk, num_splits, unroll):
+    """The split-KV combine (chunked loads, running max; the default chunk and smaller ones, split counts
+    that do not fill the last chunk) run as a C-target kernel: equals the softmax-weighted sum of the
+    partials, and empty splits (LSE -inf) weigh nothing."""
     import sys
 
     import tilelang
 
     cu = sys.modules["tl_decode_cuda"]  # imported by run_kernel.py from its own folder
-    kern = tilelang.compile(cu.build_combine_serial(4, 8), target="c")
+    kern = tilelang.compile(cu.build_combine_serial(4, 8, unroll), target="c")
     g = torch.Generator().manual_seed(num_splits)
     opart = torch.randn(2, 4, num_splits, 8, generator=g)
     lse = torch.randn(2, 4, num_splits, generator=g) * 3

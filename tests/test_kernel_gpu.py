@@ -179,6 +179,18 @@ def test_last_cta_head_layouts(kernel, kv_heads, gqa):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cid,seqlens,page,cfg", [
+    (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16}),
+    (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}), (17, "full", 0, {"comb_unroll": 8}),
+    (18, "full", 16, {"comb_unroll": 16})])
+def test_combine_chunks(kernel, cid, seqlens, page, cfg):
+    """The combine kernel's loads in chunks smaller than the default (several chunks per row, a last one
+    part empty), fused and separate, plain and balanced split plans."""
+    for seed, dtype in ((61, "fp16"), (62, "bf16")):
+        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
+
+
+@pytest.mark.gpu
 def test_bad_gqa_ratio_is_a_value_error(kernel):
     import torch
 
