@@ -65,9 +65,14 @@ def _shapes(ids: list[int] | None = None):
     return out
 
 
-#: The plan fields that select a compiled kernel (see run_kernel._cuda_kernels).
-_FIELDS = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits", "scale",
-           "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl")
+#: Plan fields that do not select a kernel: the device target (set in the worker) and what a built plan holds.
+_RUNTIME_FIELDS = ("target", "main", "comb", "dummy_bt", "opart", "lse", "cnt")
+
+
+def _kernel_fields(rk) -> tuple:
+    """The plan fields that select a compiled kernel: every field of that candidate's plan but the runtime
+    ones, so an iteration that adds a field (an older one that lacks it) needs no list kept here."""
+    return tuple(f for f in rk._Plan.__slots__ if f not in _RUNTIME_FIELDS)
 
 
 def parse_configs(text: str) -> list[tuple[dict, bool]]:
@@ -88,6 +93,7 @@ def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = 
     sys.path.insert(0, SOL)
     import run_kernel as rk
 
+    fields = _kernel_fields(rk)
     seen = {}
     for case in (_verify_shapes(bf16) if verify else _shapes(ids)):
         v = case.variant
@@ -109,12 +115,12 @@ def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = 
                 cfgs += [allc[1], allc[-1]]
             if v.seqlens != "ragged" and extra:  # the 14 cases themselves, not the GPU tests' head layouts
                 own = rk._cuda_plan(q, k, bt, None, None)  # the plan a '+{..}' config is laid over: its config keys
-                resolved = {f: int(getattr(own, f)) for f in _FIELDS if f in rk._CFG_KEYS}
+                resolved = {f: int(getattr(own, f)) for f in rk._CFG_KEYS if hasattr(own, f)}
                 cfgs += [{**resolved, **c} if over else c for c, over in extra]
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
             p.num_splits = min(p.num_splits, 2)  # the kernels depend on split or not, not on the count
-            seen.setdefault(tuple(getattr(p, f, None) for f in _FIELDS), None)  # older plans lack newer fields
+            seen.setdefault(tuple((f, getattr(p, f)) for f in fields), None)
     return list(seen)
 
 
@@ -126,12 +132,15 @@ def _compile(spec: tuple) -> tuple:
 
     t0 = time.perf_counter()
     p = rk._Plan()
-    for f, v in zip(_FIELDS, spec):
-        if hasattr(type(p), f):  # an older iteration's plan has fewer fields
-            setattr(p, f, v)
+    for f, v in spec:
+        setattr(p, f, v)
     p.target = rk._cuda.cuda_target(torch.device("cuda", 0))
     rk._cuda_kernels(p)
     return spec, time.perf_counter() - t0
+
+
+def _label(spec: tuple) -> str:
+    return " ".join(f"{f}={v}" for f, v in spec)
 
 
 def main(argv=None) -> int:
@@ -149,7 +158,7 @@ def main(argv=None) -> int:
     todo = specs(parse_configs(a.configs), ids or None, a.verify, a.bf16)
     if a.list:
         for s in todo:
-            print(*s)
+            print(_label(s))
         print(f"{len(todo)} kernels")
         return 0
     t0 = time.perf_counter()
@@ -159,10 +168,10 @@ def main(argv=None) -> int:
         for i, f in enumerate(as_completed(futs), 1):
             try:
                 spec, dt = f.result()
-                print(f"[{i}/{len(todo)}] {' '.join(map(str, spec))}: {dt:.1f} s", flush=True)
+                print(f"[{i}/{len(todo)}] {_label(spec)}: {dt:.1f} s", flush=True)
             except Exception as e:  # report and go on: one bad variant must not stop the rest
                 failed += 1
-                print(f"[{i}/{len(todo)}] {' '.join(map(str, futs[f]))}: FAILED {type(e).__name__}: "
+                print(f"[{i}/{len(todo)}] {_label(futs[f])}: FAILED {type(e).__name__}: "
                       f"{str(e).splitlines()[-1] if str(e) else ''}", flush=True)
     print(f"prewarm: {len(todo) - failed}/{len(todo)} kernels in {time.perf_counter() - t0:.1f} s "
           f"with {a.jobs} jobs", flush=True)

@@ -104,3 +104,20 @@ def test_config_screen_bad_configs_exit_2():
     r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu_config_screen.py"),
                         "--cases", "10", "--configs", "nolabel"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("error: config 'nolabel'")
+
+
+def test_prewarm_keys_kernels_by_every_field_the_candidate_builds_from():
+    """prewarm_kernels dedupes kernels by plan fields taken from the candidate's own plan: every field that
+    run_kernel._cuda_kernels reads to build (a new field must not be dropped, as a list kept in the script
+    once did), and none of the runtime ones."""
+    import inspect
+    import re
+
+    pk = _script("prewarm_kernels")
+    sys.path.insert(0, pk.SOL)
+    import run_kernel as rk
+
+    fields = pk._kernel_fields(rk)
+    read = set(re.findall(r"\bp\.(\w+)", inspect.getsource(rk._cuda_kernels)))
+    assert read - set(fields) == {"target"}, read - set(fields)
+    assert not set(fields) & set(pk._RUNTIME_FIELDS)
