@@ -120,7 +120,7 @@ def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = 
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
             p.num_splits = min(p.num_splits, 2)  # the kernels depend on split or not, not on the count
-            seen.setdefault(tuple((f, getattr(p, f)) for f in fields), None)
+            seen.setdefault(tuple((f, getattr(p, f, None)) for f in fields), None)  # a slot a plan left unset: None
     return list(seen)
 
 
