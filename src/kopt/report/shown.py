@@ -211,7 +211,8 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
             return s
         s.candidate_id, s.source = top["candidate_id"], "ledger best"
     cid = s.candidate_id
-    verdict = ranking.latest_verdict(rows, cid)
+    runs = ranking.verdict_runs(rows, cid)
+    verdict = ranking.latest_finished(runs)
     mine = [r for r in rows if ranking.row_cid(r) == cid and r.get("kind", "case") == "case"]
     s.device = device or ranking.verdict_device(verdict) or ranking.verdict_device(reversed(mine))
     if verdict:
@@ -219,7 +220,6 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         s.verdict_timing = GENERATIONS[timing_generation(verdict)]
         s.verdict_rows = len(verdict)
         s.verdict_correct = sum(r.get("correct") is True for r in verdict)
-    runs = ranking.verdict_runs(rows, cid)
     if runs and not ranking.run_finished(runs[-1]):  # the last run stopped: after the verdict shown, if any
         last = runs[-1]
         s.verdict_stopped = f"run {last[0].get('run_id')}: {len(last)} of {ranking.planned_rows(last)} rows"

@@ -90,7 +90,12 @@ def run_finished(run: list[dict]) -> bool:
 def latest_verdict(rows: Iterable[dict], cid: Optional[str] = None, device: Optional[str] = None) -> list[dict]:
     """The latest verdict row per (case, variant) of candidate `cid` (default: of the last verdict row);
     with `device`, of its latest verdict on that device: the rows of its latest finished run."""
-    finished = [run for run in verdict_runs(rows, cid, device) if run_finished(run)]
+    return latest_finished(verdict_runs(rows, cid, device))
+
+
+def latest_finished(runs: list[list[dict]]) -> list[dict]:
+    """The latest row per (case, variant) of the last finished run among `runs` (verdict_runs' order)."""
+    finished = [run for run in runs if run_finished(run)]
     if not finished:
         return []
     latest: dict[tuple, dict] = {}
