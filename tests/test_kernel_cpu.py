@@ -160,6 +160,17 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not pathlib.Pat
                                 reason="nvcc not installed")
 
 
+def _kernel_bodies(src: str) -> dict:
+    """Kernel name -> its source text, up to the next kernel."""
+    parts = re.split(r'(?=extern "C" __global__)', src)
+    out = {}
+    for p in parts:
+        m = re.search(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', p)
+        if m:
+            out[m.group(1)] = p
+    return out
+
+
 @needs_nvcc
 @pytest.mark.parametrize(
     "shape",
@@ -178,8 +189,8 @@ def test_cuda_sm90a_lowers_and_compiles(rk, shape):
     if fused:
         # one prim_func, two device kernels: the split kernel and the combine kernel behind it,
         # launched by the same host call
-        kernels = re.findall(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', info["main"]["source"])
-        assert sorted(set(kernels)) == ["decode_split_combine_kernel", "decode_split_combine_kernel_1"]
+        assert sorted(_kernel_bodies(info["main"]["source"])) == ["decode_split_combine_kernel",
+                                                                  "decode_split_combine_kernel_1"]
     for name in info:
         assert info[name]["cubin_bytes"] > 0
         assert all(s == 0 for s in info[name]["spill_bytes"]), info[name]["ptxas_log"][-2000:]
@@ -212,17 +223,6 @@ def test_eager_variant_issues_q_and_k_before_l(rk, split, paged):
     assert plain.index("__syncthreads") < plain.index("cp_async_gs")  # the default: Q first, then a barrier
     if paged:  # without eager every row is clamped to the sequence: its page id needs no clamp
         assert "BT[" in plain and "max(min(BT[" not in plain
-
-
-def _kernel_bodies(src: str) -> dict:
-    """Kernel name -> its source text, up to the next kernel."""
-    parts = re.split(r'(?=extern "C" __global__)', src)
-    out = {}
-    for p in parts:
-        m = re.search(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', p)
-        if m:
-            out[m.group(1)] = p
-    return out
 
 
 @needs_nvcc
@@ -269,8 +269,7 @@ def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(rk):
     info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=True, last_cta=True)
     assert set(info) == {"main"}
     src = info["main"]["source"]
-    kernels = re.findall(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', src)
-    assert sorted(set(kernels)) == ["decode_split_last_kernel"]
+    assert sorted(_kernel_bodies(src)) == ["decode_split_last_kernel"]
     fence, atomic = src.index("__threadfence()"), src.index("AtomicAddRet(")
     assert fence < atomic and ", 1, 4)" in src[atomic:atomic + 200]  # memory order 4: acq_rel
     assert re.search(r"Cnt\[[^\]]*\] = 0;", src)
@@ -337,8 +336,7 @@ def test_balanced_variant_plans_on_the_device(rk, paged):
                                  page_size=paged or 256, split=True, balanced=264)
     assert set(info) == {"main"}
     src = info["main"]["source"]
-    kernels = re.findall(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', src)
-    assert sorted(set(kernels)) == ["decode_balanced_kernel"]
+    assert sorted(_kernel_bodies(src)) == ["decode_balanced_kernel"]
     assert "for (int i = 0; i < batch; ++i)" in src and "AtomicAddRet(" in src
     assert all(s == 0 for s in info["main"]["spill_bytes"]), info["main"]["ptxas_log"][-2000:]
 
