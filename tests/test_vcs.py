@@ -68,6 +68,9 @@ def test_commit_stages_only_workspace_paths(ws):
 
 def test_snapshot_contents_and_numbering(ws):
     edit(ws)
+    table = ws / "results" / "tilelang" / "tuning.csv"
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text("device,case,config\nH200,10,{}\n")
     h, cid = vcs.candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")
     ledger.append(ws / "candidates.jsonl", [CaseResult(
         row_id=uuid.uuid4().hex, mode="verdict", candidate_hash=h, candidate_id=cid, case=c, correct=True,
@@ -83,6 +86,10 @@ def test_snapshot_contents_and_numbering(ws):
     assert (snap / "iteration.md").read_text().startswith("## Iteration 1 — Split KV")
     assert (snap / "solution" / "tilelang" / "run_kernel.py").read_bytes() == \
         (ws / "solution" / "tilelang" / "run_kernel.py").read_bytes()
+    # the tuning table the candidate reads two folders above its own: where the snapshot's copy looks for it
+    assert (snap / "results" / "tilelang" / "tuning.csv").read_text() == table.read_text()
+    assert (snap / "solution" / "tilelang").resolve().parents[1] / "results" / "tilelang" / "tuning.csv" \
+        == (snap / "results" / "tilelang" / "tuning.csv").resolve()
     assert not [p for p in (ws / "trajectory").iterdir() if p.name.startswith(".tmp")]
     edit(ws, "# two\n")
     assert kopt("commit", "-m", "again").exit_code == 0      # a commit without a log entry still counts

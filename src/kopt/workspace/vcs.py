@@ -187,8 +187,22 @@ def _copy_solution(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*.swp"))
 
 
+def _copy_tuning_tables(ws: Path, dst: Path) -> list[Path]:
+    """results/<backend>/tuning.csv of the workspace into dst/results/<backend>/: a candidate that reads its
+    tuned configs from the workspace (two folders above its own folder) finds, run from its snapshot, the
+    table it was verified with instead of none."""
+    out = []
+    for table in sorted((ws / "results").glob("*/tuning.csv")):
+        target = dst / "results" / table.parent.name / table.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(table, target)
+        out.append(target)
+    return out
+
+
 def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
-    """Snapshot solution/, the latest verdict rows and entry N into trajectory/<N>-<stamp>-<label>/ atomically."""
+    """Snapshot solution/, the tuning tables (results/*/tuning.csv), the latest verdict rows and entry N into
+    trajectory/<N>-<stamp>-<label>/ atomically."""
     from kopt.paths import ledger_file
     from kopt.workspace import journal, ranking
     from kopt.workspace.ledger import load_dicts
@@ -213,6 +227,7 @@ def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
     try:
         if (ws / "solution").is_dir():
             _copy_solution(ws / "solution", tmp / "solution")
+        _copy_tuning_tables(ws, tmp)
         (tmp / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
         if (entry := journal.entry_text(ws, n)) is not None:
             (tmp / "iteration.md").write_text(entry)
