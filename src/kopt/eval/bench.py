@@ -99,11 +99,15 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
              on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
     """Evaluate one candidate on each case in isolated children; rows are appended to the ledger."""
     # first: its start-up (the interpreter, `import torch`, its CUDA context) overlaps the preparation below
-    child = Child(warm=warm_hints(path, opts.device))
+    from kopt.eval.warm import keep_seconds
+
+    child = Child(warm=warm_hints(path, opts.device), take_kept=True)
     try:
-        return _evaluate(path, cases, opts, on_result, child)
+        rows = _evaluate(path, cases, opts, on_result, child)
     finally:
         child.close()  # a run that never sent it jobs (a static violation, an error, Ctrl-C) ends it here
+    child.keep(keep_seconds(resolve_device(opts.device)))  # a started child for the next run, once this one's is gone
+    return rows
 
 
 def evaluate_peers(path: Path, cases: list[Case], opts: BenchOptions, peers: Optional[list[str]] = None,
@@ -187,6 +191,8 @@ def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, r
         for case, r, job, oc in zip(cases, rows, jobs, outcomes):
             t0 = time.perf_counter()
             r.overhead_s["child_wall"] = round(oc.wall_s, 3)
+            if child is not None and child.kept and oc is outcomes[0]:
+                r.overhead_s["child_kept"] = 1  # started by the previous run's supervisor: no start-up in this run
             _fill_from_child(r, oc, device)
             if oc.result and oc.failure() is None:
                 _verify_outputs(r, case, device, Path(job.out_dir), oc.result.outputs, opts.baseline)

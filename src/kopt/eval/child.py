@@ -26,14 +26,31 @@ class Child:
     closes the pipe, and the child, reading end of file, exits.
     """
 
-    def __init__(self, warm: tuple[str, ...] = ()):
+    def __init__(self, warm: tuple[str, ...] = (), take_kept: bool = False):
+        """take_kept: take the child a supervisor kept for this environment (kopt.eval.warm) when there is one."""
+        from kopt.eval import warm as kept_children
+
+        self.started = time.perf_counter()
+        self.env = proc.child_env()
+        self.env[ENV_WARM] = ",".join(warm)
+        kept = kept_children.take(self.env) if take_kept and kept_children.enabled() else None
+        self.kept = kept is not None
+        """True: started before this run, by the supervisor of the previous one (its start-up cost this run nothing)."""
+        if kept is not None:
+            self.popen, self.log, self.dir = kept, kept.log, kept.log.parent
+            return
         self.dir = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
         self.log = self.dir / "child.log"
-        self.started = time.perf_counter()
-        env = proc.child_env()
-        env[ENV_WARM] = ",".join(warm)
-        env[ENV_T0] = repr(time.time())
+        env = dict(self.env, **{ENV_T0: repr(time.time())})
         self.popen = proc.spawn(proc.python_module("kopt.eval.worker"), self.log, stdin=subprocess.PIPE, env=env)
+
+    def keep(self, seconds: float) -> None:
+        """Leave a started child of this environment for the next run, kept `seconds` (kopt.eval.warm), unless
+        seconds is 0 or this child was itself a kept one (its supervisor starts the next)."""
+        if seconds > 0 and not self.kept:
+            from kopt.eval import warm as kept_children
+
+            kept_children.keep(self.env, seconds)
 
     def send(self, jobs_file: Path) -> None:
         """Hand the child its jobs; stdin is closed after them (a candidate reading it sees end of file)."""
@@ -49,7 +66,15 @@ class Child:
 
     def close(self) -> None:
         """End the child and what it started unless it has exited; remove its log. Safe to call twice."""
-        proc.kill(self.popen)
+        if self.kept:  # its supervisor is its parent: kill its group, read its code from the supervisor
+            if self.popen.poll() is None:
+                self.popen.kill()
+                try:
+                    self.popen.wait(timeout=10)
+                except subprocess.TimeoutExpired:  # a supervisor that does not answer: nothing left to wait for
+                    pass
+        else:
+            proc.kill(self.popen)
         self.popen.stdin.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
