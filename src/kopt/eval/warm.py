@@ -7,7 +7,9 @@ candidate code runs before them) and offers it on a UNIX socket named by a key o
 start depends on: the interpreter, the working folder, the child's environment and what it warms, and kopt's
 own sources (their paths, sizes and times). The next run of the same key takes the child: it sends the jobs
 path through the socket, the supervisor passes it to the child's stdin and, when the child exits, sends its
-return code back. The supervisor then starts another child, and exits after KEEP_S seconds without a taker.
+return code back. The supervisor starts the next child as soon as the taken one has its jobs (it warms up
+while that run goes on: a run right after finds it ready or nearly), and exits after KEEP_S seconds without
+a taker.
 
 One child still serves one run (the isolation of a fresh process per evaluation batch is the same); a run
 that finds no child of its key (the first, one with another environment, a busy or gone supervisor) starts
@@ -210,9 +212,10 @@ def _start_child(env: dict[str, str]) -> tuple[subprocess.Popen, Path, float]:
 
 
 def serve(path: Path, seconds: float) -> int:
-    """The supervisor: keep one started child, hand it to the next taker, report its return code, repeat;
-    exit after `seconds` without a taker, or once its socket file is gone (the child is ended, the socket
-    removed)."""
+    """The supervisor: keep one started child, hand it to the next taker, start the next child at once (it
+    warms up while the taken one runs, so a run right after this one finds it ready or nearly), report the
+    taken child's return code, repeat; exit after `seconds` without a taker, or once its socket file is gone
+    (the child is ended, the socket removed)."""
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         srv.bind(str(path))
@@ -220,37 +223,35 @@ def serve(path: Path, seconds: float) -> int:
         return 0
     srv.listen(4)
     env = dict(os.environ)
+    child = _start_child(env)
     try:
+        idle_since = time.monotonic()
+        srv.settimeout(min(seconds, 2.0))
         while True:
-            child, log, started = _start_child(env)
-            idle_since = time.monotonic()
-            srv.settimeout(min(seconds, 2.0))
-            while True:
-                try:
-                    conn, _ = srv.accept()
-                except TimeoutError:  # idle too long, or its socket removed: end the child, exit
-                    if time.monotonic() - idle_since >= seconds or not path.exists():
-                        child.kill()
-                        child.wait()
-                        return 0
-                    continue
-                got = _hand_over(conn, child, log, started)
-                if got == "stop":
-                    child.kill()
-                    child.wait()
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:  # idle too long, or its socket removed: end the child, exit
+                if time.monotonic() - idle_since >= seconds or not path.exists():
                     return 0
-                if got:
-                    break
-                if child.poll() is not None:  # it died waiting: start another
-                    child, log, started = _start_child(env)
+                continue
+            got = _hand_over(conn, child, env)
+            if got == "stop":
+                return 0
+            if got is not None:  # taken: the next child, started when this one got its jobs
+                child, idle_since = got, time.monotonic()
+            elif child[0].poll() is not None:  # it died waiting: start another
+                child = _start_child(env)
     finally:
+        child[0].kill()
+        child[0].wait()
         srv.close()
         path.unlink(missing_ok=True)
 
 
-def _hand_over(conn: socket.socket, child: subprocess.Popen, log: Path, started: float):
-    """Serve one request: "take" (True when the child went to the taker and has exited since, False when it
-    could not go), or "stop" (returned as is)."""
+def _hand_over(conn: socket.socket, child: tuple, env: dict[str, str]):
+    """Serve one request: "take" (the next child, started once this one has its jobs, when it went to the
+    taker, who gets its return code once it exits; None when it could not go), or "stop" (returned as is)."""
+    p, log, started = child
     with conn:
         try:
             conn.settimeout(5.0)
@@ -258,30 +259,30 @@ def _hand_over(conn: socket.socket, child: subprocess.Popen, log: Path, started:
             if req == b"stop":
                 conn.sendall(b'{"ok": true}\n')
                 return "stop"
-            if req != b"take" or child.poll() is not None:
+            if req != b"take" or p.poll() is not None:
                 conn.sendall(b'{"ok": false}\n')
-                return False
-            conn.sendall(json.dumps({"ok": True, "pid": child.pid, "log": str(log), "started": started}).encode()
-                         + b"\n")
+                return None
+            conn.sendall(json.dumps({"ok": True, "pid": p.pid, "log": str(log), "started": started}).encode() + b"\n")
             conn.settimeout(None)
             buf = b""
-            while b"\n" not in buf and child.poll() is None:  # the jobs line, or the taker gone, or the child killed
+            while b"\n" not in buf and p.poll() is None:  # the jobs line, or the taker gone, or the child killed
                 if select.select([conn], [], [], 0.05)[0]:
                     chunk = conn.recv(4096)
                     if not chunk:
                         break
                     buf += chunk
             if b"\n" in buf:
-                child.stdin.write((json.loads(buf.partition(b"\n")[0])["jobs"] + "\n").encode())
-            child.stdin.close()  # no jobs: the child reads end of file and exits
+                p.stdin.write((json.loads(buf.partition(b"\n")[0])["jobs"] + "\n").encode())
+            p.stdin.close()  # no jobs: the child reads end of file and exits
         except (OSError, ValueError, KeyError):
-            child.kill()
-        rc = child.wait()
+            p.kill()
+        nxt = _start_child(env)
+        rc = p.wait()
         try:
             conn.sendall(json.dumps({"rc": rc}).encode() + b"\n")
         except OSError:
             pass
-        return True
+        return nxt
 
 
 if __name__ == "__main__":
