@@ -9,6 +9,7 @@ import shutil
 import signal
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,19 @@ def test_a_supervisor_whose_socket_is_removed_exits(short_tmp):
     assert _wait_for(lambda: path.exists(), timeout=20) and _supervisors(path)
     path.unlink()
     assert _wait_for(lambda: not _supervisors(path), timeout=30)
+
+
+def test_a_kept_child_a_candidate_crashes_or_hangs_is_reported_and_replaced(short_tmp, monkeypatch):
+    """The kept child is the run's child in every way: a segfault is a crash with the signal as its return
+    code (read from the supervisor), a hang is killed at the job's limit; the supervisor carries on and the
+    next run takes a fresh child."""
+    monkeypatch.setenv(warm.ENV_KEEP, "60")
+    bench.evaluate(ADV / "honest.py", [TINY], OPTS)
+    assert _wait_for(lambda: warm.socket_path(warm.key(_env())).exists())
+    crash = bench.evaluate(ADV / "segfault.py", [TINY], OPTS)[0]
+    assert crash.status == Status.crash and crash.overhead_s["child_kept"] == 1, crash.message
+    assert "killed by SIGSEGV" in crash.message
+    hang = bench.evaluate(ADV / "infinite_loop.py", [TINY], replace(OPTS, timeout_s=3.0))[0]
+    assert hang.status == Status.timeout and hang.overhead_s.get("child_kept") == 1, hang.message
+    ok = bench.evaluate(ADV / "honest.py", [TINY], OPTS)[0]
+    assert ok.status == Status.ok and ok.overhead_s["child_kept"] == 1
