@@ -141,7 +141,10 @@ class Kept:
 def take(env: dict[str, str]) -> Optional[Kept]:
     """The kept child of this environment's key, or None (no supervisor, a busy or broken one)."""
     path = socket_path(key(env))
-    if not path.exists():
+    try:
+        if path.stat().st_uid != os.getuid():  # only a supervisor of this user hands children over
+            return None
+    except OSError:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -221,6 +224,7 @@ def serve(path: Path, seconds: float) -> int:
         srv.bind(str(path))
     except OSError:  # another supervisor got there first
         return 0
+    path.chmod(0o600)  # this user's runs only
     srv.listen(4)
     env = dict(os.environ)
     child = _start_child(env)
