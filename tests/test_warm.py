@@ -157,3 +157,19 @@ def test_a_kept_child_a_candidate_crashes_or_hangs_is_reported_and_replaced(shor
     assert hang.status == Status.timeout and hang.overhead_s.get("child_kept") == 1, hang.message
     ok = bench.evaluate(ADV / "honest.py", [TINY], OPTS)[0]
     assert ok.status == Status.ok and ok.overhead_s["child_kept"] == 1
+
+
+def test_the_verdict_neither_takes_nor_leaves_a_kept_child(short_tmp, monkeypatch):
+    """Every option set of the Verdict's plan turns kept children off, and a run with them off starts its own
+    child even where one waits (the Verdict runs only in children its own run started)."""
+    from kopt.cases import load_file
+    from kopt.eval import verdict
+
+    groups = verdict.plan(load_file(), OPTS)
+    assert sum(map(len, groups)) > 20 and all(not o.kept_child for group in groups for _, o in group)
+    monkeypatch.setenv(warm.ENV_KEEP, "60")
+    bench.evaluate(ADV / "honest.py", [TINY], OPTS)
+    assert _wait_for(lambda: warm.socket_path(warm.key(_env())).exists())
+    own = bench.evaluate(ADV / "honest.py", [TINY], replace(OPTS, kept_child=False))[0]
+    assert own.status == Status.ok and "child_kept" not in own.overhead_s
+    assert bench.evaluate(ADV / "honest.py", [TINY], OPTS)[0].overhead_s["child_kept"] == 1  # still there

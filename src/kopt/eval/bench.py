@@ -61,6 +61,9 @@ class BenchOptions:
     five bench --all runs on the H200 read R1 2.24% under the five's median while each run's CI was 0.1%."""
     verdict_rows: Optional[int] = None
     """mode=verdict: the rows the whole verify run writes (set by kopt.eval.verdict.plan, kept on each row)."""
+    kept_child: bool = True
+    """Take a started child a previous run left (kopt.eval.warm) and leave one for the next. The Verdict turns
+    it off: it runs only in children started by its own run, never in a process that waited between runs."""
 
 
 def _preload(device: str) -> None:
@@ -101,12 +104,13 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     # first: its start-up (the interpreter, `import torch`, its CUDA context) overlaps the preparation below
     from kopt.eval.warm import keep_seconds
 
-    child = Child(warm=warm_hints(path, opts.device), take_kept=True)
+    child = Child(warm=warm_hints(path, opts.device), take_kept=opts.kept_child)
     try:
         rows = _evaluate(path, cases, opts, on_result, child)
     finally:
         child.close()  # a run that never sent it jobs (a static violation, an error, Ctrl-C) ends it here
-    child.keep(keep_seconds(resolve_device(opts.device)))  # a started child for the next run, once this one's is gone
+    if opts.kept_child:  # a started child for the next run, once this one's is gone
+        child.keep(keep_seconds(resolve_device(opts.device)))
     return rows
 
 

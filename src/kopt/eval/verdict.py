@@ -121,7 +121,7 @@ def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None)
     hidden_shapes = hidden_cases(perf, cf.verify.hidden, rng)
     # every row says how many the run writes, so a run stopped before its end is seen as one
     n = len(perf) + len(matrix_cases) + len(hidden_shapes)
-    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12], verdict_rows=n)
+    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12], verdict_rows=n, kept_child=False)
     check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
     matrix = replace(check, tag="matrix")
     hidden = replace(check, tag="hidden-b{batch}-s{seqlen_k}")  # one options object: one child for all
@@ -151,7 +151,7 @@ def verify_row(path: str, item):
     from kopt.hardware import detect, resolve_device
 
     case, opts = item
-    r = evaluate(Path(path), [case], replace(opts, record=False))[0]
+    r = evaluate(Path(path), [case], replace(opts, record=False, kept_child=False))[0]
     r.host = socket.gethostname()
     r.units = int(detect(resolve_device(opts.device)).units or 0)
     return r
