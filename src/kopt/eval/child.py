@@ -16,7 +16,8 @@ from kopt.eval.jobs import ENV_T0, ENV_WARM, Job, Outcome, WorkerResult, read_re
 
 
 class Child:
-    """One evaluation child (`python -m kopt.eval.worker`, in its own session), started before its jobs exist.
+    """One evaluation child (`python -m kopt.eval.worker`, in its own session), started before its jobs exist
+    (or, with take_kept, the one a previous run's supervisor started: kopt.eval.warm).
 
     It imports torch and the harness (and, as `warm` asks, creates its CUDA context and imports
     tilelang: library code only, never the candidate's), then waits for the path of jobs.json on its

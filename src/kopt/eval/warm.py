@@ -13,7 +13,9 @@ a taker.
 
 One child still serves one run (the isolation of a fresh process per evaluation batch is the same); a run
 that finds no child of its key (the first, one with another environment, a busy or gone supervisor) starts
-its own as before. $KOPT_KEEP_WARM_S sets KEEP_S (0: off); by default 300 s for runs on a CUDA device, off on
+its own as before. The Verdict takes none and leaves none (BenchOptions.kept_child): it runs only in children
+its own run started. Only a socket of this user is taken from; the supervisor's is 0600.
+$KOPT_KEEP_WARM_S sets KEEP_S (0: off); by default 300 s for runs on a CUDA device, off on
 the CPU (a kept child holds a CUDA context and the memory of torch).
 """
 
