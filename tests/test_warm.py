@@ -104,6 +104,8 @@ def test_a_kept_child_killed_reports_its_signal(short_tmp):
     env = _env()
     warm.keep(env, 60)
     assert _wait_for(lambda: warm.socket_path(warm.key(env)).exists())
+    # kopt doctor lists it
+    assert [k["keep_s"] for k in warm.supervisors() if k["socket"] == str(warm.socket_path(warm.key(env)))] == [60]
     path = warm.socket_path(warm.key(env))
     assert path.stat().st_mode & 0o777 == 0o600 and path.stat().st_uid == os.getuid()
     kept = warm.take(env)

@@ -42,6 +42,9 @@ def report() -> dict:
                        "tilelang_arch": f"sm_{p.major}{p.minor}" + ("a" if p.major >= 9 else "")}
     else:
         d["device"] = {"name": "cpu"}
+    from kopt.eval.warm import supervisors
+
+    d["kept_children"] = supervisors()
     d["will_run"], d["will_not_run"] = _plan(d)
     return d
 

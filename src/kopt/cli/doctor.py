@@ -29,7 +29,7 @@ VERSIONS = ("python", "torch", "tilelang", "flash_attn", "nvcc", "kopt")
 def lines(d: dict) -> list[str]:
     """The report as rich-markup lines: one label column, as wide as its longest label plus two."""
     dev = d["device"]
-    labels = ("device", *VERSIONS, "profilers", "will run", "will not run")
+    labels = ("device", *VERSIONS, "profilers", "kept child", "will run", "will not run")
     w = max(map(len, labels)) + 2
 
     def row(label: str, value: str, style: str = "bold") -> str:
@@ -39,6 +39,9 @@ def lines(d: dict) -> list[str]:
                f"{dev['l2_mib']} MiB L2  arch {dev['tilelang_arch']}" if "capability" in dev else ""))]
     out += [row(k, d[k] or "not found") for k in VERSIONS]
     out.append(row("profilers", ", ".join(f"{k}:{'yes' if v else 'no'}" for k, v in d["profilers"].items())))
+    kept = d.get("kept_children") or []
+    out += [row("kept child", f"supervisor pid {k['pid']} (ends after {k['keep_s']:g} s idle, or kill it)")
+            for k in kept] or [row("kept child", "none (a CUDA run leaves one for the next: kopt.eval.warm)")]
     out += [row("will run", x, "green") for x in d["will_run"]]
     out += [row("will not run", x, "yellow") for x in d["will_not_run"]]
     return out

@@ -184,6 +184,22 @@ def stop(env: dict[str, str]) -> bool:
         conn.close()
 
 
+def supervisors() -> list[dict]:
+    """This user's running supervisors: pid, socket, the idle seconds it keeps a child (`kopt doctor`). Ending
+    one (`kill PID`) ends its child too (its stdin closes); a stale socket is replaced by the next run."""
+    out = []
+    for proc_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc_dir / "cmdline").read_bytes().split(b"\0")
+            if proc_dir.stat().st_uid != os.getuid() or b"kopt.eval.warm" not in argv:
+                continue
+            i = argv.index(b"kopt.eval.warm")
+            out.append({"pid": int(proc_dir.name), "socket": argv[i + 1].decode(), "keep_s": float(argv[i + 2])})
+        except (OSError, ValueError, IndexError):
+            continue
+    return sorted(out, key=lambda x: x["pid"])
+
+
 def keep(env: dict[str, str], seconds: float) -> None:
     """Start a supervisor that keeps a child of `env` for the next run (nothing when seconds is 0 or one
     already listens on this key). It outlives this run: started in a session of its own, not tracked."""
