@@ -67,3 +67,11 @@ def test_summary_commands_name_no_host_path(tmp_path):
     assert _rel_arg(f"{ws.resolve()}/solution/tilelang/run_kernel.py", ws) == "solution/tilelang/run_kernel.py"
     assert _rel_arg(f"--export={ws.resolve()}/results/x/report", ws) == "--export=results/x/report"
     assert _rel_arg("/usr/local/cuda/bin/ncu", ws) == "/usr/local/cuda/bin/ncu"
+    # a whole command: the tool and the interpreter by their names, no host path left
+    import sys
+
+    from kopt.profile.runner import _rel_cmd
+
+    got = _rel_cmd(["/usr/local/cuda/bin/ncu", "--export", f"{ws.resolve()}/results/r", sys.executable, "-m",
+                    "kopt.profile.target"], ws)
+    assert got == ["ncu", "--export", "results/r", Path(sys.executable).name, "-m", "kopt.profile.target"]

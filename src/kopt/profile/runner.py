@@ -163,7 +163,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
         ev.balance, ev.balance_na = _balance(ws, s.candidate_id, case, opts.seed, units, info.name)
     s.diagnosis = diagnosis.diagnose(ev)
     # command lines as run from the workspace: its own paths relative, so a summary names no host path
-    s.commands = [[_rel_arg(a, ws) for a in cmd] for cmd in s.commands]
+    s.commands = [_rel_cmd(cmd, ws) for cmd in s.commands]
     say("writing summary")
     write_summary(s, out)
     return s
@@ -265,5 +265,14 @@ def _rel_arg(arg: str, ws: Path) -> str:
     """A command-line argument with the workspace prefix removed from any path inside it."""
     root = str(ws.resolve()).rstrip("/") + "/"
     return str(arg).replace(root, "")
+
+
+def _rel_cmd(cmd: list[str], ws: Path) -> list[str]:
+    """A recorded command line that names no host path: the tool it runs (an absolute first word) and this
+    interpreter by their names, workspace paths relative (_rel_arg)."""
+    import sys
+
+    return [Path(a).name if a == sys.executable or (i == 0 and Path(str(a)).is_absolute()) else _rel_arg(a, ws)
+            for i, a in enumerate(cmd)]
 
 
