@@ -6,7 +6,7 @@
 #   report: kopt plot + kopt report (+ --screenshot where Chromium is installed) from the ledger just written,
 #   so results/ never holds figures of older rows.
 # Extra steps: timingtests (GPU timing + adversarial tests), bench5 (five bench --all), graphcheck
-#   (scripts/gpu_graph_check.py against the ledger's rows), aa (A/A on AA_CASES), wall3 (case 10 wall time x3,
+#   (scripts/gpu_graph_check.py against the ledger's rows), aa (A/A on AA_CASES), wall3 / wall3own (case 10 wall time x3, taking kept children / each its own,
 #   rows recorded with their phases),
 #   verifyat (kopt verify of each candidate file in VERIFY_AT), peers (kopt peers --all, FA3 from .gpu-peers/), ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
 #   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
@@ -103,8 +103,12 @@ for s in $steps; do case $s in
   graphcheck) run graph_check 300 python3 scripts/gpu_graph_check.py --cases "${GRAPH_CASES:-1-18}" \
                --ledger candidates.jsonl --out "$log/graph-check.md" ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"} ;;
   aa)        run aa 300 python3 -m kopt calibrate --case "${AA_CASES:-5,10,15}" --json ;;
-  wall3)     # recorded, as a user runs it: each row's overhead_s says which phase took the time
+  wall3)     # recorded, as a user runs it: each row's overhead_s says which phase took the time (a run after the
+             # first takes the child the one before left: overhead_s.child_kept)
              for i in 1 2 3; do run "wall_$i" 60 python3 -m kopt bench --case 10 --cold-cache --machine; done ;;
+  wall3own)  # the same, each run starting its own child (KOPT_KEEP_WARM_S=0)
+             for i in 1 2 3; do KOPT_KEEP_WARM_S=0 run "wallown_$i" 60 python3 -m kopt bench --case 10 --cold-cache \
+               --machine; done ;;
   verifyat|verifyat2)  # VERIFY_AT / VERIFY_AT2: candidate files to verify in turn (older iterations unpacked
              # beside the tree); VERIFY_TECHNIQUE / VERIFY_HYPOTHESIS label the first file of VERIFY_AT
              files=${VERIFY_AT:-}; [[ $s == verifyat2 ]] && files=${VERIFY_AT2:-}
