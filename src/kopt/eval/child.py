@@ -15,6 +15,17 @@ from kopt import proc
 from kopt.eval.jobs import ENV_T0, ENV_WARM, Job, Outcome, WorkerResult, read_result
 
 
+def spawn_worker(env: dict[str, str]) -> tuple[subprocess.Popen, Path, float]:
+    """Start `python -m kopt.eval.worker` with env (and its start time, ENV_T0) in a session of its own, its
+    output in child.log of a folder of its own; (the process, that log, the start time)."""
+    folder = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
+    log = folder / "child.log"
+    started = time.time()
+    p = proc.spawn(proc.python_module("kopt.eval.worker"), log, stdin=subprocess.PIPE,
+                   env=dict(env, **{ENV_T0: repr(started)}))
+    return p, log, started
+
+
 class Child:
     """One evaluation child (`python -m kopt.eval.worker`, in its own session), started before its jobs exist
     (or, with take_kept, the one a previous run's supervisor started: kopt.eval.warm).
@@ -40,10 +51,8 @@ class Child:
         if kept is not None:
             self.popen, self.log, self.dir = kept, kept.log, kept.log.parent
             return
-        self.dir = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
-        self.log = self.dir / "child.log"
-        env = dict(self.env, **{ENV_T0: repr(time.time())})
-        self.popen = proc.spawn(proc.python_module("kopt.eval.worker"), self.log, stdin=subprocess.PIPE, env=env)
+        self.popen, self.log, _ = spawn_worker(self.env)
+        self.dir = self.log.parent
 
     def keep(self, seconds: float) -> None:
         """Leave a started child of this environment for the next run, kept `seconds` (kopt.eval.warm), unless

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from kopt.eval.child import spawn_worker
 from kopt.eval.jobs import ENV_T0
 
 ENV_KEEP = "KOPT_KEEP_WARM_S"
@@ -43,24 +44,29 @@ DEFAULT_KEEP_S = 300.0
 ANSWER_S = 0.5
 
 
-def enabled() -> bool:
-    """False when $KOPT_KEEP_WARM_S is 0 (or not a number): no run takes or leaves a kept child."""
-    raw = os.environ.get(ENV_KEEP)
-    try:
-        return raw is None or float(raw) > 0
-    except ValueError:
-        return False
-
-
-def keep_seconds(device: str) -> float:
-    """$KOPT_KEEP_WARM_S, else DEFAULT_KEEP_S on a CUDA device and 0 on the CPU; a bad value: 0 (off)."""
+def _setting() -> Optional[float]:
+    """$KOPT_KEEP_WARM_S in seconds: None when unset, 0 when 0, negative or not a number (off)."""
     raw = os.environ.get(ENV_KEEP)
     if raw is None:
-        return DEFAULT_KEEP_S if device != "cpu" else 0.0
+        return None
     try:
         return max(0.0, float(raw))
     except ValueError:
         return 0.0
+
+
+def enabled() -> bool:
+    """False when $KOPT_KEEP_WARM_S is 0 (or not a number): no run takes or leaves a kept child."""
+    v = _setting()
+    return v is None or v > 0
+
+
+def keep_seconds(device: str) -> float:
+    """$KOPT_KEEP_WARM_S, else DEFAULT_KEEP_S on a CUDA device and 0 on the CPU; a bad value: 0 (off)."""
+    v = _setting()
+    if v is None:
+        return DEFAULT_KEEP_S if device != "cpu" else 0.0
+    return v
 
 
 def _sources_stamp() -> list:
@@ -76,8 +82,12 @@ def key(env: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+def _prefix() -> str:
+    return f"kopt-warm-{os.getuid()}-"
+
+
 def socket_path(k: str) -> Path:
-    return Path(tempfile.gettempdir()) / f"kopt-warm-{os.getuid()}-{k}.sock"
+    return Path(tempfile.gettempdir()) / f"{_prefix()}{k}.sock"
 
 
 class _Pipe:
@@ -142,6 +152,8 @@ class Kept:
 
 def take(env: dict[str, str]) -> Optional[Kept]:
     """The kept child of this environment's key, or None (no supervisor, a busy or broken one)."""
+    if not any(Path(tempfile.gettempdir()).glob(f"{_prefix()}*.sock")):  # none at all: skip hashing kopt's sources
+        return None
     path = socket_path(key(env))
     try:
         if path.stat().st_uid != os.getuid():  # only a supervisor of this user hands children over
@@ -215,21 +227,10 @@ def keep(env: dict[str, str], seconds: float) -> None:
             path.unlink(missing_ok=True)  # a stale socket of a supervisor that died
         finally:
             probe.close()
-    log = Path(tempfile.gettempdir()) / f"kopt-warm-{os.getuid()}-{key(env)}.log"
+    log = path.with_suffix(".log")
     with open(log, "wb") as fh:
         subprocess.Popen([sys.executable, "-m", "kopt.eval.warm", str(path), str(seconds)], stdin=subprocess.DEVNULL,
                          stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def _start_child(env: dict[str, str]) -> tuple[subprocess.Popen, Path, float]:
-    folder = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
-    log = folder / "child.log"
-    started = time.time()
-    child_env = dict(env, **{ENV_T0: repr(started)})
-    with open(log, "wb") as fh:
-        p = subprocess.Popen([sys.executable, "-m", "kopt.eval.worker"], stdin=subprocess.PIPE, stdout=fh,
-                             stderr=subprocess.STDOUT, env=child_env, start_new_session=True)
-    return p, log, started
 
 
 def serve(path: Path, seconds: float) -> int:
@@ -245,7 +246,7 @@ def serve(path: Path, seconds: float) -> int:
     path.chmod(0o600)  # this user's runs only
     srv.listen(4)
     env = dict(os.environ)
-    child = _start_child(env)
+    child = spawn_worker(env)
     try:
         idle_since = time.monotonic()
         srv.settimeout(min(seconds, 2.0))
@@ -262,7 +263,7 @@ def serve(path: Path, seconds: float) -> int:
             if got is not None:  # taken: the next child, started when this one got its jobs
                 child, idle_since = got, time.monotonic()
             elif child[0].poll() is not None:  # it died waiting: start another
-                child = _start_child(env)
+                child = spawn_worker(env)
     finally:
         child[0].kill()
         child[0].wait()
@@ -298,7 +299,7 @@ def _hand_over(conn: socket.socket, child: tuple, env: dict[str, str]):
             p.stdin.close()  # no jobs: the child reads end of file and exits
         except (OSError, ValueError, KeyError):
             p.kill()
-        nxt = _start_child(env)
+        nxt = spawn_worker(env)
         rc = p.wait()
         try:
             conn.sendall(json.dumps({"rc": rc}).encode() + b"\n")

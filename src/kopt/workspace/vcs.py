@@ -187,17 +187,14 @@ def _copy_solution(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*.swp"))
 
 
-def _copy_tuning_tables(ws: Path, dst: Path) -> list[Path]:
+def _copy_tuning_tables(ws: Path, dst: Path) -> None:
     """results/<backend>/tuning.csv of the workspace into dst/results/<backend>/: a candidate that reads its
     tuned configs from the workspace (two folders above its own folder) finds, run from its snapshot, the
     table it was verified with instead of none."""
-    out = []
     for table in sorted((ws / "results").glob("*/tuning.csv")):
         target = dst / "results" / table.parent.name / table.name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(table, target)
-        out.append(target)
-    return out
 
 
 def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
