@@ -116,15 +116,7 @@ def test_a_kept_child_killed_reports_its_signal(short_tmp):
 
 
 def _supervisors(path: Path) -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-            and str(path).encode() in _cmdline(p)]
-
-
-def _cmdline(p: Path) -> bytes:
-    try:
-        return (p / "cmdline").read_bytes()
-    except OSError:
-        return b""
+    return [k["pid"] for k in warm.supervisors() if k["socket"] == str(path)]
 
 
 def test_an_idle_supervisor_ends_its_child_and_socket(short_tmp):
