@@ -5,25 +5,14 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
 from kopt import proc
-from kopt.eval.jobs import ENV_T0, ENV_WARM, Job, Outcome, WorkerResult, read_result
-
-
-def spawn_worker(env: dict[str, str]) -> tuple[subprocess.Popen, Path, float]:
-    """Start `python -m kopt.eval.worker` with env (and its start time, ENV_T0) in a session of its own, its
-    output in child.log of a folder of its own; (the process, that log, the start time)."""
-    folder = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
-    log = folder / "child.log"
-    started = time.time()
-    p = proc.spawn(proc.python_module("kopt.eval.worker"), log, stdin=subprocess.PIPE,
-                   env=dict(env, **{ENV_T0: repr(started)}))
-    return p, log, started
+from kopt.eval import warm as kept_children
+from kopt.eval.jobs import ENV_WARM, Job, Outcome, WorkerResult, read_result
 
 
 class Child:
@@ -40,8 +29,6 @@ class Child:
 
     def __init__(self, warm: tuple[str, ...] = (), take_kept: bool = False):
         """take_kept: take the child a supervisor kept for this environment (kopt.eval.warm) when there is one."""
-        from kopt.eval import warm as kept_children
-
         self.started = time.perf_counter()
         self.env = proc.child_env()
         self.env[ENV_WARM] = ",".join(warm)
@@ -51,15 +38,13 @@ class Child:
         if kept is not None:
             self.popen, self.log, self.dir = kept, kept.log, kept.log.parent
             return
-        self.popen, self.log, _ = spawn_worker(self.env)
+        self.popen, self.log, _ = kept_children.spawn_worker(self.env)
         self.dir = self.log.parent
 
     def keep(self, seconds: float) -> None:
         """Leave a started child of this environment for the next run, kept `seconds` (kopt.eval.warm), unless
         seconds is 0 or this child was itself a kept one (its supervisor starts the next)."""
         if seconds > 0 and not self.kept:
-            from kopt.eval import warm as kept_children
-
             kept_children.keep(self.env, seconds)
 
     def send(self, jobs_file: Path) -> None:

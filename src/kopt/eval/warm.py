@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from kopt.eval.child import spawn_worker
+from kopt import proc
 from kopt.eval.jobs import ENV_T0
 
 ENV_KEEP = "KOPT_KEEP_WARM_S"
@@ -231,6 +231,18 @@ def keep(env: dict[str, str], seconds: float) -> None:
     with open(log, "wb") as fh:
         subprocess.Popen([sys.executable, "-m", "kopt.eval.warm", str(path), str(seconds)], stdin=subprocess.DEVNULL,
                          stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def spawn_worker(env: dict[str, str]) -> tuple[subprocess.Popen, Path, float]:
+    """The one way an evaluation child starts (a run's own, kopt.eval.child, and a supervisor's): `python -m
+    kopt.eval.worker` with env (and its start time, ENV_T0) in a session of its own, its output in child.log
+    of a folder of its own; (the process, that log, the start time)."""
+    folder = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
+    log = folder / "child.log"
+    started = time.time()
+    p = proc.spawn(proc.python_module("kopt.eval.worker"), log, stdin=subprocess.PIPE,
+                   env=dict(env, **{ENV_T0: repr(started)}))
+    return p, log, started
 
 
 def serve(path: Path, seconds: float) -> int:
