@@ -14,7 +14,8 @@
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
 #   flush, for a same-commit comparison with the default read flush), screen (configs on a few cases, quick: SCREEN_CONFIGS,
 #   SCREEN_CASES, SCREEN_ARGS e.g. "--page-size 64"), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all),
-#   cfgscreen (CFG_SCREEN: a screen file, scripts/gpu_config_screen.py), walljson, startup (scripts/gpu_child_startup.py),
+#   cfgscreen (CFG_SCREEN: a screen file, scripts/gpu_config_screen.py), walljson, gcimport (the child's imports,
+#   cyclic GC on / off), startup (scripts/gpu_child_startup.py),
 #   ragpaged (cases 15-18 in RAGPAGED_SIZES-token pages, default 16 256), kerneltests (tests/test_kernel_gpu.py in
 #   parallel shards; after prewarm).
 # The paged steps time quickly unless PAGED_QUICK= (empty: full timing); PAGED256_CASES (default 1-14).
@@ -106,6 +107,15 @@ for s in $steps; do case $s in
   wall3)     # recorded, as a user runs it: each row's overhead_s says which phase took the time (a run after the
              # first takes the child the one before left: overhead_s.child_kept)
              for i in 1 2 3; do run "wall_$i" 60 python3 -m kopt bench --case 10 --cold-cache --machine; done ;;
+  gcimport)  # the evaluation child's start-up imports (torch, tilelang) with cyclic GC on and off, alternated
+             for i in 1 2 3; do for g in on off; do
+               run "gcimport_${g}_$i" 60 python3 -c "
+import gc, time
+if '$g' == 'off': gc.disable()
+t = time.perf_counter(); import torch; a = time.perf_counter(); import tilelang; b = time.perf_counter()
+print('gc $g torch %.2f tilelang %.2f total %.2f' % (a - t, b - a, b - t))"
+             done; done
+             cat "$log"/gcimport_*.out > "$log/gcimport_summary.txt" ;;
   wall3own)  # the same, each run starting its own child (KOPT_KEEP_WARM_S=0)
              for i in 1 2 3; do KOPT_KEEP_WARM_S=0 run "wallown_$i" 60 python3 -m kopt bench --case 10 --cold-cache \
                --machine; done ;;

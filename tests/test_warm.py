@@ -80,6 +80,20 @@ def test_the_next_run_takes_the_kept_child(short_tmp, monkeypatch):
     assert third.status == Status.ok and third.overhead_s.get("child_kept") == 1
 
 
+def test_a_run_starts_the_next_runs_supervisor_beside_its_own_child(short_tmp, monkeypatch):
+    """The supervisor starts with the run's own child, not after the run: the run right after the first finds a
+    child that warmed up meanwhile."""
+    monkeypatch.setenv(warm.ENV_KEEP, "60")
+    seen = []
+    first = bench.evaluate(ADV / "honest.py", [TINY], OPTS,
+                           on_result=lambda r: seen.append([s["socket"] for s in warm.supervisors()]))[0]
+    assert first.status == Status.ok and "child_kept" not in first.overhead_s
+    assert seen == [[str(warm.socket_path(warm.key(_env())))]]  # already running when the run's row was made
+    assert _wait_for(lambda: warm.socket_path(warm.key(_env())).exists())
+    second = bench.evaluate(ADV / "honest.py", [TINY], OPTS)[0]
+    assert second.overhead_s["child_kept"] == 1
+
+
 def test_another_environment_starts_its_own_child(short_tmp, monkeypatch):
     monkeypatch.setenv(warm.ENV_KEEP, "60")
     bench.evaluate(ADV / "honest.py", [TINY], OPTS)

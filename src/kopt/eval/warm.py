@@ -1,15 +1,16 @@
 """A started evaluation child kept for the next kopt run: the start-up (interpreter, `import torch`, the CUDA
 context, `import tilelang`: 5-7 s of a `kopt bench` on a GPU host) is paid between runs instead of in them.
 
-After a run, kopt starts a small supervisor (`python -m kopt.eval.warm SOCKET KEEP_S`, no torch) that starts
-one evaluation child (`python -m kopt.eval.worker`: it warms up as every child does and waits for its jobs; no
-candidate code runs before them) and offers it on a UNIX socket named by a key of everything the child's
-start depends on: the interpreter, the working folder, the child's environment and what it warms, and kopt's
-own sources (their paths, sizes and times). The next run of the same key takes the child: it sends the jobs
-path through the socket, the supervisor passes it to the child's stdin and, when the child exits, sends its
-return code back. The supervisor starts the next child as soon as the taken one has its jobs (it warms up
-while that run goes on: a run right after finds it ready or nearly), and exits after KEEP_S seconds without
-a taker.
+A run that finds no kept child starts its own and, right after it, a small supervisor (`python -m
+kopt.eval.warm SOCKET KEEP_S`, no torch) that at once starts one evaluation child beside the run's (`python
+-m kopt.eval.worker`: it warms up as every child does and waits for its jobs; no candidate code runs before
+them) and offers it on a UNIX socket named by a key of everything the child's start depends on: the
+interpreter, the working folder, the child's environment and what it warms, and kopt's own sources (their
+paths, sizes and times). The next run of the same key takes the child: it sends the jobs path through the
+socket, the supervisor passes it to the child's stdin and, when the child exits, sends its return code back.
+The supervisor starts the next child as soon as the taken one has its jobs (it warms up while that run goes
+on: a run right after finds it ready or nearly, as the run right after the first finds the child that warmed
+up beside the first run's own), and exits after KEEP_S seconds without a taker.
 
 One child still serves one run (the isolation of a fresh process per evaluation batch is the same); a run
 that finds no child of its key (the first, one with another environment, a busy or gone supervisor) starts
