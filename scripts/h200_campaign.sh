@@ -107,14 +107,18 @@ for s in $steps; do case $s in
   wall3)     # recorded, as a user runs it: each row's overhead_s says which phase took the time (a run after the
              # first takes the child the one before left: overhead_s.child_kept)
              for i in 1 2 3; do run "wall_$i" 60 python3 -m kopt bench --case 10 --cold-cache --machine; done ;;
-  gcimport)  # the evaluation child's start-up imports (torch, tilelang) with cyclic GC on and off, alternated
-             for i in 1 2 3; do for g in on off; do
-               run "gcimport_${g}_$i" 60 python3 -c "
+  gcimport)  # the evaluation child's start-up imports (torch, tilelang) with cyclic GC on and off, alternated,
+             # without bytecode (as $PYTHONDONTWRITEBYTECODE leaves them) and from a bytecode cache filled first
+             pyc=/tmp/kopt-gcimport-pyc; env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$pyc python3 -c \
+               "import torch, tilelang" >/dev/null 2>&1
+             for i in 1 2; do for c in none cached; do for g in on off; do
+               pre=(env); [[ $c == cached ]] && pre=(env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$pyc)
+               run "gcimport_${c}_${g}_$i" 60 "${pre[@]}" python3 -c "
 import gc, time
 if '$g' == 'off': gc.disable()
 t = time.perf_counter(); import torch; a = time.perf_counter(); import tilelang; b = time.perf_counter()
-print('gc $g torch %.2f tilelang %.2f total %.2f' % (a - t, b - a, b - t))"
-             done; done
+print('bytecode $c gc $g torch %.2f tilelang %.2f total %.2f' % (a - t, b - a, b - t))"
+             done; done; done
              cat "$log"/gcimport_*.out > "$log/gcimport_summary.txt" ;;
   wall3own)  # the same, each run starting its own child (KOPT_KEEP_WARM_S=0)
              for i in 1 2 3; do KOPT_KEEP_WARM_S=0 run "wallown_$i" 60 python3 -m kopt bench --case 10 --cold-cache \

@@ -75,13 +75,17 @@ def candidate_id(path: Path) -> str:
 
 
 def load(path: Path) -> ModuleType:
-    """Import the candidate file as a fresh module (its folder on sys.path for sibling modules)."""
+    """Import the candidate file as a fresh module (its folder on sys.path for sibling modules), it and every
+    module of its folder compiled from their current sources (kopt.bytecode.fresh_sources)."""
+    from kopt import bytecode
+
     path = Path(path)
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
+    bytecode.fresh_sources(folder)
     name = f"kopt_candidate_{candidate_id(path)}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_file_location(name, path, loader=bytecode.FreshSourceLoader(name, str(path)))
     if spec is None or spec.loader is None:
         raise CandidateLoadError(f"cannot import {path.name}")
     mod = importlib.util.module_from_spec(spec)

@@ -45,6 +45,10 @@ def report() -> dict:
     from kopt.eval.warm import supervisors
 
     d["kept_children"] = supervisors()
+    from kopt import bytecode
+
+    # where kopt's processes keep their bytecode: null when Python's own rule applies (kopt.bytecode)
+    d["bytecode_cache"] = bytecode.cache_dir()
     d["will_run"], d["will_not_run"] = _plan(d)
     return d
 

@@ -27,8 +27,11 @@ _LIVE: set[subprocess.Popen] = set()
 
 
 def child_env() -> dict[str, str]:
-    """The environment of every kopt child: this kopt first on PYTHONPATH (once, no empty entry), unbuffered output."""
-    env = dict(os.environ)
+    """The environment of every kopt child: this kopt first on PYTHONPATH (once, no empty entry), unbuffered output,
+    kopt's bytecode cache (kopt.bytecode)."""
+    from kopt import bytecode
+
+    env = bytecode.child_env(dict(os.environ))  # its bytecode cached where the environment writes none
     parts = [str(SRC_DIR)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SRC_DIR)]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"

@@ -29,7 +29,7 @@ VERSIONS = ("python", "torch", "tilelang", "flash_attn", "nvcc", "kopt")
 def lines(d: dict) -> list[str]:
     """The report as rich-markup lines: one label column, as wide as its longest label plus two."""
     dev = d["device"]
-    labels = ("device", *VERSIONS, "profilers", "kept child", "will run", "will not run")
+    labels = ("device", *VERSIONS, "profilers", "kept child", "bytecode", "will run", "will not run")
     w = max(map(len, labels)) + 2
 
     def row(label: str, value: str, style: str = "bold") -> str:
@@ -42,6 +42,9 @@ def lines(d: dict) -> list[str]:
     kept = d.get("kept_children") or []
     out += [row("kept child", f"supervisor pid {k['pid']} (ends after {k['keep_s']:g} s idle, or kill it)")
             for k in kept] or [row("kept child", "none (a CUDA run leaves one for the next: kopt.eval.warm)")]
+    cache = d.get("bytecode_cache")
+    out.append(row("bytecode", f"cached in {cache} (the environment writes none: kopt.bytecode)" if cache
+                   else "Python's own rule"))
     out += [row("will run", x, "green") for x in d["will_run"]]
     out += [row("will not run", x, "yellow") for x in d["will_not_run"]]
     return out

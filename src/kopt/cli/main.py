@@ -10,9 +10,13 @@ import functools
 import sys
 from importlib import import_module
 
-import typer
+from kopt import bytecode
 
-from kopt.errors import KoptError
+bytecode.use_cache()  # before the imports below, where the environment writes no bytecode (kopt.bytecode)
+
+import typer  # noqa: E402
+
+from kopt.errors import KoptError  # noqa: E402
 
 app = typer.Typer(
     name="kopt",

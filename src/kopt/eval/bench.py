@@ -104,9 +104,10 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     # first: its start-up (the interpreter, `import torch`, its CUDA context) overlaps the preparation below
     from kopt.eval.warm import keep_seconds
 
-    keep_s = keep_seconds(resolve_device(opts.device)) if opts.kept_child else 0.0
-    child = Child(warm=warm_hints(path, opts.device), take_kept=opts.kept_child, keep_s=keep_s)
+    child = Child(warm=warm_hints(path, opts.device), take_kept=opts.kept_child)
     try:
+        if opts.kept_child:  # a started child for the next run, warming up beside this run's own
+            child.keep(keep_seconds(resolve_device(opts.device)))
         return _evaluate(path, cases, opts, on_result, child)
     finally:
         child.close()  # a run that never sent it jobs (a static violation, an error, Ctrl-C) ends it here

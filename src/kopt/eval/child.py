@@ -27,23 +27,26 @@ class Child:
     closes the pipe, and the child, reading end of file, exits.
     """
 
-    def __init__(self, warm: tuple[str, ...] = (), take_kept: bool = False, keep_s: float = 0.0):
-        """take_kept: take the child a supervisor kept for this environment (kopt.eval.warm) when there is one.
-        keep_s > 0: when there is none, also start a supervisor now (after this run's own child), kept keep_s
-        seconds: its child warms up beside this run's, so the next run finds one ready."""
+    def __init__(self, warm: tuple[str, ...] = (), take_kept: bool = False):
+        """take_kept: take the child a supervisor kept for this environment (kopt.eval.warm) when there is one."""
         self.started = time.perf_counter()
         self.env = proc.child_env()
         self.env[ENV_WARM] = ",".join(warm)
         kept = kept_children.take(self.env) if take_kept and kept_children.enabled() else None
         self.kept = kept is not None
         """True: started before this run, by the supervisor of the previous one (its start-up cost this run nothing)."""
-        if kept is not None:  # its supervisor is already starting the next run's child
+        if kept is not None:
             self.popen, self.log, self.dir = kept, kept.log, kept.log.parent
             return
         self.popen, self.log, _ = kept_children.spawn_worker(self.env)
         self.dir = self.log.parent
-        if keep_s > 0:
-            kept_children.keep(self.env, keep_s)
+
+    def keep(self, seconds: float) -> None:
+        """Start a supervisor that keeps a started child of this environment for the next run, `seconds`
+        (kopt.eval.warm); called right after this one started, its child warms up beside this one. Nothing when
+        seconds is 0 or this child was itself a kept one (its supervisor is already starting the next)."""
+        if seconds > 0 and not self.kept:
+            kept_children.keep(self.env, seconds)
 
     def send(self, jobs_file: Path) -> None:
         """Hand the child its jobs; stdin is closed after them (a candidate reading it sees end of file)."""

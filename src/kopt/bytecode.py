@@ -1,0 +1,88 @@
+"""Python bytecode: cached for library code where the environment turns writing off, never used for a candidate.
+
+Library code. Where $PYTHONDONTWRITEBYTECODE is set (container images often set it) no `.pyc` is ever
+written, so every kopt process compiles torch, tilelang and tvm from their sources again: on an H200 host
+`import torch` then took 4.3-5.7 s and `import tilelang` another 2.6-3.4 s, the larger part of a `kopt bench`.
+kopt's processes and children then keep their bytecode in a cache folder of kopt's own instead
+($PYTHONPYCACHEPREFIX; nothing is written beside any source): $KOPT_PYCACHE names that folder (default
+$XDG_CACHE_HOME/kopt/pycache, else ~/.cache/kopt/pycache), `KOPT_PYCACHE=0` keeps the environment as it is. A
+$PYTHONPYCACHEPREFIX of the user's own is left alone.
+
+Candidate code. A `.pyc` is trusted by its source's size and whole-second time, so an edit that keeps the size
+within the same second (`block_N = 64` -> `32`) would run the old code. A candidate's file and every module
+under its folder are therefore compiled from their current sources each time a process imports them
+(`fresh_sources`, which kopt.candidate.load applies): no `.pyc` read or written for them, and no stray `.pyc`
+there imported in place of a source. Library code keeps its bytecode.
+
+Standard library only: the `kopt` command calls `use_cache` before its own imports.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+
+ENV_CACHE = "KOPT_PYCACHE"
+def cache_dir(env: dict | None = None) -> str | None:
+    """The folder kopt keeps bytecode in under `env` (default: this process's environment), or None when
+    nothing is to change: writing is on, the user set a prefix, or $KOPT_PYCACHE is 0."""
+    env = os.environ if env is None else env
+    if not env.get("PYTHONDONTWRITEBYTECODE") or env.get("PYTHONPYCACHEPREFIX") or env.get(ENV_CACHE) == "0":
+        return None
+    if env.get(ENV_CACHE):
+        return env[ENV_CACHE]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "kopt", "pycache")
+
+
+def child_env(env: dict) -> dict:
+    """env with kopt's bytecode cache for a child process (a copy; env itself unchanged)."""
+    folder = cache_dir(env)
+    if folder is None:
+        return env
+    out = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out["PYTHONPYCACHEPREFIX"] = folder
+    return out
+
+
+def use_cache() -> None:
+    """This process: bytecode in kopt's cache folder from now on (as child_env gives a child)."""
+    folder = cache_dir()
+    if folder is not None and sys.pycache_prefix is None:
+        sys.pycache_prefix = folder
+        sys.dont_write_bytecode = False
+
+
+class FreshSourceLoader(importlib.machinery.SourceFileLoader):
+    """A source loader that compiles the file as it is now: no cached bytecode read, none written."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+def fresh_sources(folder: str) -> None:
+    """Modules this process imports from `folder` or below are compiled from their sources from now on
+    (FreshSourceLoader; extension modules load as usual, lone `.pyc` files are not imported)."""
+    root = os.path.realpath(folder)
+    loaders = ((importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+               (FreshSourceLoader, importlib.machinery.SOURCE_SUFFIXES))
+
+    def hook(path: str):
+        real = os.path.realpath(path or os.getcwd())
+        if real != root and not real.startswith(root + os.sep):
+            raise ImportError("not under the candidate's folder")
+        return importlib.machinery.FileFinder(path, *loaders)
+
+    if root not in _FRESH:
+        _FRESH.add(root)
+        sys.path_hooks.insert(0, hook)
+    for path in list(sys.path_importer_cache):  # finders made before the hook: made again through it
+        real = os.path.realpath(path or os.getcwd())
+        if real == root or real.startswith(root + os.sep):
+            del sys.path_importer_cache[path]
+
+
+#: Folders whose modules compile from their sources in this process (fresh_sources).
+_FRESH: set[str] = set()
