@@ -148,7 +148,9 @@ print('bytecode $c gc $g torch %.2f tilelang %.2f total %.2f' % (a - t, b - a, b
              while IFS=$'\t' read -r cs cf <&3; do
                [[ -z $cs || $cs == \#* ]] && continue
                pc=$(tr ';' '\n' <<< "$cf" | sed -n 's/^[^=]*=\(+\{0,1\}{.*\)$/\1/p' | paste -sd';')
-               [[ -n $pc ]] && run "cfgprewarm_$i" 240 python3 scripts/prewarm_kernels.py --configs "$pc" --cases "$cs"
+               ps=$(sed -n 's/.*--page-size[ =]\([0-9]*\).*/\1/p' <<< "${CFG_SCREEN_ARGS:-}")  # the screen's layout
+               [[ -n $pc ]] && run "cfgprewarm_$i" 240 python3 scripts/prewarm_kernels.py --configs "$pc" --cases "$cs" \
+                 ${ps:+--page-size "$ps"}
                run "cfgscreen_$i" 300 python3 scripts/gpu_config_screen.py --cases "$cs" --configs "$cf" ${CFG_SCREEN_ARGS:-}
                echo "cfgscreen_$i cases=$cs configs=$cf" >> "$log/steps.txt"; i=$((i + 1))
              done 3< "${CFG_SCREEN:?CFG_SCREEN: the screen file}" ;;

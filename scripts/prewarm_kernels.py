@@ -39,16 +39,17 @@ def _verify_shapes(bf16: bool = False):
     return list(cf.cases) + [c for c, _ in matrix] + extra
 
 
-def _shapes(ids: list[int] | None = None):
+def _shapes(ids: list[int] | None = None, page_size: int = 0):
     """The cases whose kernels are compiled: the benches' variants, the GPU test matrix and the verify
     matrix (specs() adds the second and last tuning config of the contiguous fp16 ones); with `ids`,
-    only those cases as the table defines them (a configuration screen)."""
+    only those cases as the table defines them, in pages of `page_size` when it is given (a configuration
+    screen: gpu_config_screen.py --page-size)."""
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt.cases import load_cases
 
     cases = load_cases()
     if ids:
-        return [c for c in cases if c.id in ids]
+        return [c.with_variant(page_size=page_size) if page_size else c for c in cases if c.id in ids]
     out = []
     for c in cases:
         for dtype in ("fp16", "bf16"):
@@ -83,11 +84,21 @@ def parse_configs(text: str) -> list[tuple[dict, bool]]:
     return out
 
 
+def _over(rk, own) -> dict:
+    """A plan as the config a '+{..}' entry is laid over, as gpu_config_screen.py lays it: the config keys of
+    run_kernel.plan_info's view of the plan (last_cta only where there are splits; booleans as 0/1)."""
+    info = {f: getattr(own, f) for f in rk._CFG_KEYS if hasattr(own, f)}
+    if "last_cta" in info:
+        info["last_cta"] = own.last_cta and own.num_splits > 1
+    return {k: int(v) if isinstance(v, bool) else v for k, v in info.items()}
+
+
 def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = None, verify: bool = False,
-          bf16: bool = False) -> list[tuple]:
+          bf16: bool = False, page_size: int = 0) -> list[tuple]:
     """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads (with
     `verify`, only what `kopt verify` needs: no tuning configs beside each case's own plan). `extra`:
-    (config, over) pairs, over: laid over the case's own plan (gpu_config_screen's '+{..}')."""
+    (config, over) pairs, over: laid over the case's own plan (gpu_config_screen's '+{..}'); with `ids`
+    and `page_size`, the screen's cases in pages of that size."""
     import torch
 
     sys.path.insert(0, SOL)
@@ -95,7 +106,7 @@ def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = 
 
     fields = _kernel_fields(rk)
     seen = {}
-    for case in (_verify_shapes(bf16) if verify else _shapes(ids)):
+    for case in (_verify_shapes(bf16) if verify else _shapes(ids, page_size)):
         v = case.variant
         dt = torch.float16 if v.dtype == "fp16" else torch.bfloat16
         b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
@@ -109,14 +120,14 @@ def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = 
         else:
             k = one.expand(b, s, hkv, d)
         cfgs = [None]
-        if v.dtype == "fp16" and not v.page_size and v.head_dim == 128 and not verify:
+        screened = ids and v.page_size == page_size  # a screen's case in the screen's layout
+        if v.dtype == "fp16" and (not v.page_size or screened) and v.head_dim == 128 and not verify:
             if not ids:  # a screen (ids) needs the cases' own plans and its configs only
                 allc = rk.configs({"seqlen_k": s})
                 cfgs += [allc[1], allc[-1]]
             if v.seqlens != "ragged" and extra:  # the 14 cases themselves, not the GPU tests' head layouts
-                own = rk._cuda_plan(q, k, bt, None, None)  # the plan a '+{..}' config is laid over: its config keys
-                resolved = {f: int(getattr(own, f)) for f in rk._CFG_KEYS if hasattr(own, f)}
-                cfgs += [{**resolved, **c} if over else c for c, over in extra]
+                own = rk._cuda_plan(q, k, bt, None, None)  # the plan a '+{..}' config is laid over
+                cfgs += [{**_over(rk, own), **c} if over else c for c, over in extra]
         for cfg in cfgs:
             p = rk._cuda_plan(q, k, bt, None, cfg)
             p.num_splits = min(p.num_splits, 2)  # the kernels depend on split or not, not on the count
@@ -125,18 +136,24 @@ def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = 
 
 
 def _compile(spec: tuple) -> tuple:
-    """Build the plan's kernels the way run_kernel does (split, combine), into TileLang's disk cache."""
+    """Build the plan's kernels the way run_kernel does (split, combine), into TileLang's disk cache:
+    (spec, seconds, None), or (spec, seconds, the error's last line) when the build failed (as text: a
+    compiler's own exception may not survive the trip back, and the pool would lose its worker)."""
     sys.path.insert(0, SOL)
     import run_kernel as rk
     import torch
 
     t0 = time.perf_counter()
-    p = rk._Plan()
-    for f, v in spec:
-        setattr(p, f, v)
-    p.target = rk._cuda.cuda_target(torch.device("cuda", 0))
-    rk._cuda_kernels(p)
-    return spec, time.perf_counter() - t0
+    try:
+        p = rk._Plan()
+        for f, v in spec:
+            setattr(p, f, v)
+        p.target = rk._cuda.cuda_target(torch.device("cuda", 0))
+        rk._cuda_kernels(p)
+    except Exception as e:
+        lines = str(e).strip().splitlines()
+        return spec, time.perf_counter() - t0, f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
+    return spec, time.perf_counter() - t0, None
 
 
 def _label(spec: tuple) -> str:
@@ -153,9 +170,11 @@ def main(argv=None) -> int:
     ap.add_argument("--verify", action="store_true", help="only what bench --all and verify need (the cases, the "
                                                           "verify matrix)")
     ap.add_argument("--bf16", action="store_true", help="with --verify: every case in bf16 too (kopt peers)")
+    ap.add_argument("--page-size", type=int, default=0, help="with --cases: those cases in pages of this size "
+                                                             "(a screen's --page-size)")
     a = ap.parse_args(argv)
     ids = [int(x) for x in a.cases.split(",") if x.strip()]
-    todo = specs(parse_configs(a.configs), ids or None, a.verify, a.bf16)
+    todo = specs(parse_configs(a.configs), ids or None, a.verify, a.bf16, a.page_size)
     if a.list:
         for s in todo:
             print(_label(s))
@@ -167,12 +186,11 @@ def main(argv=None) -> int:
         futs = {ex.submit(_compile, s): s for s in todo}
         for i, f in enumerate(as_completed(futs), 1):
             try:
-                spec, dt = f.result()
-                print(f"[{i}/{len(todo)}] {_label(spec)}: {dt:.1f} s", flush=True)
-            except Exception as e:  # report and go on: one bad variant must not stop the rest
-                failed += 1
-                print(f"[{i}/{len(todo)}] {_label(futs[f])}: FAILED {type(e).__name__}: "
-                      f"{str(e).splitlines()[-1] if str(e) else ''}", flush=True)
+                spec, dt, err = f.result()
+            except Exception as e:  # the worker itself died: report and go on
+                spec, dt, err = futs[f], 0.0, f"{type(e).__name__}: {e}"
+            failed += err is not None
+            print(f"[{i}/{len(todo)}] {_label(spec)}: " + (f"FAILED {err}" if err else f"{dt:.1f} s"), flush=True)
     print(f"prewarm: {len(todo) - failed}/{len(todo)} kernels in {time.perf_counter() - t0:.1f} s "
           f"with {a.jobs} jobs", flush=True)
     return 1 if failed else 0

@@ -121,3 +121,30 @@ def test_prewarm_keys_kernels_by_every_field_the_candidate_builds_from():
     read = set(re.findall(r"\bp\.(\w+)", inspect.getsource(rk._cuda_kernels)))
     assert read - set(fields) == {"target"}, read - set(fields)
     assert not set(fields) & set(pk._RUNTIME_FIELDS)
+
+
+def test_prewarm_lays_a_plus_config_over_the_plan_as_the_screen_does():
+    """'+{..}' over a case's plan: the screen lays its configs over run_kernel.plan_info (last_cta only where
+    there are splits); prewarm must compile that same kernel, not the raw plan's."""
+    pk = _script("prewarm_kernels")
+    sys.path.insert(0, pk.SOL)
+    import run_kernel as rk
+
+    p = rk._Plan()
+    for f in rk._Plan.__slots__:
+        setattr(p, f, None)
+    p.block_N, p.num_splits, p.num_stages, p.threads, p.fused, p.eager, p.last_cta = 64, 1, 1, 128, True, False, True
+    p.balanced, p.q_loop, p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll = 0, False, 0, False, False, 0
+    over = pk._over(rk, p)
+    assert over["last_cta"] == 0 and over["fused"] == 1 and over["block_N"] == 64  # one split: no last-CTA merge
+    p.num_splits = 4
+    assert pk._over(rk, p)["last_cta"] == 1
+    assert set(over) <= set(rk._CFG_KEYS)
+
+
+def test_prewarm_reports_a_kernel_that_fails_to_build_and_goes_on():
+    """A build error comes back as text (a compiler's exception may not pickle: the pool lost its worker and
+    every later kernel once), so the other kernels still compile."""
+    pk = _script("prewarm_kernels")
+    spec, seconds, err = pk._compile((("dtype", "no-such-dtype"),))
+    assert spec == (("dtype", "no-such-dtype"),) and seconds >= 0 and err and len(err) <= 300
