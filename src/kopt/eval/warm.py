@@ -1,5 +1,6 @@
 """A started evaluation child kept for the next kopt run: the start-up (interpreter, `import torch`, the CUDA
-context, `import tilelang`: 5-7 s of a `kopt bench` on a GPU host) is paid between runs instead of in them.
+context, `import tilelang`: 2-3 s of a `kopt bench` on an H200 host with kopt's bytecode cache, 5-7 s without)
+is paid between runs instead of in them.
 
 A run that finds no kept child starts its own and, right after it, a small supervisor (`python -m
 kopt.eval.warm SOCKET KEEP_S`, no torch) that at once starts one evaluation child beside the run's (`python
