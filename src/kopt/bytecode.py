@@ -2,7 +2,8 @@
 
 Library code. Where $PYTHONDONTWRITEBYTECODE is set (container images often set it) no `.pyc` is ever
 written, so every kopt process compiles torch, tilelang and tvm from their sources again: on an H200 host
-`import torch` then took 4.3-5.7 s and `import tilelang` another 2.6-3.4 s, the larger part of a `kopt bench`.
+`import torch` then took 4.0-5.7 s and `import tilelang` another 2.0-3.4 s, the larger part of a `kopt bench`
+(1.4-1.7 s and 0.9-1.3 s from the cache).
 kopt's processes and children then keep their bytecode in a cache folder of kopt's own instead
 ($PYTHONPYCACHEPREFIX; nothing is written beside any source): $KOPT_PYCACHE names that folder (default
 $XDG_CACHE_HOME/kopt/pycache, else ~/.cache/kopt/pycache), `KOPT_PYCACHE=0` keeps the environment as it is. A
@@ -24,6 +25,8 @@ import os
 import sys
 
 ENV_CACHE = "KOPT_PYCACHE"
+
+
 def cache_dir(env: dict | None = None) -> str | None:
     """The folder kopt keeps bytecode in under `env` (default: this process's environment), or None when
     nothing is to change: writing is on, the user set a prefix, or $KOPT_PYCACHE is 0."""
