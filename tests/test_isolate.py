@@ -140,40 +140,42 @@ def test_child_exits_when_its_parent_dies_before_sending_jobs(tmp_path):
     assert not _alive(pid), "the child outlived its parent"
 
 
+def _python_words(code: str) -> list[str]:
+    """What `python -c code` prints, split into words: a fresh interpreter with this kopt first on its path
+    and an empty stdin (the worker reads end of file instead of jobs and exits after its warm-up)."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": src}, input="",
+                          capture_output=True, text=True, check=True, timeout=300).stdout.split()
+
+
 def test_the_child_imports_without_cyclic_gc_and_turns_it_back_on():
     """`python -m kopt.eval.worker` starts with collection off; after its warm-up it freezes what the imports
     made and turns collection on again, before any job (candidate code) runs. A process that only imports the
     module's helpers (kopt.tune.worker) keeps its collection as it was."""
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    code = ("import gc, runpy, sys\n"
-            "import kopt.eval.worker\n"
-            "print(gc.isenabled())\n"
-            "try:\n"
-            "    runpy.run_module('kopt.eval.worker', run_name='__main__', alter_sys=True)\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "print(gc.isenabled(), gc.get_freeze_count() > 0)\n")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": src}, input="",
-                         capture_output=True, text=True, check=True, timeout=300).stdout.split()
+    out = _python_words("import gc, runpy, sys\n"
+                        "import kopt.eval.worker\n"
+                        "print(gc.isenabled())\n"
+                        "try:\n"
+                        "    runpy.run_module('kopt.eval.worker', run_name='__main__', alter_sys=True)\n"
+                        "except SystemExit:\n"
+                        "    pass\n"
+                        "print(gc.isenabled(), gc.get_freeze_count() > 0)\n")
     assert out == ["True", "True", "True"], out
 
 
 def test_the_child_runs_its_warm_up_with_collection_off():
     """Inside its warm-up (the torch and tilelang imports) the child collects no cyclic garbage."""
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    code = ("import gc, runpy, sys, types\n"
-            "probe = types.ModuleType('probe')\n"
-            "probe.seen = None\n"
-            "sys.modules['probe'] = probe\n"
-            "src = open(__import__('kopt.eval.worker', fromlist=['x']).__file__).read()\n"
-            "head = 'def _warm() -> None:\\n'\n"
-            "src = src.replace(head, head + '    import probe, gc; probe.seen = gc.isenabled()\\n', 1)\n"
-            "g = {'__name__': '__main__'}\n"
-            "try:\n"
-            "    exec(compile(src, 'worker', 'exec'), g)\n"
-            "except SystemExit:\n"
-            "    pass\n"
-            "print(probe.seen, gc.isenabled())\n")
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": src}, input="",
-                         capture_output=True, text=True, check=True, timeout=300).stdout.split()
+    out = _python_words("import gc, runpy, sys, types\n"
+                        "probe = types.ModuleType('probe')\n"
+                        "probe.seen = None\n"
+                        "sys.modules['probe'] = probe\n"
+                        "src = open(__import__('kopt.eval.worker', fromlist=['x']).__file__).read()\n"
+                        "head = 'def _warm() -> None:\\n'\n"
+                        "src = src.replace(head, head + '    import probe, gc; probe.seen = gc.isenabled()\\n', 1)\n"
+                        "g = {'__name__': '__main__'}\n"
+                        "try:\n"
+                        "    exec(compile(src, 'worker', 'exec'), g)\n"
+                        "except SystemExit:\n"
+                        "    pass\n"
+                        "print(probe.seen, gc.isenabled())\n")
     assert out == ["False", "True"], out

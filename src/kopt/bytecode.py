@@ -65,6 +65,10 @@ class FreshSourceLoader(importlib.machinery.SourceFileLoader):
         return self.source_to_code(self.get_data(path), path)
 
 
+#: Folders whose modules compile from their sources in this process (fresh_sources).
+_FRESH: set[str] = set()
+
+
 def fresh_sources(folder: str) -> None:
     """Modules this process imports from `folder` or below are compiled from their sources from now on
     (FreshSourceLoader; extension modules load as usual, lone `.pyc` files are not imported)."""
@@ -85,7 +89,3 @@ def fresh_sources(folder: str) -> None:
         real = os.path.realpath(path or os.getcwd())
         if real == root or real.startswith(root + os.sep):
             del sys.path_importer_cache[path]
-
-
-#: Folders whose modules compile from their sources in this process (fresh_sources).
-_FRESH: set[str] = set()

@@ -106,9 +106,10 @@ def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
 
     child = Child(warm=warm_hints(path, opts.device), take_kept=opts.kept_child)
     try:
+        device = resolve_device(opts.device)
         if opts.kept_child:  # a started child for the next run, warming up beside this run's own
-            child.keep(keep_seconds(resolve_device(opts.device)))
-        return _evaluate(path, cases, opts, on_result, child)
+            child.keep(keep_seconds(device))
+        return _evaluate(path, cases, opts, device, on_result, child)
     finally:
         child.close()  # a run that never sent it jobs (a static violation, an error, Ctrl-C) ends it here
 
@@ -125,7 +126,7 @@ def evaluate_peers(path: Path, cases: list[Case], opts: BenchOptions, peers: Opt
     return evaluate(path, cases, replace(opts, mode="peers", peers=tuple(names), hidden=False), on_result)
 
 
-def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
+def _evaluate(path: Path, cases: list[Case], opts: BenchOptions, device: str,
               on_result: Optional[Callable[[CaseResult], None]], child: Child) -> list[CaseResult]:
     from kopt import candidate, paths
     from kopt.integrity import static_check
@@ -136,7 +137,6 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions,
     led = paths.ledger_file()
     if opts.record:
         ledger.check_writable(led)
-    device = resolve_device(opts.device)
     chash = candidate.content_hash(path)
     findings = static_check(path)
     commit = head_short(path.parent)

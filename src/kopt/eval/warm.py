@@ -231,7 +231,8 @@ def keep(env: dict[str, str], seconds: float) -> None:
             probe.close()
     log = path.with_suffix(".log")
     with open(log, "wb") as fh:
-        subprocess.Popen([sys.executable, "-m", "kopt.eval.warm", str(path), str(seconds)], stdin=subprocess.DEVNULL,
+        # not proc.spawn: that tracks a child to be ended with this run, and the supervisor outlives it
+        subprocess.Popen(proc.python_module("kopt.eval.warm", str(path), str(seconds)), stdin=subprocess.DEVNULL,
                          stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
