@@ -1,13 +1,14 @@
 """The six-dimension diagnosis, scored ok / watch / limiting, mapped to checklist pattern letters.
 
-Dimensions and letters follow knowledge/profiling/diagnosis_checklist.md (patterns A-M). The
+Dimensions and letters follow knowledge/profiling/diagnosis_checklist.md (patterns A-N). The
 rules read kopt's short metric names (kopt.profile.ncu.METRICS; mcProfiler/mcTracer and a kineto
 timeline fill the subset they can). A dimension without evidence is NA with the reason.
 
 Thresholds (from the checklist): waves < ~0.8 or grid < units -> A; DRAM < ~80 % of peak with
 long-scoreboard on top and a full grid -> B; a partial last wave idling > 10 % / 25 % of the slots
 -> C watch / limiting, and the same bands for the idle share the plan leaves on the case's lengths
-(busiest unit vs the mean); a second kernel >= 25 % of the call -> D; reads > 1.05x the K/V bytes -> I.
+(busiest unit vs the mean); a second kernel >= 25 % of the call -> D; reads > 1.05x the K/V bytes -> I;
+instruction and constant fetch (no_instruction + imc_miss) >= FETCH_WATCH_PCT of the stalls -> N.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ TITLES = {"occupancy": "occupancy & launch geometry", "tail": "tail effect", "st
           "tensor": "tensor-core utilization", "timeline": "SM timeline", "memory": "memory bandwidth"}
 #: Below this many bytes per call a kernel cannot approach DRAM bandwidth (launch/latency bound).
 TINY_BYTES = 4 << 20
+#: Stall reasons of the instruction and constant fetch (pattern N): together from this share of the stalls, a
+#: finding of their own whichever single reason leads (H200, case 5's one-tile kernel: 32%).
+FETCH_STALLS = ("no_instruction", "imc_miss")
+FETCH_WATCH_PCT = 25.0
 
 
 @dataclass
@@ -216,7 +221,14 @@ def stalls(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
         f = _Finding(Score.watch, what + ": many small global loads (use 16-B vector loads)", ("B",))
     else:
         f = _Finding(Score.watch if share >= 30 else Score.ok, what)
-    return _dim("stalls", [f], evidence)
+    found = [f]
+    fetch = sum(s for r, s in shares if r in FETCH_STALLS)
+    if fetch >= FETCH_WATCH_PCT:
+        evidence["fetch_pct"] = fetch
+        found.append(_Finding(Score.watch, f"instruction and constant fetch {fetch:.0f}% of the stalls (no_instruction "
+                                           "+ imc_miss): code and parameters fetched cold, a long instruction stream",
+                              ("N",)))
+    return _dim("stalls", found, evidence)
 
 
 def tensor(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
