@@ -48,7 +48,8 @@ for s in $steps; do case $s in
   kerneltests) # tests/test_kernel_gpu.py in KERNELTESTS_SHARDS (default 6) pytest processes side by side
              # (KOPT_TEST_SHARD, tests/conftest.py: their kernels compile in parallel); -v, so a shard cut short
              # still says what passed. Run prewarm first: a test's kernel otherwise compiles on demand (~10 s).
-             # KERNELTESTS_K: a pytest -k expression (a subset of the matrix, e.g. one switch's tests)
+             # KERNELTESTS_K: a pytest -k expression (a subset of the matrix, e.g. one switch's tests by name; a
+             # word inside 'pytestmark', such as 'tma', matches every marked test)
              n=${KERNELTESTS_SHARDS:-6}; pids=()
              for i in $(seq 0 $((n - 1))); do
                KOPT_TEST_SHARD="$i/$n" run "kerneltests_$i" "${KERNELTESTS_LIMIT_S:-500}" python3 -m pytest -m gpu -v -rfE \
