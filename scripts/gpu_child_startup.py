@@ -53,6 +53,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     a = ap.parse_args(argv)
+    from kopt import hardware as _hw
+
+    if not _hw.cuda_visible():  # a GPU tool on a host without one: one line, exit 2
+        print(f"error: {os.path.basename(__file__)} needs a CUDA device; none is visible", file=sys.stderr)
+        return 2
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for i in range(a.runs):
         for mode in ("serial", "overlap"):

@@ -51,6 +51,11 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(ROOT, "src"))
+    from kopt import hardware as _hw
+
+    if not _hw.cuda_visible():  # a GPU tool on a host without one: one line, exit 2
+        print(f"error: {os.path.basename(__file__)} needs a CUDA device; none is visible", file=sys.stderr)
+        return 2
     import torch
 
     from kopt import baselines, candidate, hardware

@@ -20,6 +20,7 @@ and each kind's own cost. Nothing here changes the harness.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -31,6 +32,11 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=150)
     ap.add_argument("--candidate", default="solution/tilelang/run_kernel.py")
     a = ap.parse_args()
+    from kopt import hardware as _hw
+
+    if not _hw.cuda_visible():  # a GPU tool on a host without one: one line, exit 2
+        print(f"error: {os.path.basename(__file__)} needs a CUDA device; none is visible", file=sys.stderr)
+        return 2
 
     import torch
 

@@ -16,6 +16,7 @@ Run from the workspace root:  PYTHONPATH=src python3 scripts/gpu_graph_check.py 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -191,6 +192,11 @@ def main() -> int:
     ap.add_argument("--diagnose", action="store_true", help="time each call five ways (graphs and the stream, "
                                                             "with and without marks) and list its kernels, instead")
     args = ap.parse_args()
+    from kopt import hardware as _hw
+
+    if not _hw.cuda_visible():  # a GPU tool on a host without one: one line, exit 2
+        print(f"error: {os.path.basename(__file__)} needs a CUDA device; none is visible", file=sys.stderr)
+        return 2
 
     import torch
 

@@ -7,6 +7,7 @@ Prints one line per check and a PASS/FAIL summary; exits 1 when a check fails.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -18,6 +19,12 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="smoke-test stopping rule (fewer samples)")
     args = ap.parse_args()
+    from kopt import hardware as _hw
+
+    if args.device == "cuda" and not _hw.cuda_visible():  # one line, exit 2, on a host without a GPU
+        print(f"error: {os.path.basename(__file__)} --device cuda needs a CUDA device; none is visible",
+              file=sys.stderr)
+        return 2
 
     import torch
 

@@ -11,6 +11,7 @@ enable/disable calls, CUDA activities only, events only). Nothing here changes t
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -143,6 +144,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=1000)
     args = ap.parse_args()
+    from kopt import hardware as _hw
+
+    if not _hw.cuda_visible():  # a GPU tool on a host without one: one line, exit 2
+        print(f"error: {os.path.basename(__file__)} needs a CUDA device; none is visible", file=sys.stderr)
+        return 2
     for mode in ("alone", "after_kernel"):
         print(f"fresh_{mode}: {fresh(mode)}", flush=True)
     per_sample(args.samples)

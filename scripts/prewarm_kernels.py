@@ -173,6 +173,12 @@ def main(argv=None) -> int:
     ap.add_argument("--page-size", type=int, default=0, help="with --cases: those cases in pages of this size "
                                                              "(a screen's --page-size)")
     a = ap.parse_args(argv)
+    sys.path.insert(0, os.path.join(ROOT, "src"))
+    from kopt import hardware as _hw
+
+    if not _hw.cuda_visible():  # a GPU tool on a host without one: one line, exit 2
+        print(f"error: {os.path.basename(__file__)} needs a CUDA device; none is visible", file=sys.stderr)
+        return 2
     ids = [int(x) for x in a.cases.split(",") if x.strip()]
     todo = specs(parse_configs(a.configs), ids or None, a.verify, a.bf16, a.page_size)
     if a.list:

@@ -100,6 +100,29 @@ def test_config_screen_parses_labels_and_overlays():
             cs.parse_configs(bad)
 
 
+GPU_TOOLS = ["gpu_child_startup.py", "gpu_config_screen.py", "gpu_flush_study.py", "gpu_graph_check.py",
+             "gpu_timing_check.py", "gpu_timing_overhead.py", "prewarm_kernels.py"]
+
+
+@pytest.mark.parametrize("tool", GPU_TOOLS)
+def test_gpu_tools_say_in_one_line_that_they_need_a_gpu(tool):
+    """On a host without a CUDA device every GPU-only script stops with one line on stderr and exit 2 (not a
+    traceback): what a user who runs one on the wrong machine needs to read."""
+    from kopt import hardware
+
+    if hardware.cuda_visible():
+        pytest.skip("a CUDA device is visible here")
+    args = ["--cases", "5", "--configs", "a={}"] if tool == "gpu_config_screen.py" else []
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / tool), *args], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "needs a CUDA device" in r.stderr
+
+
+def test_every_gpu_script_is_in_that_list():
+    assert sorted(p.name for p in (ROOT / "scripts").glob("gpu_*.py")) + ["prewarm_kernels.py"] == sorted(GPU_TOOLS)
+
+
 def test_config_screen_bad_configs_exit_2():
     r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu_config_screen.py"),
                         "--cases", "10", "--configs", "nolabel"], capture_output=True, text=True)

@@ -285,6 +285,12 @@ def resolve_device(device: str) -> str:
     return "cpu"
 
 
+def cuda_visible() -> bool:
+    """Whether a run here gets a CUDA device (resolve_device("auto") == "cuda"): what a GPU-only tool checks
+    first, to say so in one line on a host without one."""
+    return resolve_device("auto") == "cuda"
+
+
 def driver():
     """The CUDA driver library through ctypes, initialised (cuInit), without importing torch; None where
     there is no NVIDIA driver (CPU hosts, other vendors' runtimes) or it does not initialise."""
