@@ -41,7 +41,7 @@ def test_profile_torch_cpu_end_to_end(workspace):
 
 def test_profile_errors_are_one_line(workspace):
     r = runner.invoke(app, ["profile", "--case", "1", "--tool", "ncu", "--device", "cpu", "--candidate", str(HONEST)])
-    assert r.exit_code == 1 and "ncu needs a CUDA device" in r.stderr
+    assert r.exit_code == 2 and "ncu needs a CUDA device" in r.stderr  # nothing ran: a usage error
     r = runner.invoke(app, ["profile", "--case", "99", "--device", "cpu", "--candidate", str(HONEST)])
     assert r.exit_code == 2 and "unknown case id 99" in r.stderr
     r = runner.invoke(app, ["profile", "--case", "1", "--device", "cpu", "--candidate", "missing.py"])

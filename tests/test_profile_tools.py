@@ -60,23 +60,23 @@ def test_metax_command_lines(tmp_path):
 
 
 def test_choose_tool(monkeypatch):
+    from kopt.errors import UsageError
+
     monkeypatch.setattr(ncu, "find_ncu", lambda: None)
     assert choose_tool("auto", "cpu", "cpu")[0] == Tool.torch
     tool, notes = choose_tool("auto", "cuda", "nvidia")
     assert tool == Tool.torch and "ncu not on PATH" in notes[0]
-    with pytest.raises(ProfileError, match="not on PATH"):
+    with pytest.raises(UsageError, match="not on PATH"):
         choose_tool("ncu", "cuda", "nvidia")
-    with pytest.raises(ProfileError, match="needs a CUDA device"):
+    with pytest.raises(UsageError, match="needs a CUDA device"):
         choose_tool("ncu", "cpu", "cpu")
     monkeypatch.setattr(ncu, "find_ncu", lambda: "/x/ncu")
     assert choose_tool("auto", "cuda", "nvidia") == (Tool.ncu, [])
     monkeypatch.setattr(metax, "find_mcprofiler", lambda: None)
     monkeypatch.setattr(metax, "find_mctracer", lambda: "/x/mcTracer")
     assert choose_tool("auto", "cuda", "metax")[0] == Tool.mctracer
-    with pytest.raises(ProfileError, match="mcProfiler is not on PATH"):
+    with pytest.raises(UsageError, match="mcProfiler is not on PATH"):
         choose_tool("mcprofiler", "cuda", "metax")
-    from kopt.errors import UsageError
-
     with pytest.raises(UsageError):
         choose_tool("nsys", "cuda", "nvidia")
 

@@ -13,7 +13,8 @@ from kopt.proc import Finished
 
 
 class ProfileError(KoptError):
-    """A profiler could not produce data (missing tool, failure, timeout): one line, exit 1."""
+    """A profiler ran and could not produce data (failure, timeout, an unreadable report): one line, exit 1. A
+    requested profiler that cannot run here at all is a UsageError (exit 2)."""
 
 
 @dataclass

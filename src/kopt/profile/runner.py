@@ -73,21 +73,23 @@ def output_dir(ws: Path, backend: str, case: int, now: Optional[datetime] = None
 
 
 def choose_tool(tool: str, device: str, vendor: str) -> tuple[Tool, list[str]]:
-    """The tool to run and the notes explaining any fallback; explicit tools that cannot run raise."""
+    """The tool to run and the notes explaining any fallback. An explicit tool that cannot run here (no CUDA
+    device for ncu, the profiler not on PATH) is a usage error, exit 2, as --device cuda is without a GPU:
+    nothing ran; ProfileError (exit 1) is for a profiler that ran and failed."""
     if tool not in TOOLS:
         raise UsageError(f"--tool must be one of {', '.join(TOOLS)} (got {tool!r})")
     gpu = device.startswith("cuda")
     if tool == "ncu":
         if not gpu:
-            raise ProfileError("ncu needs a CUDA device (none visible, or --device cpu); use --tool torch")
+            raise UsageError("ncu needs a CUDA device (none visible, or --device cpu); use --tool torch")
         if not ncu.find_ncu():
-            raise ProfileError("ncu (Nsight Compute CLI) is not on PATH; install it or use --tool torch")
+            raise UsageError("ncu (Nsight Compute CLI) is not on PATH; install it or use --tool torch")
         return Tool.ncu, []
     if tool in ("mcprofiler", "mctracer"):
         find = metax.find_mcprofiler if tool == "mcprofiler" else metax.find_mctracer
         if not find():
-            raise ProfileError(f"{'mcProfiler' if tool == 'mcprofiler' else 'mcTracer'} is not on PATH "
-                               "(MetaX MACA SDK); use --tool torch")
+            raise UsageError(f"{'mcProfiler' if tool == 'mcprofiler' else 'mcTracer'} is not on PATH "
+                             "(MetaX MACA SDK); use --tool torch")
         return Tool(tool), []
     if tool == "torch" or not gpu:
         return Tool.torch, [] if tool == "torch" else ["CPU run: torch.profiler timeline only"]
