@@ -146,8 +146,8 @@ def main() -> int:
     args = ap.parse_args()
     from kopt import hardware as _hw
 
-    if not _hw.cuda_visible():  # a GPU tool on a host without one: one line, exit 2
-        print(f"error: {os.path.basename(__file__)} needs a CUDA device; none is visible", file=sys.stderr)
+    if why := _hw.cuda_missing(os.path.basename(__file__)):  # a GPU tool on a host without one: one line, exit 2
+        print(f"error: {why}", file=sys.stderr)
         return 2
     for mode in ("alone", "after_kernel"):
         print(f"fresh_{mode}: {fresh(mode)}", flush=True)

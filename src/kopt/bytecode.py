@@ -40,7 +40,8 @@ def cache_dir(env: dict | None = None) -> str | None:
 
 
 def child_env(env: dict) -> dict:
-    """env with kopt's bytecode cache for a child process (a copy; env itself unchanged)."""
+    """env with kopt's bytecode cache for a child process: a new dict when that changes anything, else env
+    itself (never modified)."""
     folder = cache_dir(env)
     if folder is None:
         return env
@@ -69,6 +70,12 @@ class FreshSourceLoader(importlib.machinery.SourceFileLoader):
 _FRESH: set[str] = set()
 
 
+def _under(path: str, root: str) -> bool:
+    """Whether sys.path entry `path` ('' is the working folder) is `root` (a real path) or below it."""
+    real = os.path.realpath(path or os.getcwd())
+    return real == root or real.startswith(root + os.sep)
+
+
 def fresh_sources(folder: str) -> None:
     """Modules this process imports from `folder` or below are compiled from their sources from now on
     (FreshSourceLoader; extension modules load as usual, lone `.pyc` files are not imported)."""
@@ -77,15 +84,12 @@ def fresh_sources(folder: str) -> None:
                (FreshSourceLoader, importlib.machinery.SOURCE_SUFFIXES))
 
     def hook(path: str):
-        real = os.path.realpath(path or os.getcwd())
-        if real != root and not real.startswith(root + os.sep):
+        if not _under(path, root):
             raise ImportError("not under the candidate's folder")
         return importlib.machinery.FileFinder(path, *loaders)
 
     if root not in _FRESH:
         _FRESH.add(root)
         sys.path_hooks.insert(0, hook)
-    for path in list(sys.path_importer_cache):  # finders made before the hook: made again through it
-        real = os.path.realpath(path or os.getcwd())
-        if real == root or real.startswith(root + os.sep):
-            del sys.path_importer_cache[path]
+    for path in [p for p in sys.path_importer_cache if _under(p, root)]:  # finders made before the hook: again
+        del sys.path_importer_cache[path]

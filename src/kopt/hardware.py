@@ -285,10 +285,10 @@ def resolve_device(device: str) -> str:
     return "cpu"
 
 
-def cuda_visible() -> bool:
-    """Whether a run here gets a CUDA device (resolve_device("auto") == "cuda"): what a GPU-only tool checks
-    first, to say so in one line on a host without one."""
-    return resolve_device("auto") == "cuda"
+def cuda_missing(tool: str) -> Optional[str]:
+    """None when a run here gets a CUDA device (resolve_device("auto") == "cuda"), else the one line a GPU-only
+    `tool` prints before it exits 2 on a host without one."""
+    return None if resolve_device("auto") == "cuda" else f"{tool} needs a CUDA device; none is visible"
 
 
 def driver():
