@@ -50,10 +50,13 @@ for s in $steps; do case $s in
              # still says what passed. Run prewarm first: a test's kernel otherwise compiles on demand (~10 s).
              # KERNELTESTS_K: a pytest -k expression (a subset of the matrix, e.g. one switch's tests by name; a
              # word inside 'pytestmark', such as 'tma', matches every marked test)
-             n=${KERNELTESTS_SHARDS:-6}; pids=()
+             # KERNELTESTS_TEST_S (default 150): one test's limit (pytest-timeout, where installed), so a kernel that
+             # hangs fails with its traceback and the shard goes on, instead of the shard's limit ending it unsaid
+             n=${KERNELTESTS_SHARDS:-6}; pids=(); tmo=()
+             python3 -c "import pytest_timeout" 2>/dev/null && tmo=(--timeout "${KERNELTESTS_TEST_S:-150}")
              for i in $(seq 0 $((n - 1))); do
                KOPT_TEST_SHARD="$i/$n" run "kerneltests_$i" "${KERNELTESTS_LIMIT_S:-500}" python3 -m pytest -m gpu -v -rfE \
-                 -p no:cacheprovider tests/test_kernel_gpu.py ${KERNELTESTS_K:+-k "$KERNELTESTS_K"} &
+                 -p no:cacheprovider "${tmo[@]}" tests/test_kernel_gpu.py ${KERNELTESTS_K:+-k "$KERNELTESTS_K"} &
                pids+=($!)
              done
              wait "${pids[@]}"

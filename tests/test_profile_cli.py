@@ -50,6 +50,27 @@ def test_profile_errors_are_one_line(workspace):
     assert r.exit_code == 2 and "--tool must be one of" in r.stderr
 
 
+def test_profile_config_reaches_the_candidate_and_the_summary(workspace, tmp_path):
+    """--config is passed as run(config=...) to the profiled call (a candidate that fails on it shows it ran)
+    and written into summary.json and summary.md; a config that is not a JSON object is a usage error."""
+    cand = tmp_path / "cfg.py"
+    cand.write_text("BACKEND = 'torch'\nimport torch\n"
+                    "def run(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None, config=None):\n"
+                    "    if (config or {}).get('boom'):\n        raise RuntimeError('config boom reached the call')\n"
+                    "    return torch.zeros_like(q)\n")
+    r = runner.invoke(app, ["profile", "--case", "1", "--tool", "torch", "--device", "cpu", "--candidate", str(cand),
+                            "--calls", "1", "--config", '{"boom": 1}'])
+    assert r.exit_code == 1 and "config boom reached the call" in r.stderr
+    r = runner.invoke(app, ["profile", "--case", "1", "--tool", "torch", "--device", "cpu", "--candidate", str(cand),
+                            "--calls", "1", "--config", '{"block_N": 64}', "--json"])
+    assert r.exit_code == 0, r.output
+    s = ProfileSummary.model_validate_json(r.stdout)
+    assert s.config == {"block_N": 64}
+    assert '- config: {"block_N": 64}' in (workspace / s.out_dir / "summary.md").read_text()
+    r = runner.invoke(app, ["profile", "--case", "1", "--device", "cpu", "--candidate", str(cand), "--config", "[1]"])
+    assert r.exit_code == 2 and "--config must be a JSON object" in r.stderr
+
+
 def test_profile_reports_a_failing_candidate(workspace, tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("BACKEND = 'torch'\ndef run(q, k_cache, v_cache, cache_seqlens, block_table=None, "

@@ -142,6 +142,15 @@ def test_profile_reads_the_plan_from_the_ledger(workspace):
     b, why = _balance(workspace, "abc", c18, 0, 132, "H200")
     assert why == "" and b.ctas == 16 * 4 * 4 and b.imbalance > 2  # one long row of four
     assert _balance(workspace, "abc", c18, 0, 132, "B200")[0] is None  # a plan of another device is not used
+    # a profile of another config reads that config's row, never the default plan's
+    b, why = _balance(workspace, "abc", c18, 0, 132, "H200", {"block_N": 128})
+    assert b is None and """kopt bench --case 18 --config '{"block_N": 128}'""" in why and "with that config" in why
+    ledger.append(workspace / "candidates.jsonl", [CaseResult(
+        row_id="r2", candidate_id="abc", case=18, variant=c18.variant.label(), device="H200", config={"block_N": 128},
+        plan={"path": "cuda", "block_N": 128, "num_splits": 8, "eager": False})])
+    b, why = _balance(workspace, "abc", c18, 0, 132, "H200", {"block_N": 128})
+    assert why == "" and b.ctas == 8 * 4 * 4
+    assert _balance(workspace, "abc", c18, 0, 132, "H200")[0].ctas == 16 * 4 * 4  # the default row still its own
 
 
 # ---------------------------------------------------------------- 3 stall breakdown

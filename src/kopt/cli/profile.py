@@ -20,6 +20,7 @@ def command(
     page_size: Optional[int] = VariantOpts.page_size,
     seqlens: Optional[str] = VariantOpts.seqlens,
     seed: int = typer.Option(0, "--seed", help="Input seed."),
+    config: options.Config = None,
     warmup: int = typer.Option(5, "--warmup", min=1, help="Calls before the profiled one (the first compiles)."),
     calls: int = typer.Option(3, "--calls", min=1, max=50, help="Calls recorded in the timeline."),
     timeline: bool = typer.Option(True, "--timeline/--no-timeline", help="Also record a timeline beside ncu/mcProfiler "
@@ -36,7 +37,8 @@ def command(
 
     opts = ProfileOptions(case=case, tool=tool, candidate=candidate, device=device, dtype=dtype, head_dim=head_dim,
                           page_size=page_size, seqlens=seqlens, seed=seed, warmup=warmup, calls=calls,
-                          timeout_s=timeout, timeline=timeline, kernel_name=kernel_name)
+                          timeout_s=timeout, timeline=timeline, kernel_name=kernel_name,
+                          config=options.config_json(config))
     err = err_console()
     with err.status(f"profiling case {case}...") as st:
         s = profile(opts, progress=lambda msg: st.update(f"case {case}: {msg}"))

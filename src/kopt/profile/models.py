@@ -108,5 +108,7 @@ class ProfileSummary(BaseModel):
     ideal_bytes: Optional[int] = None
     """Bytes a decode call must move (kopt.workload.bytes_moved)."""
     copy_ceiling_gbps: Optional[float] = None
+    config: Optional[dict] = None
+    """The run(config=...) profiled (--config); None: the candidate's own plan."""
     notes: list[str] = Field(default_factory=list)
     """Fallbacks taken, unverified formats, tools missing."""

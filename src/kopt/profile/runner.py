@@ -11,6 +11,7 @@ otherwise ncu when installed; else the torch timeline, with the reason in the no
 from __future__ import annotations
 
 import ast
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -45,6 +46,8 @@ class ProfileOptions:
     """Also take a kineto/mcTracer timeline next to the counters (SM-timeline dimension)."""
     kernel_name: Optional[str] = None
     out_dir: Optional[Path] = None
+    config: Optional[dict] = None
+    """Passed as run(config=...) (a kernel variant to profile beside the default plan); None: the candidate's own."""
 
 
 def declared_backend(path: Path) -> str:
@@ -141,11 +144,12 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     out.mkdir(parents=True, exist_ok=True)
     spec = TargetSpec(candidate=path, case=case.id, device=device, dtype=case.variant.dtype.value,
                       head_dim=case.variant.head_dim, page_size=case.variant.page_size or 0,
-                      seqlens=case.variant.seqlens.value, seed=opts.seed, warmup=opts.warmup)
+                      seqlens=case.variant.seqlens.value, seed=opts.seed, warmup=opts.warmup,
+                      config=json.dumps(opts.config, sort_keys=True) if opts.config is not None else None)
     s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(),
                        candidate_path=relative(path, ws), candidate_id=candidate_id(path), backend=backend, tool=tool,
                        requested_tool=opts.tool, device=device, device_name=info.name, out_dir=relative(out, ws),
-                       notes=notes)
+                       notes=notes, config=opts.config)
     kernels, timeline = _collect(tool, spec, out, opts, info.units, s, say)
     kv, outb, ideal = _bytes(case, opts.seed)
     s.ideal_bytes = ideal
@@ -162,7 +166,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
                             out_bytes=outb, ideal_bytes=ideal, copy_ceiling_gbps=s.copy_ceiling_gbps,
                             paged=bool(case.variant.page_size))
     if device != "cpu":  # a CPU run has no grid to balance
-        ev.balance, ev.balance_na = _balance(ws, s.candidate_id, case, opts.seed, units, info.name)
+        ev.balance, ev.balance_na = _balance(ws, s.candidate_id, case, opts.seed, units, info.name, opts.config)
     s.diagnosis = diagnosis.diagnose(ev)
     # command lines as run from the workspace: its own paths relative, so a summary names no host path
     s.commands = [_rel_cmd(cmd, ws) for cmd in s.commands]
@@ -234,10 +238,11 @@ def _bytes(case, seed: int) -> tuple[int, int, int]:
                                                                                                               keys)
 
 
-def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_name: str):
+def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_name: str,
+             config: Optional[dict] = None):
     """(geometry.Balance of the candidate's plan on the profiled lengths, why None). The plan is the one the
-    candidate reported (its plan_info hook) in its latest ledger row of this case and variant on this
-    device: the profiled process is not asked, so a case never benched there has none."""
+    candidate reported (its plan_info hook) in its latest ledger row of this case, variant and config (None:
+    its own plan) on this device: the profiled process is not asked, so a case never benched there has none."""
     from kopt.paths import ledger_file
     from kopt.profile.geometry import plan_balance
     from kopt.workload import seqlens_for
@@ -246,10 +251,13 @@ def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_n
     label = case.variant.label()
     plan = next((r["plan"] for r in reversed(load_dicts(ledger_file(ws)).rows)
                  if r.get("candidate_id") == cid and r.get("case") == case.id and r.get("variant") == label
-                 and r.get("device") == device_name and isinstance(r.get("plan"), dict)), None)
+                 and r.get("device") == device_name and r.get("config") == config
+                 and isinstance(r.get("plan"), dict)), None)
     if plan is None:
-        return None, (f"no plan recorded for candidate {cid} on case {case.id} ({label}) on {device_name}: "
-                      f"run `kopt bench --case {case.id}` first")
+        with_cfg = f" --config '{json.dumps(config, sort_keys=True)}'" if config is not None else ""
+        return None, (f"no plan recorded for candidate {cid} on case {case.id} ({label})"
+                      f"{' with that config' if with_cfg else ''} on {device_name}: "
+                      f"run `kopt bench --case {case.id}{with_cfg}` first")
     return plan_balance(plan, seqlens_for(case, seed).tolist(), case.kv_heads, case.capacity, units)
 
 
