@@ -7,7 +7,9 @@ timer (device-only cold spans, graph replays, the full stopping rule; --quick fo
 rotated input sets. A config given as '+{...}' (a leading plus) is laid over the case's resolved default plan
 instead of replacing it, so one switch can be tried on a tuned shape. Prints one line per pair: both runtimes,
 the gain (default / config, > 1: the config is faster) with its 95% CI, and the config's plan. Every output is
-checked against the fp32 reference first; a config that fails is reported and skipped.
+checked against the fp32 reference first; a config that fails is reported and skipped. A config with no result
+within --hang-s seconds (a kernel that hangs leaves the process's CUDA context unusable) is reported as HUNG and
+the screen exits with 3, so the next screen line, a new process, still runs.
 """
 from __future__ import annotations
 
@@ -38,12 +40,27 @@ def parse_configs(text: str) -> list[tuple[str, dict, bool]]:
     return out
 
 
+def watchdog(seconds: float, line: str):
+    """A started timer that prints `line` and ends the process with exit code 3 unless cancelled first."""
+    import threading
+
+    def fire():
+        print(line, flush=True)
+        os._exit(3)
+
+    t = threading.Timer(seconds, fire)
+    t.daemon = True
+    t.start()
+    return t
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", required=True, help="case ids: 10,14 or 1-18")
     ap.add_argument("--configs", required=True, help="';'-separated label=JSON (label=+JSON: over the default plan)")
     ap.add_argument("--page-size", type=int, default=0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--hang-s", type=float, default=240.0, help="a config's limit (check + timing), seconds")
     a = ap.parse_args(argv)
     try:
         configs = parse_configs(a.configs)
@@ -79,6 +96,8 @@ def main(argv=None) -> int:
         default()
         for label, cfg, over in configs:
             full = {**resolved, **cfg} if over else cfg
+            dog = watchdog(a.hang_s, f"case={case.id} config={label} HUNG: no result in {a.hang_s:g} s "
+                                     f"config={json.dumps(full, sort_keys=True)}")
             try:
                 out = mod.run(*ws[0].args(), **ws[0].kwargs(full))
                 torch.cuda.synchronize()
@@ -91,6 +110,8 @@ def main(argv=None) -> int:
             except Exception as e:  # report and go on
                 print(f"case={case.id} config={label} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
                 continue
+            finally:
+                dog.cancel()
             plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(full))
             print(f"case={case.id} config={label} us={pt.a.median_ms * 1e3:.2f} default_us={pt.b.median_ms * 1e3:.2f} "
                   f"gain={pt.speedup:.4f} ci={pt.ci[0]:.4f}-{pt.ci[1]:.4f} replay={pt.a.replay} "

@@ -171,3 +171,18 @@ def test_prewarm_reports_a_kernel_that_fails_to_build_and_goes_on():
     pk = _script("prewarm_kernels")
     spec, seconds, err = pk._compile((("dtype", "no-such-dtype"),))
     assert spec == (("dtype", "no-such-dtype"),) and seconds >= 0 and err and len(err) <= 300
+
+
+def test_config_screen_watchdog_reports_a_hang_and_exits_3():
+    """A config with no result in time (a hanging kernel blocks the process in a CUDA wait) is printed as HUNG
+    and the screen exits 3, so the campaign's next screen line still runs; a cancelled watchdog does nothing."""
+    code = ("import sys, time; sys.path.insert(0, {root!r}); import runpy; "
+            "m = runpy.run_path({path!r}, run_name='screen'); d = m['watchdog']({s}, 'case=10 config=x HUNG'); "
+            "{then}; time.sleep(1.5); print('done')")
+    path = str(ROOT / "scripts" / "gpu_config_screen.py")
+    p = subprocess.run([sys.executable, "-c", code.format(root=str(ROOT), path=path, s=0.2, then="pass")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3 and p.stdout.strip() == "case=10 config=x HUNG"
+    p = subprocess.run([sys.executable, "-c", code.format(root=str(ROOT), path=path, s=0.5, then="d.cancel()")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "done"
