@@ -15,14 +15,14 @@ from test_plot import PNG, write_ledger
 runner = CliRunner()
 
 
-def write_summary(ws, stamp: str, created: str, case: int) -> None:
+def write_summary(ws, stamp: str, created: str, case: int, config=None) -> None:
     k = KernelMetrics(name="decode_split_kernel", metrics={"grid_size": 32.0, "waves_per_sm": 0.2, "dram_pct": 30.0,
                                                            "duration_ns": 9000.0})
     d = dg.diagnose(dg.Evidence(kernels=[k], units=132, kv_bytes=1 << 24, ideal_bytes=1 << 24))
     out = ws / "results" / "tilelang" / "profiling" / f"case{case}" / stamp
     out.mkdir(parents=True)
     s = ProfileSummary(case=case, tool=Tool.ncu, created=created, kernels=[k], diagnosis=d, device_name="H200",
-                       candidate_id="bbbbbbbbbbbb", notes=["a <note> & more"])
+                       candidate_id="bbbbbbbbbbbb", notes=["a <note> & more"], config=config)
     (out / "summary.json").write_text(s.model_dump_json())
 
 
@@ -48,6 +48,26 @@ def test_report_html(workspace):
     assert "No peer rows yet" in html
     runner.invoke(app, ["report"])
     assert path.read_text() == html                              # no clock in it: same data, same file
+
+
+def test_report_shows_the_own_plan_profile_before_a_newer_variant(workspace):
+    """The latest diagnosis is the newest profile of a candidate's own plan: a newer `kopt profile --config`
+    run (a variant) is not it; with only variants, the newest variant, named as one."""
+    from kopt.report import latest_summary
+
+    write_summary(workspace, "20260101T000000", "2026-01-01T00:00:00+00:00", 12)
+    write_summary(workspace, "20260103T000000", "2026-01-03T00:00:00+00:00", 10, config={"tma": 2})
+    assert latest_summary(workspace).parts[-3:-1] == ("case12", "20260101T000000")
+    r = runner.invoke(app, ["report"])
+    assert r.exit_code == 0, r.output
+    html = (workspace / "results" / "tilelang" / "report.html").read_text()
+    assert "case 12" in html and "a variant" not in html
+    for p in (workspace / "results" / "tilelang" / "profiling" / "case12").rglob("summary.json"):
+        p.unlink()
+    assert latest_summary(workspace).parts[-3:-1] == ("case10", "20260103T000000")
+    runner.invoke(app, ["report"])
+    html = (workspace / "results" / "tilelang" / "report.html").read_text()
+    assert "config <code>{&quot;tma&quot;: 2}</code> (a variant, not the candidate" in html
 
 
 def test_report_without_data(workspace, tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -63,16 +64,17 @@ def _cell(name: str, value, fmt: Optional[str], why: Optional[str], foot: dict) 
 
 
 def latest_summary(ws: Path) -> Optional[Path]:
-    """The newest results/*/profiling/*/*/summary.json (by its `created` stamp, then mtime)."""
+    """The newest results/*/profiling/*/*/summary.json (by its `created` stamp, then mtime) of a candidate's own
+    plan; a profile of a variant (`kopt profile --config`) only when there is no other."""
     import json
 
     best, key = None, None
     for p in (ws / "results").glob("*/profiling/*/*/summary.json"):
         try:
-            created = json.loads(p.read_text()).get("created", "")
+            d = json.loads(p.read_text())
         except (OSError, ValueError):
             continue
-        k = (created, p.stat().st_mtime)
+        k = (d.get("config") is None, d.get("created", ""), p.stat().st_mtime)
         if key is None or k > key:
             best, key = p, k
     return best
@@ -170,7 +172,9 @@ def _diagnosis_section(ws: Path) -> str:
             for d in s.diagnosis.dimensions]
     notes = "".join(f"<li>{_e(n)}</li>" for n in s.notes)
     return (f"<h2>Latest diagnosis</h2><p>case {_e(s.case)} ({_e(s.variant)}), candidate {_e(s.candidate_id)}, "
-            f"tool {_e(s.tool.value)} on {_e(s.device_name)}, {_e(s.created)}; kernel "
+            + (f"config <code>{_e(json.dumps(s.config, sort_keys=True))}</code> (a variant, not the candidate's own "
+               f"plan), " if s.config is not None else "")
+            + f"tool {_e(s.tool.value)} on {_e(s.device_name)}, {_e(s.created)}; kernel "
             f"<code>{_e(s.diagnosis.kernel)}</code>; folder <code>{_e(s.out_dir)}</code></p>"
             + _table(["dimension", "score", "evidence", "reason", "patterns"], rows, 5)
             + (f"<ul class='note'>{notes}</ul>" if notes else ""))
