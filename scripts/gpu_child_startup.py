@@ -55,9 +55,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     from kopt import hardware as _hw
 
-    if why := _hw.cuda_missing(os.path.basename(__file__)):  # a GPU tool on a host without one: one line, exit 2
-        print(f"error: {why}", file=sys.stderr)
-        return 2
+    _hw.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for i in range(a.runs):
         for mode in ("serial", "overlap"):

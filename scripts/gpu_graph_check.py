@@ -194,9 +194,7 @@ def main() -> int:
     args = ap.parse_args()
     from kopt import hardware as _hw
 
-    if why := _hw.cuda_missing(os.path.basename(__file__)):  # a GPU tool on a host without one: one line, exit 2
-        print(f"error: {why}", file=sys.stderr)
-        return 2
+    _hw.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
 
     import torch
 

@@ -21,9 +21,8 @@ def main() -> int:
     args = ap.parse_args()
     from kopt import hardware as _hw
 
-    if args.device == "cuda" and (why := _hw.cuda_missing(f"{os.path.basename(__file__)} --device cuda")):
-        print(f"error: {why}", file=sys.stderr)  # one line, exit 2, on a host without a GPU
-        return 2
+    if args.device == "cuda":  # one line, exit 2, on a host without a GPU
+        _hw.exit_unless_cuda(f"{os.path.basename(__file__)} --device cuda")
 
     import torch
 

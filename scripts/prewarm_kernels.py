@@ -176,9 +176,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt import hardware as _hw
 
-    if why := _hw.cuda_missing(os.path.basename(__file__)):  # a GPU tool on a host without one: one line, exit 2
-        print(f"error: {why}", file=sys.stderr)
-        return 2
+    _hw.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
     ids = [int(x) for x in a.cases.split(",") if x.strip()]
     todo = specs(parse_configs(a.configs), ids or None, a.verify, a.bf16, a.page_size)
     if a.list:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -289,6 +290,13 @@ def cuda_missing(tool: str) -> Optional[str]:
     """None when a run here gets a CUDA device (resolve_device("auto") == "cuda"), else the one line a GPU-only
     `tool` prints before it exits 2 on a host without one."""
     return None if resolve_device("auto") == "cuda" else f"{tool} needs a CUDA device; none is visible"
+
+
+def exit_unless_cuda(tool: str) -> None:
+    """For a GPU-only script: on a host without a CUDA device, its one line (cuda_missing) on stderr and exit 2."""
+    if why := cuda_missing(tool):
+        print(f"error: {why}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def driver():

@@ -66,8 +66,6 @@ def _cell(name: str, value, fmt: Optional[str], why: Optional[str], foot: dict) 
 def latest_summary(ws: Path) -> Optional[Path]:
     """The newest results/*/profiling/*/*/summary.json (by its `created` stamp, then mtime) of a candidate's own
     plan; a profile of a variant (`kopt profile --config`) only when there is no other."""
-    import json
-
     best, key = None, None
     for p in (ws / "results").glob("*/profiling/*/*/summary.json"):
         try:
