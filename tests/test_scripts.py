@@ -101,7 +101,7 @@ def test_config_screen_parses_labels_and_overlays():
 
 
 GPU_TOOLS = ["gpu_child_startup.py", "gpu_config_screen.py", "gpu_flush_study.py", "gpu_graph_check.py",
-             "gpu_timing_check.py", "gpu_timing_overhead.py", "prewarm_kernels.py"]
+             "gpu_read_bound.py", "gpu_timing_check.py", "gpu_timing_overhead.py", "prewarm_kernels.py"]
 
 
 @pytest.mark.parametrize("tool", GPU_TOOLS)

@@ -96,6 +96,47 @@ def measure_read_gbps(device: str, nbytes: int = READ_BYTES, reps: int = 10) -> 
     return best[name], f"{name}-events-best-of-{reps}"
 
 
+#: Read kernels of read_span_ms: (words a step, steps a program, warps); every step's load is in flight at once
+SPAN_READS = ((1024, 1, 4), (1024, 4, 4), (1024, 8, 4), (2048, 8, 8), (2048, 16, 8), (4096, 4, 8), (4096, 16, 8))
+
+
+def read_span_ms(device: str, nbytes: int, quick: bool = False):
+    """(ms, name, fn): the cold device-only span (kopt's timer) of the fastest streaming read of nbytes over
+    SPAN_READS (Triton, one launch that reads the bytes once and stores one word a program), which read it was,
+    and the read itself (to pair with a call): what a kernel that only moved a call's bytes, with no math, no
+    dependent load and no merge, would take."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from kopt.timing import TimingOptions, time_fn
+
+    @triton.jit
+    def _read(x, out, n, BLOCK: tl.constexpr, STEPS: tl.constexpr):
+        base = tl.program_id(0).to(tl.int64) * BLOCK * STEPS
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for i in tl.static_range(STEPS):
+            offs = base + i * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(x + offs, mask=offs < n, other=0.0)
+        tl.store(out + tl.program_id(0), tl.sum(acc))
+
+    words = torch.randn(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    opts = TimingOptions.for_device(device, quick=quick)
+    best = None
+    for block, steps, warps in SPAN_READS:
+        grid = (triton.cdiv(words.numel(), block * steps),)
+        sink = torch.empty(grid[0], dtype=torch.float32, device=device)
+        def fn(g=grid, s=sink, b=block, st=steps, w=warps):
+            _read[g](words, s, words.numel(), BLOCK=b, STEPS=st, num_warps=w)
+
+        fn()
+        ms = time_fn(fn, device, opts).median_ms
+        name = f"triton read {block * 4 >> 10} KB x {steps} steps a program, {grid[0]} programs, {warps} warps"
+        if best is None or ms < best[0]:
+            best = (ms, name, fn)
+    return best
+
+
 def _floor_kernel(tile, row):
     """Triton: one program loads the [64, 128] tile and stores its column sums into one row."""
     import triton
