@@ -4,7 +4,11 @@ For each case: the bytes a call must move (kopt.workload.bytes_moved), its limit
 max(bytes / read ceiling, launch floor)), and the fastest streaming read of exactly those bytes
 (kopt.roofline.read_span_ms: Triton reads, one launch, no math, no dependent load, no merge), found with quick
 timing and then ABBA-paired with the candidate's own plan by kopt's timer (device-only cold spans, graph
-replays, full stopping rule) in one process. Printed per case: read µs, candidate µs, the read's % of limit
+replays, full stopping rule) in one process. Beside it, for a uniform (unbalanced) contiguous plan, the same
+bytes read in the plan's shape: one program per (split, kv head, batch row) reading its key range's K and V
+tiles of the plan's block_N, [block_N, D] loads of rows Hkv x D apart, nothing computed (`shaped_us`; NA
+with the reason otherwise), so a gap splits into what the layout and grid cost and what the math and merge
+do. Printed per case: read µs, candidate µs, the read's % of limit
 (the most a kernel that only moves the bytes reaches) and the candidate's time over the read's with its 95% CI;
 then the geomean of the read's % of limit over the perf cases, a measured bound on GEOMEAN_PCT_LIMIT.
 
@@ -21,6 +25,44 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def shaped_read(w, block_n: int, splits: int):
+    """(fn, name) candidates: a Triton read of w's K and V in a split plan's shape (grid splits x Hkv x B, each
+    program its range's tiles, tl.load of [block_n, D] rows at the cache's row stride), at 1-3 stages, 4/8
+    warps; one word stored per program."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _tiles(k, v, out, S, sb, ss, H, NS, TILES, BLOCK_N: tl.constexpr, D: tl.constexpr):
+        sid, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        acc = tl.zeros([BLOCK_N, D], dtype=tl.float32)
+        cols = tl.arange(0, D)[None, :]
+        for t in range(TILES):
+            rows = (sid * TILES + t) * BLOCK_N + tl.arange(0, BLOCK_N)
+            off = b.to(tl.int64) * sb + rows[:, None].to(tl.int64) * ss + h * D + cols
+            m = rows[:, None] < S
+            acc += tl.load(k + off, mask=m, other=0.0).to(tl.float32)
+            acc += tl.load(v + off, mask=m, other=0.0).to(tl.float32)
+        tl.store(out + (b * H + h) * NS + sid, tl.sum(acc))
+
+    kc, vc = w.k_cache, w.v_cache
+    bsz, seq, hkv, d = kc.shape
+    tiles = ((seq + block_n - 1) // block_n + splits - 1) // splits
+    load_n = block_n if block_n & (block_n - 1) == 0 else 64  # Triton's blocks are powers of two: 192 as 3 x 64
+    tiles, block_n = tiles * (block_n // load_n), load_n
+    sink = torch.empty(bsz * hkv * splits, dtype=torch.float32, device=kc.device)
+    out = []
+    for stages in (1, 2, 3):
+        for warps in (4, 8):
+            def fn(st=stages, wp=warps):
+                _tiles[(splits, hkv, bsz)](kc, vc, sink, seq, kc.stride(0), kc.stride(1), hkv, splits, tiles,
+                                           BLOCK_N=block_n, D=d, num_warps=wp, num_stages=st)
+            out.append((fn, f"triton {splits}x{hkv}x{bsz} programs, {tiles} tiles of {block_n} keys, {stages} stages, "
+                            f"{warps} warps"))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="4-18", help="case ids: 10,14 or 4-18")
@@ -34,7 +76,7 @@ def main(argv=None) -> int:
     from kopt import candidate, hardware, roofline
     from kopt.cases import load_cases, select
     from kopt.cli.common import parse_ids
-    from kopt.timing import TimingOptions, rotating, time_pair
+    from kopt.timing import TimingOptions, rotating, time_fn, time_pair
     from kopt.workload import bytes_moved, make_workload
 
     mod = candidate.load(os.path.join(ROOT, "solution", "tilelang", "run_kernel.py"))
@@ -54,18 +96,31 @@ def main(argv=None) -> int:
         cand()
         pt = time_pair(cand, read, "cuda", opts)  # its speedup: read / candidate
         r_ms, c_ms = pt.b.median_ms, pt.a.median_ms
+        plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
+        shaped_ms, shaped_how = None, "NA: " + ("a paged cache" if plan.get("paged") else
+                                               "a balanced plan (per-row splits)" if plan.get("balanced") else "")
+        if shaped_how == "NA: ":
+            quick = TimingOptions.for_device("cuda", quick=True)
+            for fn, name in shaped_read(ws[0], plan["block_N"], plan["num_splits"]):
+                fn()
+                ms = time_fn(fn, "cuda", quick).median_ms
+                if shaped_ms is None or ms < shaped_ms:
+                    shaped_ms, shaped_how = ms, name
         row = dict(case=case.id, kind=case.kind, bytes=nbytes, limit_us=limit * 1e3, read_us=r_ms * 1e3,
                    cand_us=c_ms * 1e3, read_pct=100 * limit / r_ms, cand_pct=100 * limit / c_ms,
-                   ratio=1 / pt.speedup, lo=1 / pt.ci[1], hi=1 / pt.ci[0], how=how)
+                   ratio=1 / pt.speedup, lo=1 / pt.ci[1], hi=1 / pt.ci[0], how=how,
+                   shaped_us=None if shaped_ms is None else shaped_ms * 1e3, shaped_how=shaped_how)
         rows.append(row)
         print(f"case={case.id} bytes={nbytes} limit_us={row['limit_us']:.2f} read_us={row['read_us']:.2f} "
               f"cand_us={row['cand_us']:.2f} read_pct_limit={row['read_pct']:.1f} cand_pct_limit={row['cand_pct']:.1f} "
-              f"cand_over_read={row['ratio']:.3f} ci={row['lo']:.3f}-{row['hi']:.3f} read=\"{how}\"", flush=True)
+              f"cand_over_read={row['ratio']:.3f} ci={row['lo']:.3f}-{row['hi']:.3f} read=\"{how}\" "
+              f"shaped_us={_us(row['shaped_us'])} shaped=\"{shaped_how}\"", flush=True)
     perf = [r for r in rows if r["kind"] == "perf"]
-    lines = [head, "", "| case | MB | limit µs | read µs | candidate µs | read % of limit | candidate % of limit "
-             "| candidate / read (95% CI) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [head, "", "| case | MB | limit µs | read µs | plan-shaped read µs | candidate µs | read % of limit "
+             "| candidate % of limit | candidate / read (95% CI) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['bytes'] / 1e6:.2f} | {r['limit_us']:.2f} | {r['read_us']:.2f} | "
+                     f"{_us(r['shaped_us'])} | "
                      f"{r['cand_us']:.2f} | {r['read_pct']:.1f} | {r['cand_pct']:.1f} | "
                      f"{r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}) |")
     if perf:
@@ -78,6 +133,10 @@ def main(argv=None) -> int:
         with open(a.out, "w") as f:
             f.write("\n".join(lines) + "\n")
     return 0
+
+
+def _us(x) -> str:
+    return "NA" if x is None else f"{x:.2f}"
 
 
 if __name__ == "__main__":
