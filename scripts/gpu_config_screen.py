@@ -89,7 +89,9 @@ def main(argv=None) -> int:
         case = case.with_variant(page_size=a.page_size)
         ws = [make_workload(case, seed, "cuda") for seed in (0, 1, 2)]
         base_plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
-        resolved = {k: int(v) if isinstance(v, bool) else v for k, v in base_plan.items() if k not in PLAN_ONLY}
+        keys = getattr(mod, "_CFG_KEYS", None)  # a plan field that is no config key (derived) is left out
+        resolved = {k: int(v) if isinstance(v, bool) else v for k, v in base_plan.items()
+                    if k not in PLAN_ONLY and (keys is None or k in keys)}
         default = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
         default()
         for label, cfg, over in configs:
