@@ -97,8 +97,11 @@ def main(argv=None) -> int:
         pt = time_pair(cand, read, "cuda", opts)  # its speedup: read / candidate
         r_ms, c_ms = pt.b.median_ms, pt.a.median_ms
         plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
+        ragged = case.valid_keys != case.batch * case.seqlen_k
         shaped_ms, shaped_how = None, "NA: " + ("a paged cache" if plan.get("paged") else
-                                               "a balanced plan (per-row splits)" if plan.get("balanced") else "")
+                                               "a balanced plan (per-row splits)" if plan.get("balanced") else
+                                               "ragged lengths (the shaped read reads the allocated length)"
+                                               if ragged else "")
         if shaped_how == "NA: ":
             quick = TimingOptions.for_device("cuda", quick=True)
             for fn, name in shaped_read(ws[0], plan["block_N"], plan["num_splits"]):
