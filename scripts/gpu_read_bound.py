@@ -12,7 +12,12 @@ do. Printed per case: read µs, candidate µs, the read's % of limit
 (the most a kernel that only moves the bytes reaches) and the candidate's time over the read's with its 95% CI;
 then the geomean of the read's % of limit over the perf cases, a measured bound on GEOMEAN_PCT_LIMIT.
 
+With --layouts 0,16,256 (contiguous and page sizes) each case's valid keys are instead read per layout by one program
+per (64-key tile, kv head, batch row) through the block table where paged (tiles past a row's length exit), quick-timed
+beside the candidate in the same layout: what the layout alone costs a read that does no math.
+
 Run from the workspace root:  PYTHONPATH=src python3 scripts/gpu_read_bound.py --cases 4-18 [--out FILE.md]
+                              PYTHONPATH=src python3 scripts/gpu_read_bound.py --cases 15-18 --layouts 0,16,256
 """
 
 from __future__ import annotations
@@ -63,11 +68,89 @@ def shaped_read(w, block_n: int, splits: int):
     return out
 
 
+def tile_read(w, block_n: int = 64):
+    """(fn, name) candidates: a Triton read of w's valid keys, one program per (tile, kv head, batch row) of the
+    allocated length (a tile past the row's length exits), rows through the block table when w is paged; 4/8 warps."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _tile(k, v, lens, bt, out, sb, ss, maxp, H, PAGED: tl.constexpr, P: tl.constexpr, BLOCK_N: tl.constexpr,
+              D: tl.constexpr):
+        t, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        n = tl.load(lens + b)
+        if t * BLOCK_N < n:
+            rows = t * BLOCK_N + tl.arange(0, BLOCK_N)
+            m = rows < n
+            if PAGED:
+                page = tl.load(bt + b * maxp + rows // P, mask=m, other=0).to(tl.int64)
+                base = page * (P * H * D) + (rows % P).to(tl.int64) * (H * D)
+            else:
+                base = b.to(tl.int64) * sb + rows.to(tl.int64) * ss
+            off = base[:, None] + h * D + tl.arange(0, D)[None, :]
+            x = tl.load(k + off, mask=m[:, None], other=0.0).to(tl.float32)
+            x += tl.load(v + off, mask=m[:, None], other=0.0).to(tl.float32)
+            tl.store(out + (b * H + h) * tl.num_programs(0) + t, tl.sum(x))
+
+    kc, vc, bt = w.k_cache, w.v_cache, w.block_table
+    paged = bt is not None
+    hkv, d = kc.shape[2], kc.shape[3]
+    bsz = w.q.shape[0]
+    alloc = bt.shape[1] * kc.shape[1] if paged else kc.shape[1]
+    grid = ((alloc + block_n - 1) // block_n, hkv, bsz)
+    sink = torch.zeros(grid[0] * hkv * bsz, dtype=torch.float32, device=kc.device)
+    dummy = torch.zeros(1, dtype=torch.int32, device=kc.device)
+    out = []
+    for warps in (4, 8):
+        def fn(wp=warps):
+            _tile[grid](kc, vc, w.cache_seqlens, bt if paged else dummy, sink, kc.stride(0), kc.stride(1),
+                        bt.shape[1] if paged else 0, hkv, PAGED=paged, P=kc.shape[1] if paged else 1,
+                        BLOCK_N=block_n, D=d, num_warps=wp)
+        out.append((fn, f"triton tile read {grid[0]}x{hkv}x{bsz} programs of {block_n} keys, {warps} warps"))
+    return out
+
+
+def layouts(cases, sizes: list[int], mod) -> list[str]:
+    """--layouts: per case and layout the tile read and the candidate, quick-timed; ratios against contiguous."""
+    from kopt.timing import TimingOptions, rotating, time_fn
+    from kopt.workload import make_workload
+
+    quick = TimingOptions.for_device("cuda", quick=True)
+    lines = ["| case | layout | tile read µs | candidate µs | read / contiguous read | candidate / contiguous "
+             "candidate |", "|---|---|---|---|---|---|"]
+    for case in cases:
+        base = None
+        for size in sizes:
+            c = case.with_variant(page_size=size)
+            ws = [make_workload(c, seed, "cuda") for seed in (0, 1, 2)]
+            best = None
+            for fn, _ in tile_read(ws[0]):
+                fn()
+                ms = time_fn(fn, "cuda", quick).median_ms
+                best = ms if best is None else min(best, ms)
+            cand = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
+            cand()
+            cm = time_fn(cand, "cuda", quick).median_ms
+            base = base or (best, cm)
+            row = (f"| {case.id} | {'contiguous' if not size else f'{size}-token pages'} | {best * 1e3:.2f} | "
+                   f"{cm * 1e3:.2f} | {best / base[0]:.3f} | {cm / base[1]:.3f} |")
+            print(row, flush=True)
+            lines.append(row)
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="4-18", help="case ids: 10,14 or 4-18")
     ap.add_argument("--out", help="also write the table (markdown) here")
+    ap.add_argument("--layouts", help="comma-separated page sizes, 0 = contiguous: the per-layout tile read instead")
     a = ap.parse_args(argv)
+    try:
+        sizes = [int(x) for x in a.layouts.split(",")] if a.layouts else []
+    except ValueError:
+        print(f"error: --layouts takes page sizes like 0,16,256, got {a.layouts!r}", file=sys.stderr)
+        return 2
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt import hardware as _hw
 
@@ -86,6 +169,12 @@ def main(argv=None) -> int:
     head = (f"device={dev.name} commit={os.environ.get('KOPT_COMMIT', 'unknown')} read_gbps={roof.read_gbps:.0f} "
             f"floor_us={roof.floor_ms * 1e3:.2f}")
     print(head, flush=True)
+    if a.layouts:
+        lines = [head, ""] + layouts(select(load_cases(), parse_ids(a.cases)), sizes, mod)
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write("\n".join(lines) + "\n")
+        return 0
     rows = []
     for case in select(load_cases(), parse_ids(a.cases)):
         nbytes = bytes_moved(case)
