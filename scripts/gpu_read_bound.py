@@ -63,6 +63,7 @@ def shaped_read(w, block_n: int, splits: int):
             def fn(st=stages, wp=warps):
                 _tiles[(splits, hkv, bsz)](kc, vc, sink, seq, kc.stride(0), kc.stride(1), hkv, splits, tiles,
                                            BLOCK_N=block_n, D=d, num_warps=wp, num_stages=st)
+            fn.sink = sink
             out.append((fn, f"triton {splits}x{hkv}x{bsz} programs, {tiles} tiles of {block_n} keys, {stages} stages, "
                             f"{warps} warps"))
     return out
@@ -107,12 +108,24 @@ def tile_read(w, block_n: int = 64):
             _tile[grid](kc, vc, w.cache_seqlens, bt if paged else dummy, sink, kc.stride(0), kc.stride(1),
                         bt.shape[1] if paged else 0, hkv, PAGED=paged, P=kc.shape[1] if paged else 1,
                         BLOCK_N=block_n, D=d, num_warps=wp)
+        fn.sink = sink
         out.append((fn, f"triton tile read {grid[0]}x{hkv}x{bsz} programs of {block_n} keys, {warps} warps"))
     return out
 
 
+def valid_kv(w):
+    """The K and V rows a call must read: each row's first cache_seqlens[b] keys, in the contiguous layout."""
+    import torch
+
+    k, v = w.logical_kv()
+    n = w.cache_seqlens.tolist()
+    return (torch.cat([k[b, :n[b]].reshape(-1) for b in range(len(n))]),
+            torch.cat([v[b, :n[b]].reshape(-1) for b in range(len(n))]))
+
+
 def layouts(cases, sizes: list[int], mod) -> list[str]:
     """--layouts: per case and layout the tile read and the candidate, quick-timed; ratios against contiguous."""
+    from kopt import roofline
     from kopt.timing import TimingOptions, rotating, time_fn
     from kopt.workload import make_workload
 
@@ -126,7 +139,9 @@ def layouts(cases, sizes: list[int], mod) -> list[str]:
             ws = [make_workload(c, seed, "cuda") for seed in (0, 1, 2)]
             best = None
             for fn, _ in tile_read(ws[0]):
+                fn.sink.zero_()
                 fn()
+                roofline.check_read_sum(fn.sink, *valid_kv(ws[0]))
                 ms = time_fn(fn, "cuda", quick).median_ms
                 best = ms if best is None else min(best, ms)
             cand = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
@@ -195,6 +210,7 @@ def main(argv=None) -> int:
             quick = TimingOptions.for_device("cuda", quick=True)
             for fn, name in shaped_read(ws[0], plan["block_N"], plan["num_splits"]):
                 fn()
+                roofline.check_read_sum(fn.sink, ws[0].k_cache, ws[0].v_cache)
                 ms = time_fn(fn, "cuda", quick).median_ms
                 if shaped_ms is None or ms < shaped_ms:
                     shaped_ms, shaped_how = ms, name

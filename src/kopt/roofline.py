@@ -100,6 +100,16 @@ def measure_read_gbps(device: str, nbytes: int = READ_BYTES, reps: int = 10) -> 
 SPAN_READS = ((1024, 1, 4), (1024, 4, 4), (1024, 8, 4), (2048, 8, 8), (2048, 16, 8), (4096, 4, 8), (4096, 16, 8))
 
 
+def check_read_sum(sink, *tensors) -> None:
+    """A read kernel's per-program sums must add up to the sum of what it was to read (a read that skipped bytes
+    would time fast and bound nothing): RuntimeError otherwise, within fp32 summation-order error."""
+    got = float(sink.double().sum())
+    want = sum(float(t.double().sum()) for t in tensors)
+    scale = sum(float(t.double().abs().sum()) for t in tensors)
+    if abs(got - want) > 1e-5 * scale + 1e-3:
+        raise RuntimeError(f"read kernel summed {got:.6g}, the data sums to {want:.6g}: it did not read every byte")
+
+
 def read_span_ms(device: str, nbytes: int, quick: bool = False):
     """(ms, name, fn): the cold device-only span (kopt's timer) of the fastest streaming read of nbytes over
     SPAN_READS (Triton, one launch that reads the bytes once and stores one word a program), which read it was,
@@ -130,6 +140,7 @@ def read_span_ms(device: str, nbytes: int, quick: bool = False):
             _read[g](words, s, words.numel(), BLOCK=b, STEPS=st, num_warps=w)
 
         fn()
+        check_read_sum(sink, words)
         ms = time_fn(fn, device, opts).median_ms
         name = f"triton read {block * 4 >> 10} KB x {steps} steps a program, {grid[0]} programs, {warps} warps"
         if best is None or ms < best[0]:

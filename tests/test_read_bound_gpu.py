@@ -1,0 +1,48 @@
+"""The read bound's kernels read every byte they claim (GPU only): their per-program sums add up to the data's."""
+import pytest
+
+from kopt import roofline
+
+
+def test_check_read_sum_catches_a_read_that_skipped_bytes():
+    import torch
+
+    data = torch.arange(1000, dtype=torch.float32)
+    whole = torch.stack([data[:500].sum(), data[500:].sum()])
+    roofline.check_read_sum(whole, data)
+    with pytest.raises(RuntimeError, match="did not read every byte"):
+        roofline.check_read_sum(whole[:1], data)
+
+
+@pytest.mark.gpu
+def test_read_span_reads_the_bytes():
+    ms, name, fn = roofline.read_span_ms("cuda", 3 << 20, quick=True)  # each variant checks its sum
+    assert ms > 0 and "triton read" in name
+    fn()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [0, 16])
+def test_tile_and_shaped_reads_read_every_valid_key(page):
+    import importlib.util
+    from pathlib import Path
+
+    from kopt.cases import load_cases, select
+    from kopt.workload import make_workload
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_read_bound.py"
+    spec = importlib.util.spec_from_file_location("gpu_read_bound", path)
+    rb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rb)
+    (case,) = select(load_cases(), [18])  # ragged: a long row and three of 17 keys
+    w = make_workload(case.with_variant(page_size=page), 3, "cuda")
+    for fn, _ in rb.tile_read(w)[:1]:
+        fn.sink.zero_()
+        fn()
+        roofline.check_read_sum(fn.sink, *rb.valid_kv(w))
+    if not page:
+        (full,) = select(load_cases(), [10])
+        w = make_workload(full, 3, "cuda")
+        for fn, _ in rb.shaped_read(w, 128, 32)[:2]:
+            fn()
+            roofline.check_read_sum(fn.sink, w.k_cache, w.v_cache)
