@@ -6,6 +6,8 @@ best of several reads and kernels (Triton reads where Triton imports, torch's su
 stays beside it for reference. The floor is the cold, device-only span of a minimal kernel that loads
 one [64, 128] tile and stores one row, timed by kopt's own CUDA timer. Both are measured
 once per device and cached with the copy ceiling in results/hardware-<device>.json.
+read_span_ms times a read of one call's bytes (what a kernel that only moved them would take), for the
+read-bound study of scripts/gpu_read_bound.py; it is never cached.
 """
 
 from __future__ import annotations
@@ -136,6 +138,7 @@ def read_span_ms(device: str, nbytes: int, quick: bool = False):
     for block, steps, warps in SPAN_READS:
         grid = (triton.cdiv(words.numel(), block * steps),)
         sink = torch.empty(grid[0], dtype=torch.float32, device=device)
+
         def fn(g=grid, s=sink, b=block, st=steps, w=warps):
             _read[g](words, s, words.numel(), BLOCK=b, STEPS=st, num_warps=w)
 
