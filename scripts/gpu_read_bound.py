@@ -8,9 +8,10 @@ replays, full stopping rule) in one process. Beside it, for a uniform (unbalance
 bytes read in the plan's shape: one program per (split, kv head, batch row) reading its key range's K and V
 tiles of the plan's block_N, [block_N, D] loads of rows Hkv x D apart, nothing computed (`shaped_us`; NA
 with the reason otherwise), so a gap splits into what the layout and grid cost and what the math and merge
-do. Printed per case: read µs, candidate µs, the read's % of limit
-(the most a kernel that only moves the bytes reaches) and the candidate's time over the read's with its 95% CI;
-then the geomean of the read's % of limit over the perf cases, a measured bound on GEOMEAN_PCT_LIMIT.
+do. Printed per case: read µs, candidate µs, the read's % of limit (the most a kernel that only moves the
+bytes reaches) and the candidate's time over the read's with its 95% CI; then the geomean of the read's % of
+limit over the perf cases, a measured bound on GEOMEAN_PCT_LIMIT. Every read's sum is checked against the
+data it was to read (kopt.roofline.check_read_sum).
 
 With --layouts 0,16,256 (contiguous and page sizes) each case's valid keys are instead read per layout by one program
 per (64-key tile, kv head, batch row) through the block table where paged (tiles past a row's length exit), quick-timed
