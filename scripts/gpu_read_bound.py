@@ -7,11 +7,12 @@ timing and then ABBA-paired with the candidate's own plan by kopt's timer (devic
 replays, full stopping rule) in one process. Beside it, for a uniform (unbalanced) contiguous plan, the same
 bytes read in the plan's shape: one program per (split, kv head, batch row) reading its key range's K and V
 tiles of the plan's block_N, [block_N, D] loads of rows Hkv x D apart, nothing computed (`shaped_us`; NA
-with the reason otherwise), so a gap splits into what the layout and grid cost and what the math and merge
-do. Printed per case: read µs, candidate µs, the read's % of limit (the most a kernel that only moves the
-bytes reaches) and the candidate's time over the read's with its 95% CI; then the geomean of the read's % of
-limit over the perf cases, a measured bound on GEOMEAN_PCT_LIMIT. Every read's sum is checked against the
-data it was to read (kopt.roofline.check_read_sum).
+with the reason otherwise), and the same read of a head-major copy of the cache (a head's rows contiguous),
+so a gap splits into what the row stride, the grid, and the math and merge cost. Printed per case: read µs,
+candidate µs, the read's % of limit (the most a kernel that only moves the bytes reaches) and the
+candidate's time over the read's with its 95% CI; then the geomean of the read's % of limit over the perf
+cases, a measured bound on GEOMEAN_PCT_LIMIT. Every read's sum is checked against the data it was to read
+(kopt.roofline.check_read_sum).
 
 With --layouts 0,16,256 (contiguous and page sizes) each case's valid keys are instead read per layout by one program
 per (64-key tile, kv head, batch row) through the block table where paged (tiles past a row's length exit), quick-timed
@@ -31,22 +32,23 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def shaped_read(w, block_n: int, splits: int):
+def shaped_read(w, block_n: int, splits: int, head_major: bool = False):
     """(fn, name) candidates: a Triton read of w's K and V in a split plan's shape (grid splits x Hkv x B, each
     program its range's tiles, tl.load of [block_n, D] rows at the cache's row stride), at 1-3 stages, 4/8
-    warps; one word stored per program."""
+    warps; one word stored per program. head_major: the same bytes copied to [B, Hkv, S, D] first, so a head's
+    rows are contiguous (what the contract's [B, S, Hkv, D] row stride costs the same grid)."""
     import torch
     import triton
     import triton.language as tl
 
     @triton.jit
-    def _tiles(k, v, out, S, sb, ss, H, NS, TILES, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    def _tiles(k, v, out, S, sb, ss, sh, H, NS, TILES, BLOCK_N: tl.constexpr, D: tl.constexpr):
         sid, h, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         acc = tl.zeros([BLOCK_N, D], dtype=tl.float32)
         cols = tl.arange(0, D)[None, :]
         for t in range(TILES):
             rows = (sid * TILES + t) * BLOCK_N + tl.arange(0, BLOCK_N)
-            off = b.to(tl.int64) * sb + rows[:, None].to(tl.int64) * ss + h * D + cols
+            off = b.to(tl.int64) * sb + rows[:, None].to(tl.int64) * ss + h.to(tl.int64) * sh + cols
             m = rows[:, None] < S
             acc += tl.load(k + off, mask=m, other=0.0).to(tl.float32)
             acc += tl.load(v + off, mask=m, other=0.0).to(tl.float32)
@@ -54,6 +56,10 @@ def shaped_read(w, block_n: int, splits: int):
 
     kc, vc = w.k_cache, w.v_cache
     bsz, seq, hkv, d = kc.shape
+    sb, ss, sh = kc.stride(0), kc.stride(1), kc.stride(2)
+    if head_major:
+        kc, vc = kc.permute(0, 2, 1, 3).contiguous(), vc.permute(0, 2, 1, 3).contiguous()
+        sb, ss, sh = kc.stride(0), kc.stride(2), kc.stride(1)
     tiles = ((seq + block_n - 1) // block_n + splits - 1) // splits
     load_n = block_n if block_n & (block_n - 1) == 0 else 64  # Triton's blocks are powers of two: 192 as 3 x 64
     tiles, block_n = tiles * (block_n // load_n), load_n
@@ -62,11 +68,11 @@ def shaped_read(w, block_n: int, splits: int):
     for stages in (1, 2, 3):
         for warps in (4, 8):
             def fn(st=stages, wp=warps):
-                _tiles[(splits, hkv, bsz)](kc, vc, sink, seq, kc.stride(0), kc.stride(1), hkv, splits, tiles,
+                _tiles[(splits, hkv, bsz)](kc, vc, sink, seq, sb, ss, sh, hkv, splits, tiles,
                                            BLOCK_N=block_n, D=d, num_warps=wp, num_stages=st)
             fn.sink = sink
             out.append((fn, f"triton {splits}x{hkv}x{bsz} programs, {tiles} tiles of {block_n} keys, {stages} stages, "
-                            f"{warps} warps"))
+                            f"{warps} warps" + (", head-major copy" if head_major else "")))
     return out
 
 
@@ -203,7 +209,7 @@ def main(argv=None) -> int:
         r_ms, c_ms = pt.b.median_ms, pt.a.median_ms
         plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
         ragged = case.valid_keys != case.batch * case.seqlen_k
-        shaped_ms, shaped_how = None, "NA: " + ("a paged cache" if plan.get("paged") else
+        hm_ms, shaped_ms, shaped_how = None, None, "NA: " + ("a paged cache" if plan.get("paged") else
                                                "a balanced plan (per-row splits)" if plan.get("balanced") else
                                                "ragged lengths (the shaped read reads the allocated length)"
                                                if ragged else "")
@@ -215,21 +221,29 @@ def main(argv=None) -> int:
                 ms = time_fn(fn, "cuda", quick).median_ms
                 if shaped_ms is None or ms < shaped_ms:
                     shaped_ms, shaped_how = ms, name
+            for fn, _ in shaped_read(ws[0], plan["block_N"], plan["num_splits"], head_major=True):
+                fn()
+                roofline.check_read_sum(fn.sink, ws[0].k_cache, ws[0].v_cache)
+                ms = time_fn(fn, "cuda", quick).median_ms
+                hm_ms = ms if hm_ms is None else min(hm_ms, ms)
         row = dict(case=case.id, kind=case.kind, bytes=nbytes, limit_us=limit * 1e3, read_us=r_ms * 1e3,
                    cand_us=c_ms * 1e3, read_pct=100 * limit / r_ms, cand_pct=100 * limit / c_ms,
                    ratio=1 / pt.speedup, lo=1 / pt.ci[1], hi=1 / pt.ci[0], how=how,
-                   shaped_us=None if shaped_ms is None else shaped_ms * 1e3, shaped_how=shaped_how)
+                   shaped_us=None if shaped_ms is None else shaped_ms * 1e3, shaped_how=shaped_how,
+                   hm_us=None if hm_ms is None else hm_ms * 1e3)
         rows.append(row)
         print(f"case={case.id} bytes={nbytes} limit_us={row['limit_us']:.2f} read_us={row['read_us']:.2f} "
               f"cand_us={row['cand_us']:.2f} read_pct_limit={row['read_pct']:.1f} cand_pct_limit={row['cand_pct']:.1f} "
               f"cand_over_read={row['ratio']:.3f} ci={row['lo']:.3f}-{row['hi']:.3f} read=\"{how}\" "
-              f"shaped_us={_us(row['shaped_us'])} shaped=\"{shaped_how}\"", flush=True)
+              f"shaped_us={_us(row['shaped_us'])} shaped_head_major_us={_us(row['hm_us'])} shaped=\"{shaped_how}\"",
+              flush=True)
     perf = [r for r in rows if r["kind"] == "perf"]
-    lines = [head, "", "| case | MB | limit µs | read µs | plan-shaped read µs | candidate µs | read % of limit "
-             "| candidate % of limit | candidate / read (95% CI) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [head, "", "| case | MB | limit µs | read µs | plan-shaped read µs | the same, head-major µs "
+             "| candidate µs | read % of limit | candidate % of limit | candidate / read (95% CI) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['bytes'] / 1e6:.2f} | {r['limit_us']:.2f} | {r['read_us']:.2f} | "
-                     f"{_us(r['shaped_us'])} | "
+                     f"{_us(r['shaped_us'])} | {_us(r['hm_us'])} | "
                      f"{r['cand_us']:.2f} | {r['read_pct']:.1f} | {r['cand_pct']:.1f} | "
                      f"{r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}) |")
     if perf:

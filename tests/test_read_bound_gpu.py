@@ -43,6 +43,7 @@ def test_tile_and_shaped_reads_read_every_valid_key(page):
     if not page:
         (full,) = select(load_cases(), [10])
         w = make_workload(full, 3, "cuda")
-        for fn, _ in rb.shaped_read(w, 128, 32)[:2]:
-            fn()
-            roofline.check_read_sum(fn.sink, w.k_cache, w.v_cache)
+        for hm in (False, True):
+            for fn, _ in rb.shaped_read(w, 128, 32, head_major=hm)[:2]:
+                fn()
+                roofline.check_read_sum(fn.sink, w.k_cache, w.v_cache)
