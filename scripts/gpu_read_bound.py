@@ -162,6 +162,33 @@ def layouts(cases, sizes: list[int], mod) -> list[str]:
     return lines
 
 
+def _shaped_na(case, plan) -> str | None:
+    """Why a case gets no plan-shaped read (NA and the reason), or None when it gets one."""
+    if plan.get("paged"):
+        return "NA: a paged cache"
+    if plan.get("balanced"):
+        return "NA: a balanced plan (per-row splits)"
+    if case.valid_keys != case.batch * case.seqlen_k:
+        return "NA: ragged lengths (the shaped read reads the allocated length)"
+    return None
+
+
+def _fastest(reads, w) -> tuple[float, str]:
+    """(ms, name) of the fastest of shaped_read's candidates on w, quick-timed, each one's sum checked first."""
+    from kopt import roofline
+    from kopt.timing import TimingOptions, time_fn
+
+    quick = TimingOptions.for_device("cuda", quick=True)
+    best = None
+    for fn, name in reads:
+        fn()
+        roofline.check_read_sum(fn.sink, w.k_cache, w.v_cache)
+        ms = time_fn(fn, "cuda", quick).median_ms
+        if best is None or ms < best[0]:
+            best = (ms, name)
+    return best
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="4-18", help="case ids: 10,14 or 4-18")
@@ -181,7 +208,7 @@ def main(argv=None) -> int:
     from kopt import candidate, hardware, roofline
     from kopt.cases import load_cases, select
     from kopt.cli.common import parse_ids
-    from kopt.timing import TimingOptions, rotating, time_fn, time_pair
+    from kopt.timing import TimingOptions, rotating, time_pair
     from kopt.workload import bytes_moved, make_workload
 
     mod = candidate.load(os.path.join(ROOT, "solution", "tilelang", "run_kernel.py"))
@@ -208,24 +235,10 @@ def main(argv=None) -> int:
         pt = time_pair(cand, read, "cuda", opts)  # its speedup: read / candidate
         r_ms, c_ms = pt.b.median_ms, pt.a.median_ms
         plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
-        ragged = case.valid_keys != case.batch * case.seqlen_k
-        hm_ms, shaped_ms, shaped_how = None, None, "NA: " + ("a paged cache" if plan.get("paged") else
-                                               "a balanced plan (per-row splits)" if plan.get("balanced") else
-                                               "ragged lengths (the shaped read reads the allocated length)"
-                                               if ragged else "")
-        if shaped_how == "NA: ":
-            quick = TimingOptions.for_device("cuda", quick=True)
-            for fn, name in shaped_read(ws[0], plan["block_N"], plan["num_splits"]):
-                fn()
-                roofline.check_read_sum(fn.sink, ws[0].k_cache, ws[0].v_cache)
-                ms = time_fn(fn, "cuda", quick).median_ms
-                if shaped_ms is None or ms < shaped_ms:
-                    shaped_ms, shaped_how = ms, name
-            for fn, _ in shaped_read(ws[0], plan["block_N"], plan["num_splits"], head_major=True):
-                fn()
-                roofline.check_read_sum(fn.sink, ws[0].k_cache, ws[0].v_cache)
-                ms = time_fn(fn, "cuda", quick).median_ms
-                hm_ms = ms if hm_ms is None else min(hm_ms, ms)
+        hm_ms, shaped_ms, shaped_how = None, None, _shaped_na(case, plan)
+        if shaped_how is None:
+            shaped_ms, shaped_how = _fastest(shaped_read(ws[0], plan["block_N"], plan["num_splits"]), ws[0])
+            hm_ms, _ = _fastest(shaped_read(ws[0], plan["block_N"], plan["num_splits"], head_major=True), ws[0])
         row = dict(case=case.id, kind=case.kind, bytes=nbytes, limit_us=limit * 1e3, read_us=r_ms * 1e3,
                    cand_us=c_ms * 1e3, read_pct=100 * limit / r_ms, cand_pct=100 * limit / c_ms,
                    ratio=1 / pt.speedup, lo=1 / pt.ci[1], hi=1 / pt.ci[0], how=how,
