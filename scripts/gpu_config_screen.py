@@ -68,12 +68,12 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(ROOT, "src"))
-    from kopt import hardware as _hw
+    from kopt import hardware
 
-    _hw.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
+    hardware.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
     import torch
 
-    from kopt import baselines, candidate, hardware
+    from kopt import baselines, candidate
     from kopt.cases import load_cases, select
     from kopt.cli.common import parse_ids
     from kopt.eval import checks

@@ -32,13 +32,13 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=150)
     ap.add_argument("--candidate", default="solution/tilelang/run_kernel.py")
     a = ap.parse_args()
-    from kopt import hardware as _hw
+    from kopt import hardware
 
-    _hw.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
+    hardware.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
 
     import torch
 
-    from kopt import baselines, candidate, hardware
+    from kopt import baselines, candidate
     from kopt.cases import load_cases
     from kopt.workload import bytes_moved, make_workload
 

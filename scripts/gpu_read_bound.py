@@ -132,7 +132,6 @@ def valid_kv(w):
 
 def layouts(cases, sizes: list[int], mod) -> list[str]:
     """--layouts: per case and layout the tile read and the candidate, quick-timed; ratios against contiguous."""
-    from kopt import roofline
     from kopt.timing import TimingOptions, rotating, time_fn
     from kopt.workload import make_workload
 
@@ -144,13 +143,7 @@ def layouts(cases, sizes: list[int], mod) -> list[str]:
         for size in sizes:
             c = case.with_variant(page_size=size)
             ws = [make_workload(c, seed, "cuda") for seed in (0, 1, 2)]
-            best = None
-            for fn, _ in tile_read(ws[0]):
-                fn.sink.zero_()
-                fn()
-                roofline.check_read_sum(fn.sink, *valid_kv(ws[0]))
-                ms = time_fn(fn, "cuda", quick).median_ms
-                best = ms if best is None else min(best, ms)
+            best, _ = _fastest(tile_read(ws[0]), *valid_kv(ws[0]))
             cand = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
             cand()
             cm = time_fn(cand, "cuda", quick).median_ms
@@ -173,16 +166,18 @@ def _shaped_na(case, plan) -> str | None:
     return None
 
 
-def _fastest(reads, w) -> tuple[float, str]:
-    """(ms, name) of the fastest of shaped_read's candidates on w, quick-timed, each one's sum checked first."""
+def _fastest(reads, *data) -> tuple[float, str]:
+    """(ms, name) of the fastest of a list of (fn, name) reads, quick-timed, each one's sums first checked against
+    the data it was to read (its sink zeroed first: a program past a row's length stores nothing)."""
     from kopt import roofline
     from kopt.timing import TimingOptions, time_fn
 
     quick = TimingOptions.for_device("cuda", quick=True)
     best = None
     for fn, name in reads:
+        fn.sink.zero_()
         fn()
-        roofline.check_read_sum(fn.sink, w.k_cache, w.v_cache)
+        roofline.check_read_sum(fn.sink, *data)
         ms = time_fn(fn, "cuda", quick).median_ms
         if best is None or ms < best[0]:
             best = (ms, name)
@@ -201,11 +196,11 @@ def main(argv=None) -> int:
         print(f"error: --layouts takes page sizes like 0,16,256, got {a.layouts!r}", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(ROOT, "src"))
-    from kopt import hardware as _hw
+    from kopt import hardware
 
-    _hw.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
+    hardware.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
 
-    from kopt import candidate, hardware, roofline
+    from kopt import candidate, roofline
     from kopt.cases import load_cases, select
     from kopt.cli.common import parse_ids
     from kopt.timing import TimingOptions, rotating, time_pair
@@ -237,8 +232,9 @@ def main(argv=None) -> int:
         plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
         hm_ms, shaped_ms, shaped_how = None, None, _shaped_na(case, plan)
         if shaped_how is None:
-            shaped_ms, shaped_how = _fastest(shaped_read(ws[0], plan["block_N"], plan["num_splits"]), ws[0])
-            hm_ms, _ = _fastest(shaped_read(ws[0], plan["block_N"], plan["num_splits"], head_major=True), ws[0])
+            kv = ws[0].k_cache, ws[0].v_cache
+            shaped_ms, shaped_how = _fastest(shaped_read(ws[0], plan["block_N"], plan["num_splits"]), *kv)
+            hm_ms, _ = _fastest(shaped_read(ws[0], plan["block_N"], plan["num_splits"], head_major=True), *kv)
         row = dict(case=case.id, kind=case.kind, bytes=nbytes, limit_us=limit * 1e3, read_us=r_ms * 1e3,
                    cand_us=c_ms * 1e3, read_pct=100 * limit / r_ms, cand_pct=100 * limit / c_ms,
                    ratio=1 / pt.speedup, lo=1 / pt.ci[1], hi=1 / pt.ci[0], how=how,

@@ -19,14 +19,14 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="smoke-test stopping rule (fewer samples)")
     args = ap.parse_args()
-    from kopt import hardware as _hw
+    from kopt import hardware
 
     if args.device == "cuda":  # one line, exit 2, on a host without a GPU
-        _hw.exit_unless_cuda(f"{os.path.basename(__file__)} --device cuda")
+        hardware.exit_unless_cuda(f"{os.path.basename(__file__)} --device cuda")
 
     import torch
 
-    from kopt import hardware, timing
+    from kopt import timing
     from kopt.timing import TimingOptions
     from kopt.timing import cuda as timing_cuda
 

@@ -12,6 +12,7 @@ read-bound study of scripts/gpu_read_bound.py; it is never cached.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,31 +43,48 @@ def pct_limit(limit: float, runtime_ms: float) -> float:
     return 100.0 * limit / runtime_ms
 
 
-def _triton_reads(words) -> dict:
-    """Streaming reads in Triton (none without Triton): unrolled 16 KB steps, and one 64 KB load a program."""
-    try:
-        import torch
-        import triton
-        import triton.language as tl
-    except ImportError:
-        return {}
+@functools.cache
+def _steps_kernel():
+    """The Triton streaming read: each program sums STEPS blocks of BLOCK fp32 words (unrolled: every step's load
+    is in flight before the adds) and stores one word."""
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def _steps(x, out, n, BLOCK: tl.constexpr, STEPS: tl.constexpr):
         base = tl.program_id(0).to(tl.int64) * BLOCK * STEPS
         acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for i in tl.static_range(STEPS):  # unrolled: every step's load is in flight before the adds
+        for i in tl.static_range(STEPS):
             offs = base + i * BLOCK + tl.arange(0, BLOCK)
             acc += tl.load(x + offs, mask=offs < n, other=0.0)
         tl.store(out + tl.program_id(0), tl.sum(acc))
 
-    out = {}
-    for name, block, steps, warps in (("triton-unrolled", 2048, 8, 4), ("triton-wide", 16384, 1, 8)):
-        grid = (triton.cdiv(words.numel(), block * steps),)
-        sink = torch.empty(grid[0], dtype=torch.float32, device=words.device)
-        out[name] = (lambda g=grid, s=sink, b=block, st=steps, w=warps:
-                     _steps[g](words, s, words.numel(), BLOCK=b, STEPS=st, num_warps=w))
-    return out
+    return _steps
+
+
+def _step_read(words, block: int, steps: int, warps: int):
+    """(fn, sink): one launch of the streaming read over fp32 `words`, its per-program sums in sink."""
+    import torch
+    import triton
+
+    grid = (triton.cdiv(words.numel(), block * steps),)
+    sink = torch.empty(grid[0], dtype=torch.float32, device=words.device)
+    kernel = _steps_kernel()
+
+    def fn():
+        kernel[grid](words, sink, words.numel(), BLOCK=block, STEPS=steps, num_warps=warps)
+
+    return fn, sink
+
+
+def _triton_reads(words) -> dict:
+    """Streaming reads in Triton (none without Triton): unrolled 16 KB steps, and one 64 KB load a program."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return {}
+    return {name: _step_read(words, block, steps, warps)[0]
+            for name, block, steps, warps in (("triton-unrolled", 2048, 8, 4), ("triton-wide", 16384, 1, 8))}
 
 
 def measure_read_gbps(device: str, nbytes: int = READ_BYTES, reps: int = 10) -> tuple[float, str]:
@@ -118,34 +136,18 @@ def read_span_ms(device: str, nbytes: int, quick: bool = False):
     and the read itself (to pair with a call): what a kernel that only moved a call's bytes, with no math, no
     dependent load and no merge, would take."""
     import torch
-    import triton
-    import triton.language as tl
 
     from kopt.timing import TimingOptions, time_fn
-
-    @triton.jit
-    def _read(x, out, n, BLOCK: tl.constexpr, STEPS: tl.constexpr):
-        base = tl.program_id(0).to(tl.int64) * BLOCK * STEPS
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for i in tl.static_range(STEPS):
-            offs = base + i * BLOCK + tl.arange(0, BLOCK)
-            acc += tl.load(x + offs, mask=offs < n, other=0.0)
-        tl.store(out + tl.program_id(0), tl.sum(acc))
 
     words = torch.randn(max(1, nbytes // 4), dtype=torch.float32, device=device)
     opts = TimingOptions.for_device(device, quick=quick)
     best = None
     for block, steps, warps in SPAN_READS:
-        grid = (triton.cdiv(words.numel(), block * steps),)
-        sink = torch.empty(grid[0], dtype=torch.float32, device=device)
-
-        def fn(g=grid, s=sink, b=block, st=steps, w=warps):
-            _read[g](words, s, words.numel(), BLOCK=b, STEPS=st, num_warps=w)
-
+        fn, sink = _step_read(words, block, steps, warps)
         fn()
         check_read_sum(sink, words)
         ms = time_fn(fn, device, opts).median_ms
-        name = f"triton read {block * 4 >> 10} KB x {steps} steps a program, {grid[0]} programs, {warps} warps"
+        name = f"triton read {block * 4 >> 10} KB x {steps} steps a program, {sink.numel()} programs, {warps} warps"
         if best is None or ms < best[0]:
             best = (ms, name, fn)
     return best

@@ -112,3 +112,10 @@ class ProfileSummary(BaseModel):
     """The run(config=...) profiled (--config); None: the candidate's own plan."""
     notes: list[str] = Field(default_factory=list)
     """Fallbacks taken, unverified formats, tools missing."""
+
+
+def config_text(config: Optional[dict]) -> Optional[str]:
+    """A profiled config as one canonical JSON text (sorted keys), None for the candidate's own plan."""
+    import json
+
+    return None if config is None else json.dumps(config, sort_keys=True)

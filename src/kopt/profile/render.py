@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
-from kopt.profile.models import Diagnosis, ProfileSummary
+from kopt.profile.models import Diagnosis, ProfileSummary, config_text
 
 _STYLE = {"ok": "green", "watch": "yellow", "limiting": "bold red", "NA": "dim"}
 
@@ -43,7 +42,7 @@ def summary_markdown(s: ProfileSummary, titles: Optional[dict] = None) -> str:
     """summary.md: what ran, the diagnosis, the kernels, the files, the notes."""
     lines = [f"# Profile: case {s.case} ({s.variant})", "",
              f"- candidate: `{s.candidate_path}` (id {s.candidate_id}, backend {s.backend})",
-             f"- config: {json.dumps(s.config, sort_keys=True) if s.config is not None else 'its own plan'}",
+             f"- config: {config_text(s.config) or 'its own plan'}",
              f"- tool: {s.tool.value} (asked: {s.requested_tool}); device: {s.device} ({s.device_name})",
              f"- created: {s.created}; diagnosis from: {s.diagnosis.source}",
              f"- dominant kernel: `{s.diagnosis.kernel or 'NA'}`; units: {fmt(s.diagnosis.units)} "

@@ -11,7 +11,6 @@ otherwise ncu when installed; else the torch timeline, with the reason in the no
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,7 +20,7 @@ from typing import Optional
 from kopt.errors import UsageError
 from kopt.profile import metax, ncu, torchprof
 from kopt.profile.common import ProfileError, TargetSpec
-from kopt.profile.models import KernelMetrics, ProfileSummary, Tool
+from kopt.profile.models import KernelMetrics, ProfileSummary, Tool, config_text
 
 TOOLS = ("auto", "ncu", "torch", "mcprofiler", "mctracer")
 
@@ -145,7 +144,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     spec = TargetSpec(candidate=path, case=case.id, device=device, dtype=case.variant.dtype.value,
                       head_dim=case.variant.head_dim, page_size=case.variant.page_size or 0,
                       seqlens=case.variant.seqlens.value, seed=opts.seed, warmup=opts.warmup,
-                      config=json.dumps(opts.config, sort_keys=True) if opts.config is not None else None)
+                      config=config_text(opts.config))
     s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(),
                        candidate_path=relative(path, ws), candidate_id=candidate_id(path), backend=backend, tool=tool,
                        requested_tool=opts.tool, device=device, device_name=info.name, out_dir=relative(out, ws),
@@ -254,7 +253,7 @@ def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_n
                  and r.get("device") == device_name and r.get("config") == config
                  and isinstance(r.get("plan"), dict)), None)
     if plan is None:
-        with_cfg = f" --config '{json.dumps(config, sort_keys=True)}'" if config is not None else ""
+        with_cfg = f" --config '{config_text(config)}'" if config is not None else ""
         return None, (f"no plan recorded for candidate {cid} on case {case.id} ({label})"
                       f"{' with that config' if with_cfg else ''} on {device_name}: "
                       f"run `kopt bench --case {case.id}{with_cfg}` first")

@@ -154,7 +154,7 @@ def _trajectory_section(c, img: str) -> str:
 
 def _diagnosis_section(ws: Path) -> str:
     from kopt.profile.diagnosis import pattern_titles
-    from kopt.profile.models import ProfileSummary
+    from kopt.profile.models import ProfileSummary, config_text
 
     p = latest_summary(ws)
     if p is None:
@@ -170,7 +170,7 @@ def _diagnosis_section(ws: Path) -> str:
             for d in s.diagnosis.dimensions]
     notes = "".join(f"<li>{_e(n)}</li>" for n in s.notes)
     return (f"<h2>Latest diagnosis</h2><p>case {_e(s.case)} ({_e(s.variant)}), candidate {_e(s.candidate_id)}, "
-            + (f"config <code>{_e(json.dumps(s.config, sort_keys=True))}</code> (a variant, not the candidate's own "
+            + (f"config <code>{_e(config_text(s.config))}</code> (a variant, not the candidate's own "
                f"plan), " if s.config is not None else "")
             + f"tool {_e(s.tool.value)} on {_e(s.device_name)}, {_e(s.created)}; kernel "
             f"<code>{_e(s.diagnosis.kernel)}</code>; folder <code>{_e(s.out_dir)}</code></p>"
