@@ -12,7 +12,7 @@ so a gap splits into what the row stride, the grid, and the math and merge cost.
 candidate µs, the read's % of limit (the most a kernel that only moves the bytes reaches) and the
 candidate's time over the read's with its 95% CI; then the geomean of the read's % of limit over the perf
 cases, a measured bound on GEOMEAN_PCT_LIMIT. Every read's sum is checked against the data it was to read
-(kopt.roofline.check_read_sum).
+(kopt.roofline.fastest_read, check_read_sum).
 
 With --layouts 0,16,256 (contiguous and page sizes) each case's valid keys are instead read per layout by one program
 per (64-key tile, kv head, batch row) through the block table where paged (tiles past a row's length exit), quick-timed
@@ -25,6 +25,7 @@ Run from the workspace root:  PYTHONPATH=src python3 scripts/gpu_read_bound.py -
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -32,12 +33,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def shaped_read(w, block_n: int, splits: int, head_major: bool = False):
-    """(fn, name) candidates: a Triton read of w's K and V in a split plan's shape (grid splits x Hkv x B, each
-    program its range's tiles, tl.load of [block_n, D] rows at the cache's row stride), at 1-3 stages, 4/8
-    warps; one word stored per program. head_major: the same bytes copied to [B, Hkv, S, D] first, so a head's
-    rows are contiguous (what the contract's [B, S, Hkv, D] row stride costs the same grid)."""
-    import torch
+@functools.cache
+def _tiles_kernel():
+    """The plan-shaped read: program (split, kv head, batch row) sums its range's K and V tiles of [BLOCK_N, D] rows
+    at the cache's row stride and stores one word."""
     import triton
     import triton.language as tl
 
@@ -54,32 +53,13 @@ def shaped_read(w, block_n: int, splits: int, head_major: bool = False):
             acc += tl.load(v + off, mask=m, other=0.0).to(tl.float32)
         tl.store(out + (b * H + h) * NS + sid, tl.sum(acc))
 
-    kc, vc = w.k_cache, w.v_cache
-    bsz, seq, hkv, d = kc.shape
-    sb, ss, sh = kc.stride(0), kc.stride(1), kc.stride(2)
-    if head_major:
-        kc, vc = kc.permute(0, 2, 1, 3).contiguous(), vc.permute(0, 2, 1, 3).contiguous()
-        sb, ss, sh = kc.stride(0), kc.stride(2), kc.stride(1)
-    tiles = ((seq + block_n - 1) // block_n + splits - 1) // splits
-    load_n = block_n if block_n & (block_n - 1) == 0 else 64  # Triton's blocks are powers of two: 192 as 3 x 64
-    tiles, block_n = tiles * (block_n // load_n), load_n
-    sink = torch.empty(bsz * hkv * splits, dtype=torch.float32, device=kc.device)
-    out = []
-    for stages in (1, 2, 3):
-        for warps in (4, 8):
-            def fn(st=stages, wp=warps):
-                _tiles[(splits, hkv, bsz)](kc, vc, sink, seq, sb, ss, sh, hkv, splits, tiles,
-                                           BLOCK_N=block_n, D=d, num_warps=wp, num_stages=st)
-            fn.sink = sink
-            out.append((fn, f"triton {splits}x{hkv}x{bsz} programs, {tiles} tiles of {block_n} keys, {stages} stages, "
-                            f"{warps} warps" + (", head-major copy" if head_major else "")))
-    return out
+    return _tiles
 
 
-def tile_read(w, block_n: int = 64):
-    """(fn, name) candidates: a Triton read of w's valid keys, one program per (tile, kv head, batch row) of the
-    allocated length (a tile past the row's length exits), rows through the block table when w is paged; 4/8 warps."""
-    import torch
+@functools.cache
+def _tile_kernel():
+    """The per-layout read: program (tile, kv head, batch row) sums the tile's valid K and V rows (through the block
+    table where paged; a tile past the row's length exits) and stores one word."""
     import triton
     import triton.language as tl
 
@@ -101,6 +81,45 @@ def tile_read(w, block_n: int = 64):
             x += tl.load(v + off, mask=m[:, None], other=0.0).to(tl.float32)
             tl.store(out + (b * H + h) * tl.num_programs(0) + t, tl.sum(x))
 
+    return _tile
+
+
+def shaped_read(w, block_n: int, splits: int, head_major: bool = False):
+    """(fn, sink, name) candidates: a Triton read of w's K and V in a split plan's shape (grid splits x Hkv x B, each
+    program its range's tiles, tl.load of [block_n, D] rows at the cache's row stride), at 1-3 stages, 4/8
+    warps; one word stored per program. head_major: the same bytes copied to [B, Hkv, S, D] first, so a head's
+    rows are contiguous (what the contract's [B, S, Hkv, D] row stride costs the same grid)."""
+    import torch
+
+    kernel = _tiles_kernel()
+    kc, vc = w.k_cache, w.v_cache
+    bsz, seq, hkv, d = kc.shape
+    sb, ss, sh = kc.stride(0), kc.stride(1), kc.stride(2)
+    if head_major:
+        kc, vc = kc.permute(0, 2, 1, 3).contiguous(), vc.permute(0, 2, 1, 3).contiguous()
+        sb, ss, sh = kc.stride(0), kc.stride(2), kc.stride(1)
+    tiles = ((seq + block_n - 1) // block_n + splits - 1) // splits
+    load_n = block_n if block_n & (block_n - 1) == 0 else 64  # Triton's blocks are powers of two: 192 as 3 x 64
+    tiles, block_n = tiles * (block_n // load_n), load_n
+    sink = torch.empty(bsz * hkv * splits, dtype=torch.float32, device=kc.device)
+    out = []
+    for stages in (1, 2, 3):
+        for warps in (4, 8):
+            def fn(st=stages, wp=warps):
+                kernel[(splits, hkv, bsz)](kc, vc, sink, seq, sb, ss, sh, hkv, splits, tiles,
+                                           BLOCK_N=block_n, D=d, num_warps=wp, num_stages=st)
+            out.append((fn, sink, f"triton {splits}x{hkv}x{bsz} programs, {tiles} tiles of {block_n} keys, "
+                                  f"{stages} stages, {warps} warps" + (", head-major copy" if head_major else "")))
+    return out
+
+
+def tile_read(w, block_n: int = 64):
+    """(fn, sink, name) candidates: a Triton read of w's valid keys, one program per (tile, kv head, batch row) of
+    the allocated length (a tile past the row's length exits), rows through the block table when w is paged; 4/8
+    warps."""
+    import torch
+
+    kernel = _tile_kernel()
     kc, vc, bt = w.k_cache, w.v_cache, w.block_table
     paged = bt is not None
     hkv, d = kc.shape[2], kc.shape[3]
@@ -112,11 +131,10 @@ def tile_read(w, block_n: int = 64):
     out = []
     for warps in (4, 8):
         def fn(wp=warps):
-            _tile[grid](kc, vc, w.cache_seqlens, bt if paged else dummy, sink, kc.stride(0), kc.stride(1),
-                        bt.shape[1] if paged else 0, hkv, PAGED=paged, P=kc.shape[1] if paged else 1,
-                        BLOCK_N=block_n, D=d, num_warps=wp)
-        fn.sink = sink
-        out.append((fn, f"triton tile read {grid[0]}x{hkv}x{bsz} programs of {block_n} keys, {warps} warps"))
+            kernel[grid](kc, vc, w.cache_seqlens, bt if paged else dummy, sink, kc.stride(0), kc.stride(1),
+                         bt.shape[1] if paged else 0, hkv, PAGED=paged, P=kc.shape[1] if paged else 1,
+                         BLOCK_N=block_n, D=d, num_warps=wp)
+        out.append((fn, sink, f"triton tile read {grid[0]}x{hkv}x{bsz} programs of {block_n} keys, {warps} warps"))
     return out
 
 
@@ -132,6 +150,7 @@ def valid_kv(w):
 
 def layouts(cases, sizes: list[int], mod) -> list[str]:
     """--layouts: per case and layout the tile read and the candidate, quick-timed; ratios against contiguous."""
+    from kopt import roofline
     from kopt.timing import TimingOptions, rotating, time_fn
     from kopt.workload import make_workload
 
@@ -143,7 +162,7 @@ def layouts(cases, sizes: list[int], mod) -> list[str]:
         for size in sizes:
             c = case.with_variant(page_size=size)
             ws = [make_workload(c, seed, "cuda") for seed in (0, 1, 2)]
-            best, _ = _fastest(tile_read(ws[0]), *valid_kv(ws[0]))
+            best = roofline.fastest_read(tile_read(ws[0]), valid_kv(ws[0]), "cuda")[0]
             cand = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
             cand()
             cm = time_fn(cand, "cuda", quick).median_ms
@@ -164,24 +183,6 @@ def _shaped_na(case, plan) -> str | None:
     if case.valid_keys != case.batch * case.seqlen_k:
         return "NA: ragged lengths (the shaped read reads the allocated length)"
     return None
-
-
-def _fastest(reads, *data) -> tuple[float, str]:
-    """(ms, name) of the fastest of a list of (fn, name) reads, quick-timed, each one's sums first checked against
-    the data it was to read (its sink zeroed first: a program past a row's length stores nothing)."""
-    from kopt import roofline
-    from kopt.timing import TimingOptions, time_fn
-
-    quick = TimingOptions.for_device("cuda", quick=True)
-    best = None
-    for fn, name in reads:
-        fn.sink.zero_()
-        fn()
-        roofline.check_read_sum(fn.sink, *data)
-        ms = time_fn(fn, "cuda", quick).median_ms
-        if best is None or ms < best[0]:
-            best = (ms, name)
-    return best
 
 
 def main(argv=None) -> int:
@@ -233,8 +234,10 @@ def main(argv=None) -> int:
         hm_ms, shaped_ms, shaped_how = None, None, _shaped_na(case, plan)
         if shaped_how is None:
             kv = ws[0].k_cache, ws[0].v_cache
-            shaped_ms, shaped_how = _fastest(shaped_read(ws[0], plan["block_N"], plan["num_splits"]), *kv)
-            hm_ms, _ = _fastest(shaped_read(ws[0], plan["block_N"], plan["num_splits"], head_major=True), *kv)
+            shaped_ms, shaped_how, _ = roofline.fastest_read(shaped_read(ws[0], plan["block_N"], plan["num_splits"]),
+                                                             kv, "cuda")
+            hm_ms = roofline.fastest_read(shaped_read(ws[0], plan["block_N"], plan["num_splits"], head_major=True),
+                                          kv, "cuda")[0]
         row = dict(case=case.id, kind=case.kind, bytes=nbytes, limit_us=limit * 1e3, read_us=r_ms * 1e3,
                    cand_us=c_ms * 1e3, read_pct=100 * limit / r_ms, cand_pct=100 * limit / c_ms,
                    ratio=1 / pt.speedup, lo=1 / pt.ci[1], hi=1 / pt.ci[0], how=how,

@@ -24,26 +24,21 @@ def test_read_span_reads_the_bytes():
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [0, 16])
 def test_tile_and_shaped_reads_read_every_valid_key(page):
-    import importlib.util
-    from pathlib import Path
-
     from kopt.cases import load_cases, select
     from kopt.workload import make_workload
+    from test_scripts import _script
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "gpu_read_bound.py"
-    spec = importlib.util.spec_from_file_location("gpu_read_bound", path)
-    rb = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rb)
+    rb = _script("gpu_read_bound")
     (case,) = select(load_cases(), [18])  # ragged: a long row and three of 17 keys
     w = make_workload(case.with_variant(page_size=page), 3, "cuda")
-    for fn, _ in rb.tile_read(w)[:1]:
-        fn.sink.zero_()
+    for fn, sink, _ in rb.tile_read(w)[:1]:
+        sink.zero_()
         fn()
-        roofline.check_read_sum(fn.sink, *rb.valid_kv(w))
+        roofline.check_read_sum(sink, *rb.valid_kv(w))
     if not page:
         (full,) = select(load_cases(), [10])
         w = make_workload(full, 3, "cuda")
         for hm in (False, True):
-            for fn, _ in rb.shaped_read(w, 128, 32, head_major=hm)[:2]:
+            for fn, sink, _ in rb.shaped_read(w, 128, 32, head_major=hm)[:2]:
                 fn()
-                roofline.check_read_sum(fn.sink, w.k_cache, w.v_cache)
+                roofline.check_read_sum(sink, w.k_cache, w.v_cache)

@@ -137,17 +137,28 @@ def read_span_ms(device: str, nbytes: int, quick: bool = False):
     dependent load and no merge, would take."""
     import torch
 
-    from kopt.timing import TimingOptions, time_fn
-
     words = torch.randn(max(1, nbytes // 4), dtype=torch.float32, device=device)
-    opts = TimingOptions.for_device(device, quick=quick)
-    best = None
+    reads = []
     for block, steps, warps in SPAN_READS:
         fn, sink = _step_read(words, block, steps, warps)
+        reads.append((fn, sink, f"triton read {block * 4 >> 10} KB x {steps} steps a program, {sink.numel()} "
+                                f"programs, {warps} warps"))
+    return fastest_read(reads, [words], device, quick)
+
+
+def fastest_read(reads, data, device: str, quick: bool = True):
+    """(ms, name, fn) of the fastest of `reads`, (fn, sink, name) each, timed by kopt's timer (quick by default);
+    each read's sums are first checked against `data`, the tensors it was to read (check_read_sum; its sink zeroed
+    first, so a program that has nothing to read and stores nothing adds nothing)."""
+    from kopt.timing import TimingOptions, time_fn
+
+    opts = TimingOptions.for_device(device, quick=quick)
+    best = None
+    for fn, sink, name in reads:
+        sink.zero_()
         fn()
-        check_read_sum(sink, words)
+        check_read_sum(sink, *data)
         ms = time_fn(fn, device, opts).median_ms
-        name = f"triton read {block * 4 >> 10} KB x {steps} steps a program, {sink.numel()} programs, {warps} warps"
         if best is None or ms < best[0]:
             best = (ms, name, fn)
     return best
