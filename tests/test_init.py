@@ -112,3 +112,25 @@ def test_templates_match_the_project():
     drift += [f"solution/tilelang/{n}" for n in names if f"solution/tilelang/{n}" not in sources]
     assert not drift, ("templates out of date: PYTHONPATH=src python3 -c "
                        "'import kopt.workspace.scaffold as s; s.sync_templates(\".\")'  -> " + ", ".join(drift))
+
+
+def test_sync_templates_names_only_what_it_changed(tmp_path, monkeypatch):
+    """The maintainer's sync copies the project's files over the templates and says which it changed: a second
+    sync changes nothing, and a starter file the project no longer has is removed and named."""
+    import shutil
+
+    import kopt.paths
+    from kopt.workspace.scaffold import sync_templates, synced_sources
+
+    if not (REPO / "solution" / "tilelang" / "run_kernel.py").is_file():
+        pytest.skip("not a project checkout")
+    tpl = tmp_path / "templates"
+    shutil.copytree(TEMPLATES, tpl)
+    monkeypatch.setattr(kopt.paths, "TEMPLATES", tpl)
+    sync_templates(REPO)
+    assert sync_templates(REPO) == []
+    (tpl / "solution" / "tilelang" / "gone.py").write_text("x = 1\n")
+    (tpl / "knowledge" / "patterns.md").write_text("stale\n")
+    assert sorted(sync_templates(REPO)) == ["knowledge/patterns.md", "solution/tilelang/gone.py"]
+    assert not (tpl / "solution" / "tilelang" / "gone.py").exists()
+    assert all((tpl / rel).read_bytes() == src.read_bytes() for rel, src in synced_sources(REPO).items())

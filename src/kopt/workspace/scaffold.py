@@ -141,13 +141,17 @@ def sync_templates(root: Path) -> list[str]:
     from kopt.paths import TEMPLATES
 
     changed = []
+    sources = synced_sources(root)
     starter = TEMPLATES / "solution" / "tilelang"
-    for old in starter.glob("*.py"):  # the starter set may shrink
-        old.unlink()
-    for rel, src in synced_sources(root).items():
+    for old in starter.glob("*.py"):  # the starter set may shrink: a starter file the project no longer has goes
+        rel = old.relative_to(TEMPLATES).as_posix()
+        if rel not in sources:
+            old.unlink()
+            changed.append(rel)
+    for rel, src in sources.items():
         dst = TEMPLATES / rel
         if not dst.exists() or dst.read_bytes() != src.read_bytes():
             changed.append(rel)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
     return changed
