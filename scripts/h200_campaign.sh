@@ -18,7 +18,9 @@
 #   cyclic GC on / off), startup (scripts/gpu_child_startup.py),
 #   ragpaged (cases 15-18 in RAGPAGED_SIZES-token pages, default 16 256), kerneltests (tests/test_kernel_gpu.py in
 #   parallel shards; after prewarm), readbound (scripts/gpu_read_bound.py: the fastest pure read of each case's
-#   bytes paired with the candidate, READBOUND_CASES, default 4-18; READBOUND_LAYOUTS e.g. 0,16,256: the per-layout read).
+#   bytes paired with the candidate, READBOUND_CASES, default 4-18; READBOUND_LAYOUTS e.g. 0,16,256: the per-layout read),
+#   codewarm (scripts/gpu_code_warm.py: what instruction fetch from a cold L2 costs each of CODEWARM_CASES, default 4,5,6,10;
+#   CODEWARM_CONFIG: a JSON config).
 # The paged steps time quickly unless PAGED_QUICK= (empty: full timing); PAGED256_CASES (default 1-14).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
@@ -111,6 +113,8 @@ for s in $steps; do case $s in
                --ledger candidates.jsonl --out "$log/graph-check.md" ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"} ;;
   readbound) run read_bound 420 python3 scripts/gpu_read_bound.py --cases "${READBOUND_CASES:-4-18}" \
                --out "$log/read-bound.md" ${READBOUND_LAYOUTS:+--layouts "$READBOUND_LAYOUTS"} ;;
+  codewarm)  run code_warm 300 python3 scripts/gpu_code_warm.py --cases "${CODEWARM_CASES:-4,5,6,10}" \
+               ${CODEWARM_CONFIG:+--config "$CODEWARM_CONFIG"} ;;
   aa)        run aa 300 python3 -m kopt calibrate --case "${AA_CASES:-5,10,15}" --json ;;
   wall3)     # recorded, as a user runs it: each row's overhead_s says which phase took the time (a run after the
              # first takes the child the one before left: overhead_s.child_kept)

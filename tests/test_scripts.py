@@ -100,8 +100,9 @@ def test_config_screen_parses_labels_and_overlays():
             cs.parse_configs(bad)
 
 
-GPU_TOOLS = ["gpu_child_startup.py", "gpu_config_screen.py", "gpu_flush_study.py", "gpu_graph_check.py",
-             "gpu_read_bound.py", "gpu_timing_check.py", "gpu_timing_overhead.py", "prewarm_kernels.py"]
+GPU_TOOLS = ["gpu_child_startup.py", "gpu_code_warm.py", "gpu_config_screen.py", "gpu_flush_study.py",
+             "gpu_graph_check.py", "gpu_read_bound.py", "gpu_timing_check.py", "gpu_timing_overhead.py",
+             "prewarm_kernels.py"]
 
 
 @pytest.mark.parametrize("tool", GPU_TOOLS)
@@ -121,6 +122,13 @@ def test_gpu_tools_say_in_one_line_that_they_need_a_gpu(tool):
 
 def test_every_gpu_script_is_in_that_list():
     assert sorted(p.name for p in (ROOT / "scripts").glob("gpu_*.py")) + ["prewarm_kernels.py"] == sorted(GPU_TOOLS)
+
+
+def test_code_warm_bad_config_exits_2_in_one_line():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_code_warm.py"), "--config", "[1]"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("error: --config '[1]'")
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_config_screen_bad_configs_exit_2():
