@@ -226,11 +226,11 @@ def test_eager_variant_issues_q_and_k_before_l(rk, split, paged):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("block_N,smem_kb", [(192, (96, 128)), (256, (128, 227))])
+@pytest.mark.parametrize("block_N,smem_kb", [(32, (16, 32)), (160, (80, 100)), (192, (96, 128)), (256, (128, 227))])
 def test_wide_tiles_hold_a_short_range_in_one_tile(rk, block_N, smem_kb):
-    """block_N 192 (the default for an unsplit range of 129-192 keys) and 256 (a config knob): a CTA whose range
-    fits one tile issues all its K and V loads before the first wait (one K group, one V group, then the loop's
-    first wait), with no spills, in 106 / 141 KB of shared memory."""
+    """block_N 32, 160 and 192 (the defaults for unsplit ranges of at most 32 and of 129-192 keys) and 256 (a config
+    knob): a CTA whose range fits one tile issues all its K and V loads before the first wait (one K group, one V
+    group, then the loop's first wait), with no spills, in 22 / 90 / 106 / 141 KB of shared memory."""
     info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=block_N,
                                  eager=True)["main"]
     assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
@@ -308,17 +308,23 @@ def test_combine_merge_arithmetic(rk, num_splits, unroll):
     ((32, 8, 4096), (64, 1)),    # case 9: 256 CTAs
     ((16, 8, 362), (128, 1)),    # case 6: 128 CTAs, at most one per SM, a range past 256 keys
     ((64, 8, 64), (64, 1)),      # case 4: a short range
-    ((16, 4, 141), (192, 1)),    # case 5: 64 CTAs, at most one per SM, a range of one 192-key tile
+    ((16, 4, 141), (160, 1)),    # case 5: 64 CTAs, at most one per SM, one tile of its 141 keys rounded up to 32
+    ((16, 4, 129), (160, 1)),
+    ((16, 4, 161), (192, 1)),
     ((16, 4, 192), (192, 1)),    # the widest range one such tile holds
     ((16, 4, 128), (64, 1)),     # a range two 64-key tiles hold
+    ((16, 4, 17), (32, 1)),      # case 3: one 32-key tile, not 64 keys of which 47 re-read the last
+    ((1, 4, 1), (32, 1)),        # case 1
+    ((256, 8, 20), (32, 1)),     # at most 32 keys: one 32-key tile whatever the grid
+    ((16, 4, 33), (64, 1)),
     ((64, 8, 141), (64, 1)),     # 512 CTAs: several per SM, the 64-key tile's occupancy
     ((1, 4, 8192), (64, 32)),    # case 10: split
     ((1, 4, 61519), (64, 65)),   # case 14: split, about 2 CTAs per SM (the tuning table pins 128 x 32)
 ])
 def test_default_tiling(rk, case, want):
     """The default tile: when one CTA per (batch, kv head) streams the whole range and those CTAs fit one per
-    unit (132 SMs), 128 keys for a range past 256 keys and one 192-key tile for 129-192 keys; otherwise 64
-    keys. Explicit values win."""
+    unit (132 SMs), 128 keys for a range past 256 keys and one tile of the range rounded up to 32 keys for
+    129-192 keys; one 32-key tile for a range of at most 32 keys; otherwise 64 keys. Explicit values win."""
     import sys
 
     cu = sys.modules["tl_decode_cuda"]
