@@ -567,8 +567,11 @@ def default_config(G: int, d: int, page_size: int | None) -> dict:
 LAST_CTA_MAX_ROWS = 160
 
 
-#: the one wide tile of a short unsplit range (choose_tiling)
+#: the widest one-tile range (choose_tiling): an unsplit range of 129-192 keys runs as one tile of its length
+#: rounded up to TILE_STEP keys
 WIDE_TILE = 192
+#: one-tile ranges are rounded up to a multiple of this many keys (a T.gemm of 4 warps splits N in 4 x 8 columns)
+TILE_STEP = 32
 
 
 #: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
@@ -621,13 +624,17 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512 CTAs take 1.29 waves with 128-key tiles
     and one with 64). A range of one 192-key tile waits for one K round trip where 64-key tiles chain
     three (H200, iteration 13: case 5, 141 keys, 5.31 -> 4.74 us; two 128-key tiles were 6.21, one of 256
-    slower still)."""
+    slower still). A one-tile range's tile is its length rounded up to TILE_STEP keys (129-192 keys: 160 or 192;
+    at most 32 keys: 32), so that it asks for few rows past the sequence: each such row re-reads the last key."""
     bn = block_N or 64
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
+    step = -(-max_seqlen // TILE_STEP) * TILE_STEP
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms:
         bn = 128
     elif not block_N and ns == 1 and 128 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms:
-        bn = WIDE_TILE
+        bn = step
+    elif not block_N and ns == 1 and max_seqlen <= TILE_STEP:
+        bn = TILE_STEP
     ns = max(1, min(ns, -(-max_seqlen // bn)))
     return bn, ns
 
