@@ -29,13 +29,13 @@ def spans(fn, flush, warm, n: int, replays: int) -> list[float]:
 
     import gpu_graph_check as gc
 
-    own = gc._kernel_names(fn)
+    own = gc.kernel_names(fn)
 
     def body():
         flush()
         if warm is not None:
             warm()
-        gc._mark()
+        gc.mark()
         fn()
 
     s = torch.cuda.Stream()
@@ -55,7 +55,7 @@ def spans(fn, flush, warm, n: int, replays: int) -> list[float]:
         for _ in range(replays):
             g.replay()
         torch.cuda.synchronize()
-    runs, _ = gc._runs(gc._device(prof), own)
+    runs, _ = gc.call_runs(gc.device_records(prof), own)
     per = 2 if warm is not None else 1  # with a warm-up call its run comes first, then the call's
     if len(runs) != n * replays * per:
         raise RuntimeError(f"{len(runs)} runs for {n * replays} calls")
@@ -92,7 +92,7 @@ def main() -> int:
     buf = torch.zeros(gc.FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
     sink = torch.zeros(1, dtype=torch.float32, device="cuda")
     flush = lambda: torch.sum(buf, dim=0, keepdim=True, out=sink)  # noqa: E731
-    gc._FLUSH_NAMES.update(gc._kernel_names(flush) | gc._kernel_names(gc._mark))
+    gc.FLUSH_NAMES.update(gc.kernel_names(flush) | gc.kernel_names(gc.mark))
     print(f"device={torch.cuda.get_device_name()} commit={os.environ.get('KOPT_COMMIT', 'NA')} config={args.config}")
     for c in cases.select(cases.load_cases(), parse_ids(args.cases)):
         w = make_workload(c, seed=0, device="cuda")

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 FLUSH_BYTES = 256 << 20
 
 
-def _mark():
+def mark():
     """A one-cycle spin kernel between the flush and the call: its name (torch's spin kernel) is used by
     neither the flush nor a decode call, so it splits the trace into calls unambiguously (the flush's own
     kernels, a memset among them, can also appear inside a call)."""
@@ -41,9 +41,9 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    own = _kernel_names(fn) - _kernel_names(flush)
-    if own != _kernel_names(fn):
-        raise RuntimeError(f"the call launches what the flush does: {sorted(_kernel_names(fn) - own)}")
+    own = kernel_names(fn) - kernel_names(flush)
+    if own != kernel_names(fn):
+        raise RuntimeError(f"the call launches what the flush does: {sorted(kernel_names(fn) - own)}")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):  # warm-up on a side stream, as capture wants
@@ -63,7 +63,7 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
         for _ in range(replays):
             g.replay()
         torch.cuda.synchronize()
-    spans, others = _runs(_device(prof), own)
+    spans, others = call_runs(device_records(prof), own)
     if others:
         print(f"records in the graph that neither the call nor the flush launch: {sorted(others)}", file=sys.stderr)
     if len(spans) != n * replays:
@@ -71,14 +71,14 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
     return spans
 
 
-def _runs(recs, own) -> tuple[list[float], set]:
+def call_runs(recs, own) -> tuple[list[float], set]:
     """Spans (µs) of the runs of consecutive records named in `own`, and the names of records in neither."""
     out, cur, others = [], [], set()
     for s0, e0, name in recs + [(0, 0, None)]:
         if name in own:
             cur.append((s0, e0))
             continue
-        if name is not None and name not in _FLUSH_NAMES:
+        if name is not None and name not in FLUSH_NAMES:
             others.add(name)
         if cur:
             out.append((max(e for _, e in cur) - cur[0][0]) / 1e3)
@@ -86,13 +86,13 @@ def _runs(recs, own) -> tuple[list[float], set]:
     return out, others
 
 
-def _device(prof) -> list[tuple[int, int, str]]:
+def device_records(prof) -> list[tuple[int, int, str]]:
     """(start, end, name) of the device records of a profile, by start."""
-    return sorted((e.start_ns(), e.end_ns(), _name(e.name())) for e in prof.profiler.kineto_results.events()
+    return sorted((e.start_ns(), e.end_ns(), record_name(e.name())) for e in prof.profiler.kineto_results.events()
                   if not str(e.device_type()).endswith("CPU") and not e.is_user_annotation())
 
 
-def _name(n: str) -> str:
+def record_name(n: str) -> str:
     """A record's name; a memset or memcpy by its kind alone (kineto's memory kind differs between a call
     and its capture: "Memset (Device)" / "Memset (Unknown)")."""
     return n.split(" (")[0] if n.startswith(("Memset", "Memcpy")) else n
@@ -107,7 +107,7 @@ def ways(fn, flush, n: int) -> dict[str, tuple[float, str]]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    own = _kernel_names(fn) - _FLUSH_NAMES
+    own = kernel_names(fn) - FLUSH_NAMES
 
     def graph(body):
         g = torch.cuda.CUDAGraph()
@@ -118,12 +118,12 @@ def ways(fn, flush, n: int) -> dict[str, tuple[float, str]]:
         return g
 
     hold = lambda: torch.cuda._sleep(2_000_000)  # noqa: E731  (~1 ms: the host gets far ahead)
-    big = graph(lambda: [(flush(), _mark(), fn()) for _ in range(n)])
+    big = graph(lambda: [(flush(), mark(), fn()) for _ in range(n)])
     plain = graph(lambda: [(flush(), fn()) for _ in range(n)])
     one, pair = graph(fn), graph(lambda: (flush(), fn()))
     got = {}
     for name, go in (("graph [flush, mark, call]", big.replay), ("graph [flush, call]", plain.replay),
-                     ("stream [flush, mark, call]", lambda: (hold(), [(flush(), _mark(), fn()) for _ in range(n)])),
+                     ("stream [flush, mark, call]", lambda: (hold(), [(flush(), mark(), fn()) for _ in range(n)])),
                      ("stream flush + graph [call]", lambda: (hold(), [(flush(), one.replay()) for _ in range(n)])),
                      ("graph [flush, call] per call", lambda: (hold(), [pair.replay() for _ in range(n)]))):
         torch.cuda.synchronize()
@@ -131,8 +131,8 @@ def ways(fn, flush, n: int) -> dict[str, tuple[float, str]]:
             for _ in range(3):
                 go()
             torch.cuda.synchronize()
-        recs = _device(prof)
-        spans, others = _runs(recs, own)
+        recs = device_records(prof)
+        spans, others = call_runs(recs, own)
         kern: dict = {}
         for s0, e0, k in recs:
             if k in own:
@@ -144,10 +144,10 @@ def ways(fn, flush, n: int) -> dict[str, tuple[float, str]]:
 
 
 _NAMES: dict = {}
-_FLUSH_NAMES: set = set()
+FLUSH_NAMES: set = set()
 
 
-def _kernel_names(fn) -> set:
+def kernel_names(fn) -> set:
     """The kernel names fn launches, seen in a profile of fn alone."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -157,7 +157,7 @@ def _kernel_names(fn) -> set:
             for _ in range(3):
                 fn()
             torch.cuda.synchronize()
-        _NAMES[fn] = {name for _, _, name in _device(prof)}
+        _NAMES[fn] = {name for _, _, name in device_records(prof)}
         print(f"kernels of {getattr(fn, '__name__', fn)}: {sorted(_NAMES[fn])}", file=sys.stderr)
     return _NAMES[fn]
 
@@ -209,7 +209,7 @@ def main() -> int:
     buf = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
     sink = torch.zeros(1, dtype=torch.float32, device="cuda")
     flush = lambda: torch.sum(buf, dim=0, keepdim=True, out=sink)  # noqa: E731
-    _FLUSH_NAMES.update(_kernel_names(flush) | _kernel_names(_mark))
+    FLUSH_NAMES.update(kernel_names(flush) | kernel_names(mark))
     ids = parse_ids(args.cases)
     sel = cases.select(cases.load_cases(), ids)
     led = latest_rows(args.ledger, cid, {c.id: c.variant.label() for c in sel}) if args.ledger else {}

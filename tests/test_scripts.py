@@ -69,13 +69,13 @@ def test_bench_repeat_check_flags_the_case_a_run_moves(tmp_path):
 
 def test_graph_check_splits_calls_by_their_own_kernels():
     gc = _script("gpu_graph_check")
-    gc._FLUSH_NAMES.update({"Memset", "reduce"})
+    gc.FLUSH_NAMES.update({"Memset", "reduce"})
     recs = [(0, 1, "Memset"), (1, 60, "reduce"), (61, 65, "split"), (65, 67, "combine"),
             (68, 69, "Memset"), (69, 120, "reduce"), (121, 124, "split"), (124, 125, "stray"),
             (125, 127, "combine")]
-    spans, others = gc._runs(recs, {"split", "combine"})
+    spans, others = gc.call_runs(recs, {"split", "combine"})
     assert spans == [6 / 1e3, 3 / 1e3, 2 / 1e3] and others == {"stray"}   # a foreign record ends a run
-    assert gc._name("Memset (Unknown)") == gc._name("Memset (Device)") == "Memset"
+    assert gc.record_name("Memset (Unknown)") == gc.record_name("Memset (Device)") == "Memset"
     assert gc.agree(0.01029, 0.01) and not gc.agree(0.0104, 0.01)        # 3% of 10 µs
     assert gc.agree(0.00329, 0.003) and not gc.agree(0.00331, 0.003)     # 0.3 µs on a 3 µs call
 
