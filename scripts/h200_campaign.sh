@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything the recorded H200 results rest on, in one bounded run; logs and ledger rows end up in
 # OUTDIR/campaign.tgz.   usage: bash scripts/h200_campaign.sh OUTDIR [STEP ...]
+# CAMPAIGN_PACK=1: OUTDIR keeps only campaign.tgz and steps.txt (the logs live in the archive), for a machine that
+#   hands back few files.
 # Steps (default: all, in this order): doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12
 #   profile paged64 paged16 gputests verify report
 #   report: kopt plot + kopt report (+ --screenshot where Chromium is installed) from the ledger just written,
@@ -185,3 +187,4 @@ esac; done
 cp candidates.jsonl "$out/logs/" 2>/dev/null
 mkdir -p results
 tar czf "$out/campaign.tgz" -C "$out" logs -C "$PWD" results
+if [[ ${CAMPAIGN_PACK:-} == 1 ]]; then cp "$log/steps.txt" "$out/" 2>/dev/null; rm -rf "$log"; fi

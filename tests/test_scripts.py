@@ -26,6 +26,19 @@ def test_campaign_skips_steps_past_its_budget(tmp_path):
     assert (tmp_path / "out" / "campaign.tgz").exists(), p.stderr
 
 
+def test_campaign_pack_leaves_the_archive_and_the_step_list(tmp_path):
+    """CAMPAIGN_PACK=1: the output folder holds campaign.tgz and steps.txt only, and the archive has the logs."""
+    import tarfile
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "h200_campaign.sh"
+    p = subprocess.run(["bash", str(script), str(tmp_path / "out"), "doctor"], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "CAMPAIGN_BUDGET_S": "0", "CAMPAIGN_PACK": "1"}, cwd=tmp_path)
+    assert sorted(f.name for f in (tmp_path / "out").iterdir()) == ["campaign.tgz", "steps.txt"], p.stderr
+    assert "doctor skipped (budget)" in (tmp_path / "out" / "steps.txt").read_text()
+    with tarfile.open(tmp_path / "out" / "campaign.tgz") as t:
+        assert "logs/steps.txt" in t.getnames()
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
