@@ -2,9 +2,11 @@
 followed by the same kernels on a throw-away input (every length 1, separate buffers), which brings the kernels'
 code back into L2 (and the SMs' instruction caches) while their data stays cold.
 
-Both ways are CUDA graphs of [flush, (warm-up call,) mark, call] x N replayed under CUPTI (gpu_graph_check's
-method: a call is the run of its own kernels after the mark). The difference is the time the call spends
-fetching its instructions from DRAM; ABBA over `--rounds` so that drift cancels.
+The call's output is checked against the fp32 reference first. Both ways are CUDA graphs of [flush, (warm-up
+call,) mark, call] x N replayed under CUPTI (gpu_graph_check's method: a call is the run of its own kernels
+after the mark). The difference is the time the call spends fetching its instructions from DRAM; ABBA over
+`--rounds` so that drift cancels. A warm-up call shares the plan's workspaces (split partials, counters), so
+on plans that write them it can slow the call after it: read the difference only where it is not negative.
 
 Run from the workspace root:  PYTHONPATH=src python3 scripts/gpu_code_warm.py --cases 4,5,10 [--config JSON]
 """
@@ -83,9 +85,11 @@ def main() -> int:
     import torch
 
     import gpu_graph_check as gc
-    from kopt import candidate, cases
+    from kopt import baselines, candidate, cases
     from kopt.cli.common import parse_ids
+    from kopt.eval import checks
     from kopt.paths import default_candidate
+    from kopt.reference import reference
     from kopt.workload import make_workload
 
     mod = candidate.load(default_candidate(REPO))
@@ -101,7 +105,11 @@ def main() -> int:
         tiny = [a[0].clone(), torch.zeros_like(a[1]), torch.zeros_like(a[2]), torch.ones_like(a[3])]
         fn = lambda a=a, kw=kw: mod.run(*a, **kw, config=cfg)  # noqa: E731
         warm = lambda t=tiny, kw=kw: mod.run(*t, **kw, config=cfg)  # noqa: E731
-        fn(), warm()
+        warm()
+        chk = checks.check_output(fn(), reference(w), baselines.torch_attention(w), w.q)
+        if chk.status.value != "ok":  # a wrong call's time says nothing
+            print(f"case={c.id} INCORRECT {chk.detail}", flush=True)
+            continue
         cold, hot = [], []
         for _ in range(args.rounds):
             cold += spans(fn, flush, None, args.calls, args.replays)
