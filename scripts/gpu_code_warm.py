@@ -26,12 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def spans(fn, flush, warm, n: int, replays: int) -> list[float]:
     """µs per call of fn, from replays of one graph of [flush, warm?, mark, fn] x n."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
     import gpu_graph_check as gc
-
-    own = gc.kernel_names(fn)
 
     def body():
         flush()
@@ -40,24 +35,7 @@ def spans(fn, flush, warm, n: int, replays: int) -> list[float]:
         gc.mark()
         fn()
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            body()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            body()
-    g.replay()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            g.replay()
-        torch.cuda.synchronize()
-    runs, _ = gc.call_runs(gc.device_records(prof), own)
+    runs, _ = gc.replayed_runs(body, n, replays, gc.kernel_names(fn))
     per = 2 if warm is not None else 1  # with a warm-up call its run comes first, then the call's
     if len(runs) != n * replays * per:
         raise RuntimeError(f"{len(runs)} runs for {n * replays} calls")
@@ -93,10 +71,7 @@ def main() -> int:
     from kopt.workload import make_workload
 
     mod = candidate.load(default_candidate(REPO))
-    buf = torch.zeros(gc.FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-    sink = torch.zeros(1, dtype=torch.float32, device="cuda")
-    flush = lambda: torch.sum(buf, dim=0, keepdim=True, out=sink)  # noqa: E731
-    gc.FLUSH_NAMES.update(gc.kernel_names(flush) | gc.kernel_names(gc.mark))
+    flush = gc.read_flush()
     print(f"device={torch.cuda.get_device_name()} commit={os.environ.get('KOPT_COMMIT', 'NA')} config={args.config}")
     for c in cases.select(cases.load_cases(), parse_ids(args.cases)):
         w = make_workload(c, seed=0, device="cuda")

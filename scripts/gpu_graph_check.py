@@ -38,37 +38,56 @@ def graph_spans(fn, flush, n: int, replays: int) -> list[float]:
     """µs per call of fn from `replays` replays of one graph of [flush, fn] x n, read from CUPTI: a call is
     a run of consecutive records whose names fn launches and the flush does not (RuntimeError when fn and
     the flush share a name, or the runs are not n x replays)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
     own = kernel_names(fn) - kernel_names(flush)
     if own != kernel_names(fn):
         raise RuntimeError(f"the call launches what the flush does: {sorted(kernel_names(fn) - own)}")
+    spans, others = replayed_runs(lambda: (flush(), fn()), n, replays, own)
+    if others:
+        print(f"records in the graph that neither the call nor the flush launch: {sorted(others)}", file=sys.stderr)
+    if len(spans) != n * replays:
+        raise RuntimeError(f"{len(spans)} spans for {n * replays} calls")
+    return spans
+
+
+def replayed_runs(body, n: int, replays: int, own) -> tuple[list[float], set]:
+    """call_runs of the records of `replays` replays of one CUDA graph of body x n under CUPTI (body warmed up on a
+    side stream first, as capture wants)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up on a side stream, as capture wants
+    with torch.cuda.stream(s):
         for _ in range(3):
-            flush()
-            fn()
+            body()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(n):
-            flush()
-            fn()
+            body()
     g.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             g.replay()
         torch.cuda.synchronize()
-    spans, others = call_runs(device_records(prof), own)
-    if others:
-        print(f"records in the graph that neither the call nor the flush launch: {sorted(others)}", file=sys.stderr)
-    if len(spans) != n * replays:
-        raise RuntimeError(f"{len(spans)} spans for {n * replays} calls")
-    return spans
+    return call_runs(device_records(prof), own)
+
+
+def read_flush():
+    """The cold flush, a read of FLUSH_BYTES into one word, as a function; its kernels and mark's join FLUSH_NAMES
+    (records that belong to no call)."""
+    import torch
+
+    buf = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
+    sink = torch.zeros(1, dtype=torch.float32, device="cuda")
+
+    def flush():
+        torch.sum(buf, dim=0, keepdim=True, out=sink)
+
+    FLUSH_NAMES.update(kernel_names(flush) | kernel_names(mark))
+    return flush
 
 
 def call_runs(recs, own) -> tuple[list[float], set]:
@@ -206,10 +225,7 @@ def main() -> int:
     shipped = args.candidate or default_candidate(REPO)
     mod = candidate.load(shipped)
     cid = candidate.candidate_id(shipped)
-    buf = torch.zeros(FLUSH_BYTES // 4, dtype=torch.float32, device="cuda")
-    sink = torch.zeros(1, dtype=torch.float32, device="cuda")
-    flush = lambda: torch.sum(buf, dim=0, keepdim=True, out=sink)  # noqa: E731
-    FLUSH_NAMES.update(kernel_names(flush) | kernel_names(mark))
+    flush = read_flush()
     ids = parse_ids(args.cases)
     sel = cases.select(cases.load_cases(), ids)
     led = latest_rows(args.ledger, cid, {c.id: c.variant.label() for c in sel}) if args.ledger else {}
