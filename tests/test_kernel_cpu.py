@@ -240,6 +240,44 @@ def test_wide_tiles_hold_a_short_range_in_one_tile(rk, block_N, smem_kb):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("d", [128, 64])
+def test_v_split_reads_half_of_v_per_cta(rk, d):
+    """v_split 2: the grid's x dimension picks a CTA's half of V's and the output's columns (V rows read from
+    column blockIdx.x * d / 2, the V tile and the PV accumulator halved), K still whole; no spills; a split plan
+    refuses it."""
+    import sys
+
+    shape = dict(dtype="float16", hq=32, hkv=4, d=d, paged=False, split=False, block_N=160, eager=True)
+    one = rk.compile_cuda_check(v_split=1, **shape)["main"]
+    two = rk.compile_cuda_check(v_split=2, **shape)["main"]
+    assert all(s == 0 for s in two["spill_bytes"]), two["ptxas_log"][-2000:]
+    assert one["dyn_smem_bytes"] - two["dyn_smem_bytes"] == 160 * d // 2 * 2  # half of the V tile
+    body = two["source"].split("__launch_bounds__", 1)[1]
+    assert f"((int64_t)((int)blockIdx.x)) * (int64_t){d // 2}" in body
+    assert "blockIdx.x" not in one["source"].split("__launch_bounds__", 1)[1]
+    cu = sys.modules["tl_decode_cuda"]
+    with pytest.raises(ValueError, match="v_split"):
+        cu.build_decode("float16", 32, 4, d, False, 0, 64, 1, 128, True, 0.1, v_split=2)
+
+
+@pytest.mark.parametrize("shape,want", [
+    ((16, 4, 1), 2),    # case 5: 64 rows, two CTAs a row fit one a unit
+    ((1, 4, 1), 2),     # case 1
+    ((66, 1, 1), 2),    # 132 CTAs: exactly one a unit
+    ((67, 1, 1), 1),
+    ((16, 8, 1), 1),    # case 6: 128 rows
+    ((64, 8, 1), 1),    # case 4
+    ((1, 4, 32), 1),    # case 10: a split plan
+])
+def test_v_split_default(rk, shape, want):
+    """v_split 2 by default only for an unsplit plan whose CTAs, two a row, fit one a unit (132 here)."""
+    import sys
+
+    B, hkv, ns = shape
+    assert sys.modules["tl_decode_cuda"].v_split_default(B, hkv, ns, 132) == want
+
+
+@needs_nvcc
 def test_pdl_switch_launches_the_combine_as_a_dependent(rk):
     """pdl (Hopper): the split kernel allows its dependent's launch at its start and the combine kernel waits
     for the split grid before it reads a partial; the balanced combine derives its plan from L first. The

@@ -149,6 +149,36 @@ def test_nan_past_the_sequence_stays_out(kernel, cid, page, block_N, eager):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("v_split", [1, 2])
+@pytest.mark.parametrize("cid,page,seqlens,eager", [(1, 0, "full", 1), (5, 0, "ragged", 1), (5, 0, "full", 0),
+                                                    (5, 16, "ragged", 1), (3, 256, "ragged", 1), (2, 64, "full", 0),
+                                                    (6, 0, "ragged", 1), (4, 32, "ragged", 0)])
+def test_v_split(kernel, cid, page, seqlens, eager, v_split):
+    """A row's V and output columns over two CTAs (each with the whole softmax from all of K) or one, in every
+    layout, both dtypes and head dims 64 and 128, eager or not, on full and ragged lengths."""
+    cfg = {"v_split": v_split, "eager": eager}
+    for dtype in ("fp16", "bf16"):
+        c = _case(cid, seqlens=seqlens, dtype=dtype, page_size=page or None)
+        _check(kernel, c, seed=13, config=cfg)
+        _check(kernel, c.with_variant(head_dim=64), seed=14, config=cfg)
+    for kv_heads, gqa in ((8, 1), (1, 32)):  # MHA, MQA
+        c = _case(cid, seqlens=seqlens).model_copy(update={"kv_heads": kv_heads, "gqa": gqa})
+        _check(kernel, c, seed=15, config=cfg)
+
+
+@pytest.mark.gpu
+def test_v_split_needs_an_unsplit_plan(kernel):
+    """v_split 2 on a split plan is a ValueError naming the key, not a silent one-CTA plan."""
+    from kopt.workload import make_workload
+
+    w = make_workload(_case(10), 0, "cuda")
+    with pytest.raises(ValueError, match="v_split"):
+        kernel.run(*w.args(), **w.kwargs({"v_split": 2, "num_splits": 4}))
+    with pytest.raises(ValueError, match="v_split"):
+        kernel.run(*w.args(), **w.kwargs({"v_split": 3, "num_splits": 1}))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kv_heads,gqa", [(32, 1), (1, 32), (2, 16)], ids=["MHA32", "MQA32", "G16"])
 def test_eager_head_layouts(kernel, kv_heads, gqa):
     c = _case(10, seqlens="ragged").model_copy(update={"kv_heads": kv_heads, "gqa": gqa, "batch": 3, "seqlen_k": 3001})
