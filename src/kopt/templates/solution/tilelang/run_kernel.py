@@ -31,7 +31,7 @@ import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and devi
 
 # config keys understood by the CUDA path
 _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced",
-             "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll")
+             "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll", "v_split")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def _check_config(config):
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
                  "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll",
-                 "scale", "target",
+                 "v_split", "scale", "target",
                  "main", "comb", "dummy_bt", "opart", "lse", "cnt")
 
 
@@ -143,6 +143,11 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     pdl = bool(int(pdl)) if pdl is not None else _cuda.pdl_default(q.device)
     p.pdl = pdl and p.num_splits > 1 and (p.bal_combine if p.balanced else not p.last_cta)
     p.comb_unroll = int(cfg.get("comb_unroll") or 0)  # 0: tl_decode_cuda._COMBINE_UNROLL
+    vs = cfg.get("v_split")  # a row's V columns over this many CTAs (tl_decode_cuda.build_decode), unsplit plans only
+    p.v_split = int(vs) if vs is not None else _cuda.v_split_default(B, Hkv, p.num_splits, _cuda.sm_count(q.device))
+    if p.v_split not in (1, 2) or (p.v_split > 1 and (p.num_splits > 1 or p.balanced)):
+        raise ValueError(f"unsupported CUDA config v_split={p.v_split} with num_splits={p.num_splits} "
+                         "(1, or 2 on an unsplit plan)")
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
     p.target = _cuda.cuda_target(q.device)
     p.main = p.comb = p.dummy_bt = p.opart = p.lse = p.cnt = None
@@ -217,7 +222,7 @@ def _cuda_kernels(p: "_Plan"):
     split = p.num_splits > 1
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
                             p.scale, p.target, p.fused, p.eager, p.last_cta, p.balanced, p.q_loop,
-                            p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll)
+                            p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll, p.v_split)
     # fused: the combine kernel is launched by the same host call as the split kernel; last_cta: no
     # combine kernel (the last CTA of each (batch, kv head) merges)
     comb = None
@@ -272,7 +277,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
             "fused": p.fused, "eager": p.eager, "last_cta": p.last_cta and p.num_splits > 1, "paged": p.paged,
             "balanced": p.balanced, "q_loop": p.q_loop, "merge_unroll": p.merge_unroll,
             "bal_combine": p.bal_combine, "pdl": p.pdl, "comb_unroll": p.comb_unroll,
-            "page_size": p.page}
+            "v_split": p.v_split, "page_size": p.page}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,6 +22,10 @@ masked (scaled by 0, never by NaN). V rows are clamped to the sequence. Without 
 clamped to the sequence, so its block-table entry is a page of the sequence and needs no clamp (H200,
 iteration 7: the clamp on every row of the non-eager path cost paged case 7 about 4 us).
 
+``v_split`` (the default for an unsplit plan of few rows, v_split_default): each (batch, kv head) row runs on
+two CTAs (grid x), each computing the whole softmax from all of K and its half of V's and the output's columns,
+so a grid of at most half the units' rows streams K + V / 2 bytes a CTA on twice the units, with no merge.
+
 ``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's
 _balanced_splits): each row is split by its own length, read on the device, so that the batch's real
 tiles spread over about BAL_CTAS_PER_SM CTAs per unit (one, with 128-key tiles, from BAL_WIDE_GQA query
@@ -81,6 +85,7 @@ def build_decode(
     bal_combine: bool = False,
     pdl: bool = False,
     comb_unroll: int = 0,
+    v_split: int = 1,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -101,7 +106,12 @@ def build_decode(
     completion and memory (griddepcontrol.wait) before it reads a partial. It saves the launch gap between
     the two kernels, not a byte of traffic.
 
-    ``comb_unroll``: the splits a combine thread loads at once (0: _COMBINE_UNROLL)."""
+    ``comb_unroll``: the splits a combine thread loads at once (0: _COMBINE_UNROLL).
+
+    ``v_split`` (1 or 2; the direct-output kernel only): the CTAs of a (batch, kv head) row, each computing the
+    whole softmax from all of K but only its d / v_split columns of V and of the output. A row's K is read by
+    each (the second read mostly an L2 hit), its V once: a CTA streams K + V / v_split bytes, so a grid of few
+    rows spreads its bytes over v_split times as many units, without a merge."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -138,15 +148,19 @@ def build_decode(
     last_cta = bool(last_cta and split)
     merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL) if last_cta else None
     q_loop = bool(q_loop or eager)
+    v_split = int(v_split or 1)
+    if v_split not in (1, 2) or (v_split > 1 and (split or balanced)):
+        raise ValueError(f"v_split must be 1, or 2 on the direct-output kernel (no split), got {v_split}")
+    dv = d // v_split
 
     @T.macro
-    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None):
+    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None, vc=0):
         Q_shared = T.alloc_shared([block_H, d], dtype)
         K_shared = T.alloc_shared([block_N, d], dtype)
-        V_shared = T.alloc_shared([block_N, d], dtype)
+        V_shared = T.alloc_shared([block_N, dv], dtype)
         P_shared = T.alloc_shared([block_H, block_N], dtype)
         acc_s = T.alloc_fragment([block_H, block_N], accum)
-        acc_o = T.alloc_fragment([block_H, d], accum)
+        acc_o = T.alloc_fragment([block_H, dv], accum)
         m_prev = T.alloc_fragment([block_H], accum)
         m_cur = T.alloc_fragment([block_H], accum)
         m_use = T.alloc_fragment([block_H], accum)
@@ -203,12 +217,12 @@ def build_decode(
             for i in T.Parallel(block_H):
                 l_sum[i] = l_sum[i] * r_scale[i] + r_sum[i]
             T.copy(acc_s, P_shared)
-            for i, j in T.Parallel(block_H, d):
+            for i, j in T.Parallel(block_H, dv):
                 acc_o[i, j] *= r_scale[i]
-            for i, j in T.Parallel(block_N, d):
+            for i, j in T.Parallel(block_N, dv):
                 # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
                 r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
-                V_shared[i, j] = V[r0, r1, h, j]
+                V_shared[i, j] = V[r0, r1, h, vc * dv + j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
 
         if balanced:  # a row of one split writes O itself; idle CTAs write nothing
@@ -240,9 +254,10 @@ def build_decode(
             if last_cta:
                 merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
         else:
-            for i, j in T.Parallel(block_H, d):
+            for i, j in T.Parallel(block_H, dv):
                 if i < G:
-                    Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
+                    Out[b, h * G + i, vc * dv + j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0),
+                                                            dtype)
 
     if balanced:
         target = balanced
@@ -380,8 +395,8 @@ def build_decode(
         BT: T.Tensor([batch, max_pages], "int32"),
         Out: T.Tensor([batch, hq, d], dtype),
     ):
-        with T.Kernel(1, hkv, batch, threads=threads) as (sid, h, b):
-            body(Q, K, V, L, BT, sid, h, b, 1, Out, None, None)
+        with T.Kernel(v_split, hkv, batch, threads=threads) as (vc, h, b):
+            body(Q, K, V, L, BT, 0, h, b, 1, Out, None, None, vc=vc)
 
     return decode_direct
 
@@ -579,6 +594,14 @@ TILE_STEP = 32
 EAGER_MAX_TILES = 8
 
 
+def v_split_default(batch: int, hkv: int, num_splits: int, num_sms: int) -> int:
+    """v_split (build_decode) by default: 2 for an unsplit plan whose CTAs, two a (batch, kv head) row, still fit
+    one a unit; else 1. H200, iteration 20 (gain = one CTA a row / two): case 5 (64 rows) 4.45 -> 4.32 us (1.026),
+    case 2 1.046, case 1 1.044, case 3 1.005; where the two CTAs a row no longer fit one a unit it loses (case 6, 128
+    rows: 0.928; case 4, 512 rows: 0.898)."""
+    return 2 if num_splits == 1 and 2 * batch * hkv <= num_sms else 1
+
+
 def sm_count(device) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     n = _SM_COUNT.get(idx)
@@ -673,7 +696,7 @@ def _compile(func, target):
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
-               bal_combine=False, pdl=False, comb_unroll=0):
+               bal_combine=False, pdl=False, comb_unroll=0, v_split=1):
     balanced = int(balanced)
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
@@ -685,7 +708,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll)
+           comb_unroll, int(v_split))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -693,7 +716,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-                                 comb_unroll)
+                                 comb_unroll, int(v_split))
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -724,7 +747,7 @@ def _pass_configs():
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
-                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0):
+                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -735,7 +758,8 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
                 last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
-                bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0)), arch
+                bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
+                v_split=int(v_split or 1)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
