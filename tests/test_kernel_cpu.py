@@ -277,6 +277,24 @@ def test_v_split_default(rk, shape, want):
     assert sys.modules["tl_decode_cuda"].v_split_default(B, hkv, ns, 132) == want
 
 
+@pytest.mark.parametrize("block_N,v_split,want", [(32, 2, 64), (32, 1, 128), (64, 2, 128), (160, 2, 128), (128, 1, 128)])
+def test_default_threads(rk, block_N, v_split, want):
+    """Two warps by default only for a tile of at most 32 keys on a few-row grid (v_split 2), four otherwise."""
+    import sys
+
+    assert sys.modules["tl_decode_cuda"].default_threads(block_N, v_split) == want
+
+
+@needs_nvcc
+def test_two_warp_narrow_tile_compiles_without_spills(rk):
+    """Case 3's default plan (one 32-key tile, v_split 2, 64 threads) lowers for sm_90a with a 64-thread launch
+    bound and no spills."""
+    info = rk.compile_cuda_check(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=False,
+                                 block_N=32, eager=True, v_split=2, threads=64)["main"]
+    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    assert "__launch_bounds__(64" in info["source"]
+
+
 @needs_nvcc
 def test_pdl_switch_launches_the_combine_as_a_dependent(rk):
     """pdl (Hopper): the split kernel allows its dependent's launch at its start and the combine kernel waits
