@@ -277,7 +277,8 @@ def test_v_split_default(rk, shape, want):
     assert sys.modules["tl_decode_cuda"].v_split_default(B, hkv, ns, 132) == want
 
 
-@pytest.mark.parametrize("block_N,v_split,want", [(32, 2, 64), (32, 1, 128), (64, 2, 128), (160, 2, 128), (128, 1, 128)])
+@pytest.mark.parametrize("block_N,v_split,want", [(32, 2, 64), (32, 1, 128), (64, 2, 128), (160, 2, 128),
+                                                  (128, 1, 128)])
 def test_default_threads(rk, block_N, v_split, want):
     """Two warps by default only for a tile of at most 32 keys on a few-row grid (v_split 2), four otherwise."""
     import sys

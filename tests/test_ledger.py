@@ -45,3 +45,100 @@ def test_unwritable_ledger_fails_before_any_work(tmp_path):
         check_writable(tmp_path / "c.jsonl")
     check_writable(tmp_path / "sub" / "ok.jsonl")
     assert (tmp_path / "sub" / "ok.jsonl").exists()
+
+
+def _rows(*ids):
+    return [CaseResult(row_id=i, run_id="run1", mode="verdict", candidate_id="c1", case=n)
+            for n, i in enumerate(ids, 1)]
+
+
+def test_import_appends_only_the_rows_not_yet_held_in_order_and_verbatim(tmp_path):
+    """Another copy of the ledger (a device run's: this one's rows plus new ones) gives up only its new rows,
+    appended in their order and byte for byte; a second import adds nothing; a dry run writes nothing."""
+    from kopt.workspace.ledger import import_rows
+
+    dest, other = tmp_path / "candidates.jsonl", tmp_path / "device.jsonl"
+    append(dest, _rows("a", "b"))
+    append(other, _rows("a", "b", "c", "d"))
+    before = dest.read_bytes()
+    dry = import_rows(CaseResult, dest, other, dry_run=True)
+    assert [r.row_id for r in dry.added] == ["c", "d"] and dry.present == 2 and dest.read_bytes() == before
+    res = import_rows(CaseResult, dest, other)
+    assert [r.row_id for r in res.added] == ["c", "d"] and res.present == 2 and not res.skipped
+    assert dest.read_bytes() == other.read_bytes()
+    again = import_rows(CaseResult, dest, other)
+    assert not again.added and again.present == 4 and dest.read_bytes() == other.read_bytes()
+
+
+def test_import_reads_the_ledger_inside_a_campaign_archive_and_refuses_bad_lines(tmp_path):
+    """A campaign's .tgz (logs/candidates.jsonl inside) is read in place; a torn line or a row of the wrong
+    schema is refused and reported by line, the valid rows still come in."""
+    import tarfile
+
+    from kopt.workspace.ledger import import_rows
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    src = logs / "candidates.jsonl"
+    append(src, _rows("x"))
+    with open(src, "a") as fh:
+        fh.write('{"row_id": "y", "case": 2, "runtime_ms": "fast"}\n{"row_id": "z", "ca\n')
+    append(src, _rows("w"))
+    (logs / "verify.out").write_text("VERDICT:pass\n")
+    archive = tmp_path / "campaign.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(logs, arcname="logs")
+    dest = tmp_path / "ws" / "candidates.jsonl"
+    res = import_rows(CaseResult, dest, archive)
+    assert [r.row_id for r in res.added] == ["x", "w"]
+    assert [n for n, _ in res.skipped] == [2, 3] and res.skipped[0][1].startswith("schema")
+    assert res.source.endswith("logs/candidates.jsonl")
+    assert [r.row_id for r in load(CaseResult, dest).rows] == ["x", "w"]
+
+
+def test_import_refuses_what_is_not_a_ledger(tmp_path):
+    """A missing file, a file with no row in it and an archive without exactly one candidates.jsonl are one
+    LedgerError each (exit code 2), and the ledger is left as it was."""
+    import tarfile
+
+    import pytest
+
+    from kopt.errors import LedgerError
+    from kopt.workspace.ledger import import_rows
+
+    dest = tmp_path / "candidates.jsonl"
+    append(dest, _rows("a"))
+    before = dest.read_bytes()
+    notes = tmp_path / "notes.md"
+    notes.write_text("# not a ledger\n\nsome text\n")
+    empty_tar = tmp_path / "x.tgz"
+    with tarfile.open(empty_tar, "w:gz") as tar:
+        tar.add(notes, arcname="logs/notes.md")
+    for bad, msg in ((tmp_path / "missing.jsonl", "no such file"), (notes, "not a ledger"),
+                     (empty_tar, "want one candidates.jsonl")):
+        with pytest.raises(LedgerError, match=msg) as e:
+            import_rows(CaseResult, dest, bad)
+        assert e.value.exit_code == 2
+    assert dest.read_bytes() == before
+
+
+def test_import_command_end_to_end(tmp_path, workspace):
+    """`kopt import` in a workspace: says per run what it appended and the totals; a bad path is one stderr line
+    and exit code 2."""
+    import os
+    import subprocess
+    import sys
+
+    ws = workspace  # conftest's throwaway workspace (KOPT_WORKSPACE)
+    append(ws / "candidates.jsonl", _rows("a"))
+    other = tmp_path / "device.jsonl"
+    append(other, _rows("a", "b", "c"))
+    env = dict(os.environ, KOPT_WORKSPACE=str(ws))
+    r = subprocess.run([sys.executable, "-m", "kopt", "import", str(other)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "run run1 verdict candidate c1: 2 row(s)" in r.stdout
+    assert "appended 2 row(s) to candidates.jsonl" in r.stdout and "(1 already there, 0 refused)" in r.stdout
+    assert [row.row_id for row in load(CaseResult, ws / "candidates.jsonl").rows] == ["a", "b", "c"]
+    r = subprocess.run([sys.executable, "-m", "kopt", "import", str(tmp_path / "nope.tgz")], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 2 and r.stderr.strip() == f"kopt: error: no such file: {tmp_path / 'nope.tgz'}"

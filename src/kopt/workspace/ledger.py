@@ -24,8 +24,14 @@ def _lock(path: Path):
 
 def append(path: Path, rows: Iterable[BaseModel]) -> int:
     """Append rows as whole lines with one write under a lock; returns the number written."""
+    return append_lines(path, (r.model_dump_json() for r in rows))
+
+
+def append_lines(path: Path, lines: Iterable[str]) -> int:
+    """Append JSON lines (each without its newline) verbatim, with one write under a lock; returns the number
+    written."""
     path = Path(path)
-    data = "".join(r.model_dump_json() + "\n" for r in rows).encode()
+    data = "".join(line + "\n" for line in lines).encode()
     if not data:
         return 0
     try:
@@ -110,4 +116,71 @@ def load_dicts(path: Path) -> Loaded:
             out.rows.append(row)
         except ValueError:
             out.skipped.append((no, "torn or invalid JSON"))
+    return out
+
+
+@dataclass
+class Imported:
+    """What `import_rows` did: the rows appended, the rows already present (by row_id), the lines refused."""
+
+    added: list = field(default_factory=list)
+    present: int = 0
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    source: str = ""
+
+
+def read_copy(path: Path) -> tuple[str, str]:
+    """(text, name) of another copy of a ledger: a JSONL file, or a tar archive (.tgz, .tar.gz, .tar) holding
+    exactly one member named candidates.jsonl (a campaign's logs). LedgerError (exit 2) for anything else."""
+    import tarfile
+
+    path = Path(path)
+    if not path.is_file():
+        raise LedgerError(f"no such file: {path}")
+    if not tarfile.is_tarfile(path):
+        try:
+            return path.read_text(errors="replace"), str(path)
+        except OSError as e:
+            raise LedgerError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        with tarfile.open(path) as tar:
+            members = [m for m in tar.getmembers() if m.isfile() and Path(m.name).name == "candidates.jsonl"]
+            if len(members) != 1:
+                raise LedgerError(f"{path}: want one candidates.jsonl in the archive, found {len(members)}")
+            data = tar.extractfile(members[0]).read()
+    except (tarfile.TarError, OSError) as e:
+        raise LedgerError(f"cannot read archive {path}: {e}") from None
+    return data.decode(errors="replace"), f"{path}:{members[0].name}"
+
+
+def import_rows(model: type[M], dest: Path, path: Path, dry_run: bool = False) -> Imported:
+    """Append to the ledger `dest` the rows of another copy of it (read_copy) whose row_id it does not hold,
+    in their order, each line verbatim; lines that are not a valid row are refused and reported. With dry_run
+    nothing is written."""
+    text, name = read_copy(path)
+    out = Imported(source=name)
+    have = {r.get("row_id") for r in load_dicts(dest).rows}
+    lines = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = model.model_validate(json.loads(line))
+        except json.JSONDecodeError:
+            out.skipped.append((no, "torn or invalid JSON"))
+            continue
+        except ValidationError as e:
+            out.skipped.append((no, f"schema: {e.errors()[0]['msg']}"))
+            continue
+        if row.row_id in have:
+            out.present += 1
+            continue
+        have.add(row.row_id)
+        out.added.append(row)
+        lines.append(line.strip())
+    if out.skipped and not (out.added or out.present):
+        no, why = out.skipped[0]
+        raise LedgerError(f"{name}: not a ledger, no line is a row ({len(out.skipped)} refused; line {no}: {why})")
+    if lines and not dry_run:
+        append_lines(dest, lines)
     return out

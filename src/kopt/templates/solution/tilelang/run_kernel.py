@@ -110,9 +110,9 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.threads = int(cfg.get("threads") or base["threads"])
     p.fused = bool(int(cfg.get("fused", base["fused"])))
     bn = int(cfg.get("block_N") or 0)
-    if bn % 32 or not 0 <= bn <= 256 or p.threads not in (128, 256) or p.num_stages not in (0, 1):
+    if bn % 32 or not 0 <= bn <= 256 or p.threads not in (64, 128, 256) or p.num_stages not in (0, 1):
         raise ValueError(f"unsupported CUDA config block_N={bn} threads={p.threads} num_stages={p.num_stages} "
-                         "(block_N a multiple of 32 up to 256, threads 128/256, num_stages 0/1)")
+                         "(block_N a multiple of 32 up to 256, threads 64/128/256, num_stages 0/1)")
     # longest possible sequence (cache_seqlens stays on the device: no host sync to read it)
     max_seqlen = int(block_table.shape[1]) * page if paged else int(k_cache.shape[1])
     p.block_N, p.num_splits = _cuda.choose_tiling(B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn,
@@ -148,6 +148,8 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     if p.v_split not in (1, 2) or (p.v_split > 1 and (p.num_splits > 1 or p.balanced)):
         raise ValueError(f"unsupported CUDA config v_split={p.v_split} with num_splits={p.num_splits} "
                          "(1, or 2 on an unsplit plan)")
+    if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
+        p.threads = _cuda.default_threads(p.block_N, p.v_split)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
     p.target = _cuda.cuda_target(q.device)
     p.main = p.comb = p.dummy_bt = p.opart = p.lse = p.cnt = None

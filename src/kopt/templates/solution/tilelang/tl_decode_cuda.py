@@ -602,6 +602,15 @@ def v_split_default(batch: int, hkv: int, num_splits: int, num_sms: int) -> int:
     return 2 if num_splits == 1 and 2 * batch * hkv <= num_sms else 1
 
 
+def default_threads(block_N: int, v_split: int) -> int:
+    """Threads of a CTA by default: 64 (two warps) for a tile of at most TILE_STEP keys on a few-row grid (v_split 2:
+    one row on two CTAs), else 128. The tile's QK^T is then two 16 x 16 MMAs, not four of 16 x 8, and its row max and
+    row sum cross two warps, not four. H200, iteration 22 (gain = four warps / two): case 3 3.20 -> 2.94 us (1.087),
+    case 2 1.049; with 64-key or wider tiles two warps lose (case 1's tuned 64-key tile 0.962, case 5 0.911, case 4
+    0.938, case 6 0.848)."""
+    return 64 if block_N <= TILE_STEP and v_split == 2 else 128
+
+
 def sm_count(device) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     n = _SM_COUNT.get(idx)

@@ -1,0 +1,32 @@
+"""`kopt import PATH`: the rows of another copy of the ledger (a device run's) appended to this workspace's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def command(
+    path: Path = typer.Argument(..., help="A candidates.jsonl, or an archive holding one (a campaign's .tgz)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be appended; write nothing."),
+) -> None:
+    """Append the rows of another ledger copy that this one does not hold (by row_id), in their order."""
+    from collections import Counter
+
+    from kopt.paths import ledger_file, workspace
+    from kopt.records import CaseResult
+    from kopt.workspace import ledger
+
+    dest = ledger_file(workspace())
+    res = ledger.import_rows(CaseResult, dest, path, dry_run=dry_run)
+    runs = Counter((r.run_id or "NA", r.mode, r.candidate_id or "NA") for r in res.added)
+    for (run, mode, cid), n in runs.items():
+        print(f"  run {run} {mode} candidate {cid}: {n} row(s)")
+    for no, why in res.skipped[:5]:
+        print(f"  line {no} refused: {why}")
+    if len(res.skipped) > 5:
+        print(f"  ... {len(res.skipped) - 5} more line(s) refused")
+    verb = "would append" if dry_run else "appended"
+    print(f"{verb} {len(res.added)} row(s) to {dest.name} from {res.source} "
+          f"({res.present} already there, {len(res.skipped)} refused)")
