@@ -78,6 +78,19 @@ class Loaded:
     skipped: list[tuple[int, str]] = field(default_factory=list)
 
 
+def _parse(model: type[M], text: str):
+    """Yield (line number, line, row or None, why not) for every non-blank line of JSONL text."""
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield no, line, model.model_validate(json.loads(line)), ""
+        except json.JSONDecodeError:
+            yield no, line, None, "torn or invalid JSON"
+        except ValidationError as e:
+            yield no, line, None, f"schema: {e.errors()[0]['msg']}"
+
+
 def load(model: type[M], path: Path) -> Loaded:
     """Load every valid row of a JSONL file; malformed or torn lines are reported, never fatal."""
     out = Loaded()
@@ -88,15 +101,11 @@ def load(model: type[M], path: Path) -> Loaded:
         text = path.read_text(errors="replace")
     except OSError as e:
         raise LedgerError(f"cannot read ledger {path}: {e.strerror or e}") from None
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.rows.append(model.model_validate(json.loads(line)))
-        except json.JSONDecodeError:
-            out.skipped.append((no, "torn or invalid JSON"))
-        except ValidationError as e:
-            out.skipped.append((no, f"schema: {e.errors()[0]['msg']}"))
+    for no, _, row, why in _parse(model, text):
+        if row is None:
+            out.skipped.append((no, why))
+        else:
+            out.rows.append(row)
     return out
 
 
@@ -161,16 +170,9 @@ def import_rows(model: type[M], dest: Path, path: Path, dry_run: bool = False) -
     out = Imported(source=name)
     have = {r.get("row_id") for r in load_dicts(dest).rows}
     lines = []
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = model.model_validate(json.loads(line))
-        except json.JSONDecodeError:
-            out.skipped.append((no, "torn or invalid JSON"))
-            continue
-        except ValidationError as e:
-            out.skipped.append((no, f"schema: {e.errors()[0]['msg']}"))
+    for no, line, row, why in _parse(model, text):  # the same reading as load()
+        if row is None:
+            out.skipped.append((no, why))
             continue
         if row.row_id in have:
             out.present += 1
