@@ -260,6 +260,36 @@ def test_v_split_reads_half_of_v_per_cta(rk, d):
         cu.build_decode("float16", 32, 4, d, False, 0, 64, 1, 128, True, 0.1, v_split=2)
 
 
+@needs_nvcc
+@pytest.mark.parametrize("threads", [128, 64])
+def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, monkeypatch):
+    """red_batch 2 (the default): the softmax's row max and row sum are one batched butterfly each (both of a
+    thread's rows through one set of barriers), red_batch 1 one butterfly per row; both compile without spills, and
+    a value other than 1 or 2 is refused by the kernel builder and by the plan."""
+    import sys
+
+    import torch
+
+    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=64, eager=True,
+                 threads=threads)
+    two = rk.compile_cuda_check(**shape)["main"]
+    one = rk.compile_cuda_check(red_batch=1, **shape)["main"]
+    for info in (one, two):
+        assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    # batch 2 over a workspace of one slot a thread: max and sum, cross-warp and in-quad, in the loop and its tail
+    assert two["source"].count(f"NamedBarrier<{threads}>, 2, {threads}>::run_batch(") >= 4
+    assert "::run_batch(" not in one["source"] and one["source"].count("::run(") >= 4
+    cu = sys.modules["tl_decode_cuda"]
+    with pytest.raises(ValueError, match="red_batch"):
+        cu.build_decode("float16", 32, 4, 128, False, 0, 64, 1, 128, False, 0.1, red_batch=4)
+    monkeypatch.setattr(cu, "sm_count", lambda device: 132)  # the plan's device queries, without a GPU
+    monkeypatch.setattr(cu, "pdl_default", lambda device: True)
+    q = torch.zeros(1, 1, 32, 128, dtype=torch.float16, device="meta")
+    k = torch.zeros(1, 64, 4, 128, dtype=torch.float16, device="meta")
+    with pytest.raises(ValueError, match="red_batch"):
+        rk._cuda_plan(q, k, None, None, {"red_batch": 3})
+
+
 @pytest.mark.parametrize("shape,want", [
     ((16, 4, 1), 2),    # case 5: 64 rows, two CTAs a row fit one a unit
     ((1, 4, 1), 2),     # case 1
