@@ -290,6 +290,23 @@ def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, monkeypatc
         rk._cuda_plan(q, k, None, None, {"red_batch": 3})
 
 
+@pytest.mark.parametrize("block_N,eager,want", [(160, True, 2), (128, True, 2), (64, False, 2), (32, True, 2),
+                                                (128, False, 1), (256, False, 1)])
+def test_red_batch_default(rk, block_N, eager, want):
+    """Batched reductions by default on eager (short) plans and narrow tiles; long streams of 128-key tiles keep one
+    row at a time."""
+    import sys
+
+    assert sys.modules["tl_decode_cuda"].red_batch_default(block_N, eager) == want
+
+
+def test_configs_default_entry_leaves_threads_to_the_plan(rk):
+    """The tuner's first config is the heuristic plan itself: it pins no thread count (two warps where the plan
+    picks them), so a tuned 'default' row is the plan the kernel would run untuned."""
+    cfgs = rk.configs({"batch": 1, "seqlen_k": 1, "kv_heads": 4, "gqa": 8})
+    assert cfgs[0] == {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 0}
+
+
 @pytest.mark.parametrize("shape,want", [
     ((16, 4, 1), 2),    # case 5: 64 rows, two CTAs a row fit one a unit
     ((1, 4, 1), 2),     # case 1

@@ -148,8 +148,8 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     if p.v_split not in (1, 2) or (p.v_split > 1 and (p.num_splits > 1 or p.balanced)):
         raise ValueError(f"unsupported CUDA config v_split={p.v_split} with num_splits={p.num_splits} "
                          "(1, or 2 on an unsplit plan)")
-    rb = cfg.get("red_batch")  # a thread's rows per softmax reduction (tl_decode_cuda.RED_BATCH)
-    p.red_batch = int(rb) if rb is not None else _cuda.RED_BATCH
+    rb = cfg.get("red_batch")  # a thread's rows per softmax reduction (tl_decode_cuda.red_batch_default)
+    p.red_batch = int(rb) if rb is not None else _cuda.red_batch_default(p.block_N, p.eager)
     if p.red_batch not in (1, 2):
         raise ValueError(f"unsupported CUDA config red_batch={p.red_batch} (1 or 2)")
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
@@ -318,7 +318,7 @@ def configs(case: dict) -> list:
     without split when the CTAs fit one per unit, else 64-key tiles: tl_decode_cuda.choose_tiling). The other entries pin block_N x num_splits.
     """
     seqlen = int(case.get("seqlen_k", 1) or 1)
-    out = [{"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128}]
+    out = [{"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 0}]  # threads 0: the plan's own default
     for bn in (64, 128):
         n_tiles = -(-seqlen // bn)
         for ns in (1, 2, 4, 8, 16, 32, 64, 128):

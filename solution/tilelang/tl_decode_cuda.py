@@ -56,9 +56,9 @@ _SM_COUNT: dict = {}
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
-#: rows a thread's softmax reductions take at once (build_decode's red_batch): a thread of a 16-row tile holds two
-#: rows, so 2 reduces both through one butterfly (its barriers shared), half the barriers of one row at a time.
-#: TileLang's reduce ``batch``; a backend without it (an older fork) runs red_batch 1.
+#: rows a thread's softmax reductions take at once (build_decode's red_batch), where red_batch_default picks 2: a
+#: thread of a 16-row tile holds two rows, so 2 reduces both through one butterfly (its barriers shared), half the
+#: barriers of one row at a time. TileLang's reduce ``batch``; a backend without it (an older fork) runs red_batch 1.
 RED_BATCH = 2
 
 
@@ -121,7 +121,7 @@ def build_decode(
 
     ``red_batch`` (1 or 2): the softmax's row max and row sum each reduce a thread's rows ``red_batch`` at a time
     (T.reduce_* ``batch``): one shared-memory butterfly, and one set of barriers, for both of a thread's rows of a
-    16-row tile instead of one per row (RED_BATCH)."""
+    16-row tile instead of one per row (the plan's default: red_batch_default)."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -622,6 +622,15 @@ def default_threads(block_N: int, v_split: int) -> int:
     case 2 1.049; with 64-key or wider tiles two warps lose (case 1's tuned 64-key tile 0.962, case 5 0.911, case 4
     0.938, case 6 0.848)."""
     return 64 if block_N <= TILE_STEP and v_split == 2 else 128
+
+
+def red_batch_default(block_N: int, eager: bool) -> int:
+    """red_batch (build_decode) by default: RED_BATCH (both of a thread's rows through one butterfly) where the
+    softmax's barriers sit on a short CTA's critical path (eager plans: at most EAGER_MAX_TILES tiles a CTA) or
+    the tiles are narrow; 1 on long streams of 128-key tiles. H200, iteration 23 (gain = batched / one row at a
+    time): cases 1-6 0.950-0.984, case 10 0.996, cases 8, 13 and R1 (64-key tiles) 0.994-0.996; case 14 (15
+    128-key tiles a CTA) 1.008 and R4 1.004: those keep one row at a time."""
+    return RED_BATCH if eager or block_N < 128 else 1
 
 
 def sm_count(device) -> int:
