@@ -31,7 +31,7 @@ import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and devi
 
 # config keys understood by the CUDA path
 _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced",
-             "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll", "v_split")
+             "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll", "v_split", "red_batch")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def _check_config(config):
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
                  "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll",
-                 "v_split", "scale", "target",
+                 "v_split", "red_batch", "scale", "target",
                  "main", "comb", "dummy_bt", "opart", "lse", "cnt")
 
 
@@ -148,6 +148,10 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     if p.v_split not in (1, 2) or (p.v_split > 1 and (p.num_splits > 1 or p.balanced)):
         raise ValueError(f"unsupported CUDA config v_split={p.v_split} with num_splits={p.num_splits} "
                          "(1, or 2 on an unsplit plan)")
+    rb = cfg.get("red_batch")  # a thread's rows per softmax reduction (tl_decode_cuda.red_batch_default)
+    p.red_batch = int(rb) if rb is not None else _cuda.red_batch_default(p.block_N, p.eager)
+    if p.red_batch not in (1, 2):
+        raise ValueError(f"unsupported CUDA config red_batch={p.red_batch} (1 or 2)")
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
         p.threads = _cuda.default_threads(p.block_N, p.v_split)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
@@ -224,7 +228,7 @@ def _cuda_kernels(p: "_Plan"):
     split = p.num_splits > 1
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
                             p.scale, p.target, p.fused, p.eager, p.last_cta, p.balanced, p.q_loop,
-                            p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll, p.v_split)
+                            p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll, p.v_split, p.red_batch)
     # fused: the combine kernel is launched by the same host call as the split kernel; last_cta: no
     # combine kernel (the last CTA of each (batch, kv head) merges)
     comb = None
@@ -279,7 +283,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
             "fused": p.fused, "eager": p.eager, "last_cta": p.last_cta and p.num_splits > 1, "paged": p.paged,
             "balanced": p.balanced, "q_loop": p.q_loop, "merge_unroll": p.merge_unroll,
             "bal_combine": p.bal_combine, "pdl": p.pdl, "comb_unroll": p.comb_unroll,
-            "v_split": p.v_split, "page_size": p.page}
+            "v_split": p.v_split, "red_batch": p.red_batch, "page_size": p.page}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -314,7 +318,7 @@ def configs(case: dict) -> list:
     without split when the CTAs fit one per unit, else 64-key tiles: tl_decode_cuda.choose_tiling). The other entries pin block_N x num_splits.
     """
     seqlen = int(case.get("seqlen_k", 1) or 1)
-    out = [{"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128}]
+    out = [{"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 0}]  # threads 0: the plan's own default
     for bn in (64, 128):
         n_tiles = -(-seqlen // bn)
         for ns in (1, 2, 4, 8, 16, 32, 64, 128):

@@ -56,6 +56,11 @@ _SM_COUNT: dict = {}
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
+#: rows a thread's softmax reductions take at once (build_decode's red_batch), where red_batch_default picks 2: a
+#: thread of a 16-row tile holds two rows, so 2 reduces both through one butterfly (its barriers shared), half the
+#: barriers of one row at a time. TileLang's reduce ``batch``; a backend without it (an older fork) runs red_batch 1.
+RED_BATCH = 2
+
 
 # ----------------------------------------------------------------------------------------------
 # kernel builders
@@ -86,6 +91,7 @@ def build_decode(
     pdl: bool = False,
     comb_unroll: int = 0,
     v_split: int = 1,
+    red_batch: int = RED_BATCH,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -111,7 +117,11 @@ def build_decode(
     ``v_split`` (1 or 2; the direct-output kernel only): the CTAs of a (batch, kv head) row, each computing the
     whole softmax from all of K but only its d / v_split columns of V and of the output. A row's K is read by
     each (the second read mostly an L2 hit), its V once: a CTA streams K + V / v_split bytes, so a grid of few
-    rows spreads its bytes over v_split times as many units, without a merge."""
+    rows spreads its bytes over v_split times as many units, without a merge.
+
+    ``red_batch`` (1 or 2): the softmax's row max and row sum each reduce a thread's rows ``red_batch`` at a time
+    (T.reduce_* ``batch``): one shared-memory butterfly, and one set of barriers, for both of a thread's rows of a
+    16-row tile instead of one per row (the plan's default: red_batch_default)."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -152,6 +162,9 @@ def build_decode(
     if v_split not in (1, 2) or (v_split > 1 and (split or balanced)):
         raise ValueError(f"v_split must be 1, or 2 on the direct-output kernel (no split), got {v_split}")
     dv = d // v_split
+    red_batch = int(red_batch or 1)
+    if red_batch not in (1, 2):
+        raise ValueError(f"red_batch must be 1 or 2, got {red_batch}")
 
     @T.macro
     def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None, vc=0):
@@ -205,7 +218,7 @@ def build_decode(
             for i, j in T.Parallel(block_H, block_N):
                 acc_s[i, j] = T.if_then_else(base + j < seqlen, acc_s[i, j] * sm_scale, -T.infinity(accum))
             T.copy(m_cur, m_prev)
-            T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+            T.reduce_max(acc_s, m_cur, dim=1, clear=False, batch=red_batch)
             if eager:  # a tile wholly past the sequence leaves m at -inf: scale by 0, not by NaN
                 for i in T.Parallel(block_H):
                     m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0.0, m_cur[i])
@@ -213,7 +226,7 @@ def build_decode(
                 r_scale[i] = T.exp2(m_prev[i] - m_ref[i])
             for i, j in T.Parallel(block_H, block_N):
                 acc_s[i, j] = T.exp2(acc_s[i, j] - m_ref[i])
-            T.reduce_sum(acc_s, r_sum, dim=1)
+            T.reduce_sum(acc_s, r_sum, dim=1, batch=red_batch)
             for i in T.Parallel(block_H):
                 l_sum[i] = l_sum[i] * r_scale[i] + r_sum[i]
             T.copy(acc_s, P_shared)
@@ -611,6 +624,15 @@ def default_threads(block_N: int, v_split: int) -> int:
     return 64 if block_N <= TILE_STEP and v_split == 2 else 128
 
 
+def red_batch_default(block_N: int, eager: bool) -> int:
+    """red_batch (build_decode) by default: RED_BATCH (both of a thread's rows through one butterfly) where the
+    softmax's barriers sit on a short CTA's critical path (eager plans: at most EAGER_MAX_TILES tiles a CTA) or
+    the tiles are narrow; 1 on long streams of 128-key tiles. H200, iteration 23 (gain = batched / one row at a
+    time): cases 1-6 0.950-0.984, case 10 0.996, cases 8, 13 and R1 (64-key tiles) 0.994-0.996; case 14 (15
+    128-key tiles a CTA) 1.008 and R4 1.004: those keep one row at a time."""
+    return RED_BATCH if eager or block_N < 128 else 1
+
+
 def sm_count(device) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     n = _SM_COUNT.get(idx)
@@ -705,7 +727,7 @@ def _compile(func, target):
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
-               bal_combine=False, pdl=False, comb_unroll=0, v_split=1):
+               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH):
     balanced = int(balanced)
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
@@ -717,7 +739,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split))
+           comb_unroll, int(v_split), int(red_batch))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -725,7 +747,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-                                 comb_unroll, int(v_split))
+                                 comb_unroll, int(v_split), int(red_batch))
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -756,7 +778,8 @@ def _pass_configs():
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
-                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1):
+                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
+                red_batch=RED_BATCH):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -768,7 +791,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
                 bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
-                v_split=int(v_split or 1)), arch
+                v_split=int(v_split or 1), red_batch=int(red_batch or 1)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
