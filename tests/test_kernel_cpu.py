@@ -290,6 +290,51 @@ def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, monkeypatc
         rk._cuda_plan(q, k, None, None, {"red_batch": 3})
 
 
+def _ptx_barriers(source: str) -> int:
+    """bar.sync / barrier.sync instructions in the PTX of a kernel source (nvcc, sm_90a, no GPU)."""
+    from tilelang.contrib import nvcc as tl_nvcc
+
+    ptx = tl_nvcc.compile_cuda(source, "ptx", ["-gencode", "arch=compute_90a,code=sm_90a"],
+                               options=tl_nvcc.default_compile_options(["-std=c++20", "-w"]))
+    text = bytes(ptx).decode()
+    return text.count("bar.sync") + text.count("barrier.sync")
+
+
+@needs_nvcc
+def test_red_once_crosses_four_warps_in_one_round(rk, monkeypatch):
+    """red_once: the kernel's source carries the one-round specialization of tl::AllReduce for four warps (once,
+    on the first kernel of a module), the softmax's reductions hit it (AllReduce<..., 128, 32, ...>), it compiles
+    without spills and its PTX has fewer barriers than TileLang's two-round butterfly; a split plan with its
+    combine kernel in the same module compiles too (one definition)."""
+    import sys
+
+    import torch
+
+    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=160, eager=True,
+                 threads=128, v_split=2)
+    once = rk.compile_cuda_check(red_once=True, **shape)["main"]
+    plain = rk.compile_cuda_check(**shape)["main"]
+    spec = "struct AllReduce<Reducer, 128, 32, thread_offset"
+    assert once["source"].count(spec) == 1 and spec not in plain["source"]
+    for info in (once, plain):
+        assert "tl::AllReduce<tl::MaxOp, 128, 32, 0," in info["source"]
+        assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    # two reductions (max, sum) in the loop and in its peeled last tile: two barriers fewer each
+    assert _ptx_barriers(once["source"]) <= _ptx_barriers(plain["source"]) - 8
+    fused = rk.compile_cuda_check(red_once=True, **{**shape, "split": True, "v_split": 1, "block_N": 128,
+                                                    "eager": False})["main"]
+    assert fused["source"].count(spec) == 1 and fused["cubin_bytes"] > 0
+    cu = sys.modules["tl_decode_cuda"]
+    monkeypatch.setattr(cu, "sm_count", lambda device: 132)
+    monkeypatch.setattr(cu, "pdl_default", lambda device: True)
+    monkeypatch.setattr(cu, "cuda_target", lambda device=None: "sm_90a")
+    q = torch.zeros(16, 1, 32, 128, dtype=torch.float16, device="meta")
+    k = torch.zeros(16, 141, 4, 128, dtype=torch.float16, device="meta")
+    assert rk._cuda_plan(q, k, None, None, {"red_once": 1}).red_once is True
+    assert rk._cuda_plan(q, k, None, None, {"red_once": 0}).red_once is False
+    assert rk._cuda_plan(q, k, None, None, None).red_once is cu.red_once_default()
+
+
 @pytest.mark.parametrize("block_N,eager,want", [(160, True, 2), (128, True, 2), (64, False, 2), (32, True, 2),
                                                 (128, False, 1), (256, False, 1)])
 def test_red_batch_default(rk, block_N, eager, want):
