@@ -673,13 +673,16 @@ def red_batch_default(block_N: int, eager: bool) -> int:
     return RED_BATCH if eager or block_N < 128 else 1
 
 
-#: red_once (build_decode) by default: off until the H200 screen of iteration 24 decides
-RED_ONCE = 0
+#: red_once (build_decode) by default (red_once_default): CUDA builds cross four warps in one round
+RED_ONCE = 1
 
 
-def red_once_default() -> bool:
-    """red_once (build_decode) by default: RED_ONCE (a CUDA build; other backends call build_decode with it off)."""
-    return bool(RED_ONCE)
+def red_once_default(split: bool, eager: bool) -> bool:
+    """red_once (build_decode) by default: RED_ONCE, except on an eager split plan (a split range of few tiles with
+    its combine kernel: case 10). H200, iteration 24 (gain = one round / two): case 3 1.032, case 2 1.011, case 5
+    1.010 (4.25 -> 4.19 us), case 4 1.009, case 6 1.008, cases 8, 13, R1, R4 1.003-1.006, case 14 0.998; case 10
+    0.950-0.961 (0.966 without PDL, so not the dependent launch; 170 registers against 186: a different schedule)."""
+    return bool(RED_ONCE) and not (split and eager)
 
 
 def sm_count(device) -> int:
