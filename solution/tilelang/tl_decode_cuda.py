@@ -681,8 +681,10 @@ def red_once_default(split: bool, eager: bool) -> bool:
     """red_once (build_decode) by default: RED_ONCE, except on an eager split plan (a split range of few tiles with
     its combine kernel: case 10). H200, iteration 24 (gain = one round / two): case 3 1.032, case 2 1.011, case 5
     1.010 (4.25 -> 4.19 us), case 4 1.009, case 6 1.008, cases 8, 13, R1, R4 1.003-1.006, case 14 0.998; case 10
-    0.950-0.961 (0.966 without PDL, so not the dependent launch; 170 registers against 186: a different schedule)."""
-    return bool(RED_ONCE) and not (split and eager)
+    0.950-0.961 (0.966 without PDL, so not the dependent launch; 170 registers against 186: a different schedule).
+    Off under mcPytorch (torch.version.maca): the prelude names TileLang's CUDA template."""
+    maca = getattr(torch.version, "maca", None)  # mcPytorch: its TileLang fork's templates, not CUDA's
+    return bool(RED_ONCE) and not (split and eager) and not maca
 
 
 def sm_count(device) -> int:
