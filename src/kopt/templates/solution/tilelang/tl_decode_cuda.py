@@ -61,6 +61,41 @@ _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 #: barriers of one row at a time. TileLang's reduce ``batch``; a backend without it (an older fork) runs red_batch 1.
 RED_BATCH = 2
 
+#: ``red_once`` (build_decode): C++ prepended to the kernel source (TileLang emits a kernel's prelude before its own
+#: includes, so it includes the template it specializes), a partial specialization of TileLang's
+#: ``tl::AllReduce`` for a reduction that crosses four warps (participants t ^ 32, t ^ 64, t ^ 96). TileLang's
+#: butterfly crosses them in two shared-memory rounds of two barriers each; this writes once, waits once and
+#: combines the four values (in warp order, the same order on every participant, so every copy of a row's max
+#: and sum has the same bits). An eight-warp reduction's first round (t ^ 128) stays TileLang's, then this.
+#: CUDA only: it names TileLang's CUDA template (a backend with other templates builds with red_once off).
+RED_ONCE_PRELUDE = r"""
+#include <tl_templates/cuda/reduce.h>
+namespace tl {
+template <class Reducer, int thread_offset, class Barrier, int batch_size, int workspace_stride>
+struct AllReduce<Reducer, 128, 32, thread_offset, Barrier, batch_size, workspace_stride> {
+  template <typename T> static TL_DEVICE T run(T x, T *red_buf = nullptr) {
+    const int t = threadIdx.x - thread_offset, b = t & ~96;
+    Barrier::template sync<1>();
+    red_buf[t] = x;
+    Barrier::template sync<2>();
+    return Reducer()(Reducer()(red_buf[b], red_buf[b + 32]), Reducer()(red_buf[b + 64], red_buf[b + 96]));
+  }
+  template <typename T> static TL_DEVICE void run_batch(T *x, T *red_buf = nullptr) {
+    const int t = threadIdx.x - thread_offset, b = t & ~96;
+    Barrier::template sync<1>();
+#pragma unroll
+    for (int i = 0; i < batch_size; i++) red_buf[t + i * workspace_stride] = x[i];
+    Barrier::template sync<2>();
+#pragma unroll
+    for (int i = 0; i < batch_size; i++) {
+      const T *r = red_buf + i * workspace_stride;
+      x[i] = Reducer()(Reducer()(r[b], r[b + 32]), Reducer()(r[b + 64], r[b + 96]));
+    }
+  }
+};
+}  // namespace tl
+"""
+
 
 # ----------------------------------------------------------------------------------------------
 # kernel builders
@@ -92,6 +127,7 @@ def build_decode(
     comb_unroll: int = 0,
     v_split: int = 1,
     red_batch: int = RED_BATCH,
+    red_once: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -121,7 +157,10 @@ def build_decode(
 
     ``red_batch`` (1 or 2): the softmax's row max and row sum each reduce a thread's rows ``red_batch`` at a time
     (T.reduce_* ``batch``): one shared-memory butterfly, and one set of barriers, for both of a thread's rows of a
-    16-row tile instead of one per row (the plan's default: red_batch_default)."""
+    16-row tile instead of one per row (the plan's default: red_batch_default).
+
+    ``red_once`` (CUDA): a reduction across four warps crosses them in one shared-memory round (write, one barrier,
+    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE)."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -165,6 +204,7 @@ def build_decode(
     red_batch = int(red_batch or 1)
     if red_batch not in (1, 2):
         raise ValueError(f"red_batch must be 1 or 2, got {red_batch}")
+    pre = RED_ONCE_PRELUDE if red_once else None  # on a prim_func's first kernel only: one definition a module
 
     @T.macro
     def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None, vc=0):
@@ -293,7 +333,7 @@ def build_decode(
             # (j - P(b) + 1)-th split of the row b with P(b) <= j < P(b + 1), P the prefix sum of the
             # rows' extra splits. Every block derives the plan from L alone (no host sync, no second
             # kernel), so the same launch serves any lengths.
-            with T.Kernel(hkv, batch + pool, threads=threads) as (h, y):
+            with T.Kernel(hkv, batch + pool, threads=threads, prelude=pre) as (h, y):
                 if pdl and bal_combine:
                     T.pdl_trigger()
                 tot = T.alloc_var("int32")
@@ -351,7 +391,7 @@ def build_decode(
             Cnt: T.Tensor([batch, hkv], "int32"),
             Out: T.Tensor([batch, hq, d], dtype),
         ):
-            with T.Kernel(num_splits, hkv, batch, threads=threads) as (sid, h, b):
+            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
                 body(Q, K, V, L, BT, sid, h, b, num_splits, Out, Opart, LSE, Cnt)
 
         return decode_split_last
@@ -369,7 +409,7 @@ def build_decode(
             LSE: T.Tensor([batch, hq, num_splits], accum),
             Out: T.Tensor([batch, hq, d], dtype),
         ):
-            with T.Kernel(num_splits, hkv, batch, threads=threads) as (sid, h, b):
+            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
                 if pdl:
                     T.pdl_trigger()
                 body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
@@ -392,7 +432,7 @@ def build_decode(
             Opart: T.Tensor([batch, hq, num_splits, d], accum),
             LSE: T.Tensor([batch, hq, num_splits], accum),
         ):
-            with T.Kernel(num_splits, hkv, batch, threads=threads) as (sid, h, b):
+            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
                 if pdl:
                     T.pdl_trigger()
                 body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
@@ -408,7 +448,7 @@ def build_decode(
         BT: T.Tensor([batch, max_pages], "int32"),
         Out: T.Tensor([batch, hq, d], dtype),
     ):
-        with T.Kernel(v_split, hkv, batch, threads=threads) as (vc, h, b):
+        with T.Kernel(v_split, hkv, batch, threads=threads, prelude=pre) as (vc, h, b):
             body(Q, K, V, L, BT, 0, h, b, 1, Out, None, None, vc=vc)
 
     return decode_direct
@@ -633,6 +673,20 @@ def red_batch_default(block_N: int, eager: bool) -> int:
     return RED_BATCH if eager or block_N < 128 else 1
 
 
+#: red_once (build_decode) by default (red_once_default): CUDA builds cross four warps in one round
+RED_ONCE = 1
+
+
+def red_once_default(split: bool, eager: bool) -> bool:
+    """red_once (build_decode) by default: RED_ONCE, except on an eager split plan (a split range of few tiles with
+    its combine kernel: case 10). H200, iteration 24 (gain = one round / two): case 3 1.032, case 2 1.011, case 5
+    1.010 (4.25 -> 4.19 us), case 4 1.009, case 6 1.008, cases 8, 13, R1, R4 1.003-1.006, case 14 0.998; case 10
+    0.950-0.961 (0.966 without PDL, so not the dependent launch; 170 registers against 186: a different schedule).
+    Off under mcPytorch (torch.version.maca): the prelude names TileLang's CUDA template."""
+    maca = getattr(torch.version, "maca", None)  # mcPytorch: its TileLang fork's templates, not CUDA's
+    return bool(RED_ONCE) and not (split and eager) and not maca
+
+
 def sm_count(device) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     n = _SM_COUNT.get(idx)
@@ -727,7 +781,7 @@ def _compile(func, target):
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
-               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH):
+               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False):
     balanced = int(balanced)
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
@@ -739,7 +793,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split), int(red_batch))
+           comb_unroll, int(v_split), int(red_batch), bool(red_once))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -747,7 +801,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-                                 comb_unroll, int(v_split), int(red_batch))
+                                 comb_unroll, int(v_split), int(red_batch), bool(red_once))
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -779,7 +833,7 @@ def _pass_configs():
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
                 balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH):
+                red_batch=RED_BATCH, red_once=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -791,7 +845,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
                 bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
-                v_split=int(v_split or 1), red_batch=int(red_batch or 1)), arch
+                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
