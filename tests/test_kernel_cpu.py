@@ -336,7 +336,7 @@ def test_red_once_crosses_four_warps_in_one_round(rk, monkeypatch):
     q10 = torch.zeros(1, 1, 32, 128, dtype=torch.float16, device="meta")
     k10 = torch.zeros(1, 8192, 4, 128, dtype=torch.float16, device="meta")
     p10 = rk._cuda_plan(q10, k10, None, None, None)  # case 10: 32 splits of two tiles, eager
-    assert p10.num_splits > 1 and p10.eager and p10.red_once is False
+    assert p10.num_splits > 1 and p10.eager and p10.red_once is False and p10.red_batch == 1
 
 
 @pytest.mark.parametrize("split,eager,want", [(False, True, True), (False, False, True), (True, False, True),
@@ -349,14 +349,16 @@ def test_red_once_default(rk, split, eager, want):
     assert sys.modules["tl_decode_cuda"].red_once_default(split, eager) is want
 
 
-@pytest.mark.parametrize("block_N,eager,want", [(160, True, 2), (128, True, 2), (64, False, 2), (32, True, 2),
-                                                (128, False, 1), (256, False, 1)])
-def test_red_batch_default(rk, block_N, eager, want):
-    """Batched reductions by default on eager (short) plans and narrow tiles; long streams of 128-key tiles keep one
-    row at a time."""
+@pytest.mark.parametrize("block_N,eager,split,want", [(160, True, False, 2), (128, True, False, 2),
+                                                      (64, False, False, 2), (32, True, False, 2), (64, True, True, 2),
+                                                      (128, False, False, 1), (256, False, False, 1),
+                                                      (128, True, True, 1), (128, False, True, 1)])
+def test_red_batch_default(rk, block_N, eager, split, want):
+    """Batched reductions by default on eager (short) unsplit plans and narrow tiles; long streams of 128-key tiles
+    and eager split plans of 128-key tiles (case 10) keep one row at a time."""
     import sys
 
-    assert sys.modules["tl_decode_cuda"].red_batch_default(block_N, eager) == want
+    assert sys.modules["tl_decode_cuda"].red_batch_default(block_N, eager, split) == want
 
 
 def test_configs_default_entry_leaves_threads_to_the_plan(rk):

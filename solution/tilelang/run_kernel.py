@@ -150,12 +150,12 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         raise ValueError(f"unsupported CUDA config v_split={p.v_split} with num_splits={p.num_splits} "
                          "(1, or 2 on an unsplit plan)")
     rb = cfg.get("red_batch")  # a thread's rows per softmax reduction (tl_decode_cuda.red_batch_default)
-    p.red_batch = int(rb) if rb is not None else _cuda.red_batch_default(p.block_N, p.eager)
+    split_plan = p.num_splits > 1 and not p.balanced
+    p.red_batch = int(rb) if rb is not None else _cuda.red_batch_default(p.block_N, p.eager, split_plan)
     if p.red_batch not in (1, 2):
         raise ValueError(f"unsupported CUDA config red_batch={p.red_batch} (1 or 2)")
     ro = cfg.get("red_once")  # cross-warp reductions in one shared-memory round (tl_decode_cuda.red_once_default)
-    p.red_once = bool(int(ro)) if ro is not None else _cuda.red_once_default(p.num_splits > 1 and not p.balanced,
-                                                                              p.eager)
+    p.red_once = bool(int(ro)) if ro is not None else _cuda.red_once_default(split_plan, p.eager)
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
         p.threads = _cuda.default_threads(p.block_N, p.v_split)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)

@@ -649,7 +649,7 @@ EAGER_MAX_TILES = 8
 
 def v_split_default(batch: int, hkv: int, num_splits: int, num_sms: int) -> int:
     """v_split (build_decode) by default: 2 for an unsplit plan whose CTAs, two a (batch, kv head) row, still fit
-    one a unit; else 1. H200, iteration 20 (gain = one CTA a row / two): case 5 (64 rows) 4.45 -> 4.32 us (1.026),
+    one a unit; else 1. H200, iteration 21 (gain = one CTA a row / two): case 5 (64 rows) 4.45 -> 4.32 us (1.026),
     case 2 1.046, case 1 1.044, case 3 1.005; where the two CTAs a row no longer fit one a unit it loses (case 6, 128
     rows: 0.928; case 4, 512 rows: 0.898)."""
     return 2 if num_splits == 1 and 2 * batch * hkv <= num_sms else 1
@@ -664,13 +664,14 @@ def default_threads(block_N: int, v_split: int) -> int:
     return 64 if block_N <= TILE_STEP and v_split == 2 else 128
 
 
-def red_batch_default(block_N: int, eager: bool) -> int:
+def red_batch_default(block_N: int, eager: bool, split: bool = False) -> int:
     """red_batch (build_decode) by default: RED_BATCH (both of a thread's rows through one butterfly) where the
     softmax's barriers sit on a short CTA's critical path (eager plans: at most EAGER_MAX_TILES tiles a CTA) or
-    the tiles are narrow; 1 on long streams of 128-key tiles. H200, iteration 23 (gain = batched / one row at a
-    time): cases 1-6 0.950-0.984, case 10 0.996, cases 8, 13 and R1 (64-key tiles) 0.994-0.996; case 14 (15
-    128-key tiles a CTA) 1.008 and R4 1.004: those keep one row at a time."""
-    return RED_BATCH if eager or block_N < 128 else 1
+    the tiles are narrow; 1 on long streams of 128-key tiles and on eager split plans (case 10). H200, iteration 23
+    (gain = batched / one row at a time): cases 1-6 0.950-0.984, cases 8, 13 and R1 (64-key tiles) 0.994-0.996;
+    case 14 (15 128-key tiles a CTA) 1.008 and R4 1.004: those keep one row at a time; case 10 (two 128-key tiles
+    a split) 1.004, and 1.0072 (CI 1.0036-1.0109) in iteration 24's screen (``rb1``)."""
+    return RED_BATCH if (eager and not split) or block_N < 128 else 1
 
 
 #: red_once (build_decode) by default (red_once_default): CUDA builds cross four warps in one round
