@@ -160,6 +160,25 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not pathlib.Pat
                                 reason="nvcc not installed")
 
 
+@pytest.fixture
+def meta_plan(rk, monkeypatch):
+    """plan(batch, seqlen, kv_heads, gqa, config): rk._cuda_plan on meta tensors (contiguous, fp16, head dim 128),
+    its device queries answered as an H200's (132 units, PDL, sm_90a): the CUDA plan without a GPU."""
+    import sys
+
+    cu = sys.modules["tl_decode_cuda"]
+    monkeypatch.setattr(cu, "sm_count", lambda device: 132)
+    monkeypatch.setattr(cu, "pdl_default", lambda device: True)
+    monkeypatch.setattr(cu, "cuda_target", lambda device=None: "sm_90a")
+
+    def plan(batch, seqlen, kv_heads, gqa, config=None):
+        q = torch.zeros(batch, 1, kv_heads * gqa, 128, dtype=torch.float16, device="meta")
+        k = torch.zeros(batch, seqlen, kv_heads, 128, dtype=torch.float16, device="meta")
+        return rk._cuda_plan(q, k, None, None, config)
+
+    return plan
+
+
 def _kernel_bodies(src: str) -> dict:
     """Kernel name -> its source text, up to the next kernel."""
     parts = re.split(r'(?=extern "C" __global__)', src)
@@ -262,13 +281,11 @@ def test_v_split_reads_half_of_v_per_cta(rk, d):
 
 @needs_nvcc
 @pytest.mark.parametrize("threads", [128, 64])
-def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, monkeypatch):
+def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, meta_plan):
     """red_batch 2 (the default): the softmax's row max and row sum are one batched butterfly each (both of a
     thread's rows through one set of barriers), red_batch 1 one butterfly per row; both compile without spills, and
     a value other than 1 or 2 is refused by the kernel builder and by the plan."""
     import sys
-
-    import torch
 
     shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=64, eager=True,
                  threads=threads)
@@ -282,12 +299,8 @@ def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, monkeypatc
     cu = sys.modules["tl_decode_cuda"]
     with pytest.raises(ValueError, match="red_batch"):
         cu.build_decode("float16", 32, 4, 128, False, 0, 64, 1, 128, False, 0.1, red_batch=4)
-    monkeypatch.setattr(cu, "sm_count", lambda device: 132)  # the plan's device queries, without a GPU
-    monkeypatch.setattr(cu, "pdl_default", lambda device: True)
-    q = torch.zeros(1, 1, 32, 128, dtype=torch.float16, device="meta")
-    k = torch.zeros(1, 64, 4, 128, dtype=torch.float16, device="meta")
     with pytest.raises(ValueError, match="red_batch"):
-        rk._cuda_plan(q, k, None, None, {"red_batch": 3})
+        meta_plan(1, 64, 4, 8, {"red_batch": 3})
 
 
 def _ptx_barriers(source: str) -> int:
@@ -301,15 +314,11 @@ def _ptx_barriers(source: str) -> int:
 
 
 @needs_nvcc
-def test_red_once_crosses_four_warps_in_one_round(rk, monkeypatch):
+def test_red_once_crosses_four_warps_in_one_round(rk):
     """red_once: the kernel's source carries the one-round specialization of tl::AllReduce for four warps (once,
     on the first kernel of a module), the softmax's reductions hit it (AllReduce<..., 128, 32, ...>), it compiles
     without spills and its PTX has fewer barriers than TileLang's two-round butterfly; a split plan with its
     combine kernel in the same module compiles too (one definition)."""
-    import sys
-
-    import torch
-
     shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=160, eager=True,
                  threads=128, v_split=2)
     once = rk.compile_cuda_check(red_once=True, **shape)["main"]
@@ -324,20 +333,18 @@ def test_red_once_crosses_four_warps_in_one_round(rk, monkeypatch):
     fused = rk.compile_cuda_check(red_once=True, **{**shape, "split": True, "v_split": 1, "block_N": 128,
                                                     "eager": False})["main"]
     assert fused["source"].count(spec) == 1 and fused["cubin_bytes"] > 0
-    cu = sys.modules["tl_decode_cuda"]
-    monkeypatch.setattr(cu, "sm_count", lambda device: 132)
-    monkeypatch.setattr(cu, "pdl_default", lambda device: True)
-    monkeypatch.setattr(cu, "cuda_target", lambda device=None: "sm_90a")
-    q = torch.zeros(16, 1, 32, 128, dtype=torch.float16, device="meta")
-    k = torch.zeros(16, 141, 4, 128, dtype=torch.float16, device="meta")
-    assert rk._cuda_plan(q, k, None, None, {"red_once": 1}).red_once is True
-    assert rk._cuda_plan(q, k, None, None, {"red_once": 0}).red_once is False
-    assert rk._cuda_plan(q, k, None, None, None).red_once is True  # case 5: unsplit, eager
-    q10 = torch.zeros(1, 1, 32, 128, dtype=torch.float16, device="meta")
-    k10 = torch.zeros(1, 8192, 4, 128, dtype=torch.float16, device="meta")
-    p10 = rk._cuda_plan(q10, k10, None, None, None)  # case 10 untuned (this host): eager splits of 64-key tiles
+
+
+def test_red_once_in_the_plan(meta_plan):
+    """The plan takes red_once from the config, else from red_once_default: on for case 5 (unsplit, eager), off for
+    case 10 (eager splits), untuned (64-key tiles) and at its tuned H200 row (128-key tiles, which also reduce one
+    row at a time)."""
+    assert meta_plan(16, 141, 4, 8, {"red_once": 1}).red_once is True
+    assert meta_plan(16, 141, 4, 8, {"red_once": 0}).red_once is False
+    assert meta_plan(16, 141, 4, 8).red_once is True  # case 5: unsplit, eager
+    p10 = meta_plan(1, 8192, 4, 8)  # case 10 untuned (this host): eager splits of 64-key tiles
     assert p10.num_splits > 1 and p10.eager and p10.red_once is False and p10.red_batch == 2
-    p10 = rk._cuda_plan(q10, k10, None, None, {"block_N": 128, "num_splits": 32})  # its tuned H200 row
+    p10 = meta_plan(1, 8192, 4, 8, {"block_N": 128, "num_splits": 32})  # its tuned H200 row
     assert p10.eager and p10.red_once is False and p10.red_batch == 1
 
 
