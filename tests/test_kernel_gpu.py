@@ -318,8 +318,8 @@ def _graph_lengths(B, S, seed):
     (8, 0, None), (10, 0, None), (10, 0, {"spin_merge": 1}), (18, 0, {"balanced": 1, "bal_combine": 0, "q_loop": 1}),
     (17, 64, {"balanced": 1, "q_loop": 1, "block_N": 128}), (15, 32, {"balanced": 1, "bal_combine": 1}),
     (8, 16, {"balanced": 1, "bal_per_sm": 3})],
-    ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "c10-spin", "R4-merge-in-kernel-qloop",
-         "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced"])
+    ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "c10-spin",
+         "R4-merge-in-kernel-qloop", "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced"])
 def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
     """One call captured in a CUDA graph, replayed after cache_seqlens changes in place (all full; one long
     and the rest of length 1; seeded random; empty and full alternating): each replay matches the fp32
