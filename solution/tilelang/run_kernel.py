@@ -139,8 +139,8 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         bc = cfg.get("bal_combine")  # default: a combine kernel when a full row's merge is large
         p.bal_combine = bool(int(bc)) if bc is not None else (Hq // Hkv) * p.num_splits > _cuda.LAST_CTA_MAX_ROWS
     sm = cfg.get("spin_merge")  # the merge shared by a row's last CTAs, spinning (tl_decode_cuda.build_decode)
-    p.spin_merge = bool(int(sm)) if sm is not None else _cuda.spin_merge_default(
-        B, Hkv, p.num_splits, bool(p.balanced), _cuda.sm_count(q.device))
+    p.spin_merge = int(sm) if sm is not None else int(_cuda.spin_merge_default(
+        B, Hkv, p.num_splits, bool(p.balanced), _cuda.sm_count(q.device)))
     if p.spin_merge:
         units = _cuda.sm_count(q.device)
         if p.num_splits < 2 or p.balanced or B * Hkv * p.num_splits > units:

@@ -201,7 +201,7 @@ def build_decode(
     balanced = int(balanced)
     if balanced:
         split, eager, last_cta = True, False, True
-    spin_merge = bool(spin_merge and split and not balanced)
+    spin_merge = int(spin_merge or 0) if split and not balanced else 0
     last_cta = bool((last_cta or spin_merge) and split)
     if spin_merge:
         merge_last = _spin_merge_macro(T, accum, dtype, G, d, comb_unroll)
@@ -216,7 +216,7 @@ def build_decode(
     if red_batch not in (1, 2):
         raise ValueError(f"red_batch must be 1 or 2, got {red_batch}")
     # on a prim_func's first kernel only: one definition a module
-    pre = "".join(p for p, on in ((RED_ONCE_PRELUDE, red_once), (SPIN_PRELUDE, spin_merge)) if on) or None
+    pre = "".join(p for p, on in ((RED_ONCE_PRELUDE, red_once), (spin_prelude(spin_merge), spin_merge)) if on) or None
 
     @T.macro
     def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None, vc=0):
@@ -554,6 +554,17 @@ __device__ __forceinline__ void kopt_spin_until(const int *counter, int n) {
 """
 
 
+def spin_prelude(mode: int) -> str:
+    """SPIN_PRELUDE for spin_merge mode 1; mode 2 sleeps 32 ns between polls (__nanosleep); mode 3 polls with
+    relaxed volatile loads, sleeping between them, and fences once after (diagnostic variants of the wait)."""
+    if mode == 2:
+        return SPIN_PRELUDE.replace("} while (v < n);", "  if (v < n) __nanosleep(32);\n  } while (v < n);")
+    if mode == 3:
+        return SPIN_PRELUDE.replace("ld.acquire.gpu.global.b32", "ld.relaxed.gpu.global.b32").replace(
+            "} while (v < n);", "  if (v < n) __nanosleep(32);\n  } while (v < n);\n  __threadfence();")
+    return SPIN_PRELUDE
+
+
 def _spin_merge_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
     """The merge of a split plan shared by the last M = min(G, nsplit) CTAs of a (batch, kv head) to finish, inside
     the split kernel. Every CTA publishes its partial O and LSE and counts itself in (fence, barrier, one acq_rel
@@ -863,14 +874,14 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
     if balanced:
         split, eager, last_cta = True, False, True
-    spin_merge = bool(spin_merge and split and not balanced)
+    spin_merge = int(spin_merge or 0) if split and not balanced else 0
     last_cta = bool((last_cta or spin_merge) and split)
     fused = bool(fused and split and not last_cta)
     eager = bool(eager)
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split), int(red_batch), bool(red_once), spin_merge)
+           comb_unroll, int(v_split), int(red_batch), bool(red_once), int(spin_merge))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -924,7 +935,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
                 bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
                 v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
-                spin_merge=bool(spin_merge and split and not balanced)), arch
+                spin_merge=int(spin_merge or 0) if split and not balanced else 0), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
