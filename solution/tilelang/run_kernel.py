@@ -32,7 +32,7 @@ import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and devi
 # config keys understood by the CUDA path
 _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced",
              "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll", "v_split", "red_batch",
-             "red_once", "spin_merge")
+             "red_once")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _check_config(config):
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
                  "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll",
-                 "v_split", "red_batch", "red_once", "spin_merge", "scale", "target",
+                 "v_split", "red_batch", "red_once", "scale", "target",
                  "main", "comb", "dummy_bt", "opart", "lse", "cnt")
 
 
@@ -138,15 +138,6 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         p.merge_unroll = int(cfg.get("merge_unroll") or _cuda.BAL_MERGE_UNROLL)
         bc = cfg.get("bal_combine")  # default: a combine kernel when a full row's merge is large
         p.bal_combine = bool(int(bc)) if bc is not None else (Hq // Hkv) * p.num_splits > _cuda.LAST_CTA_MAX_ROWS
-    sm = cfg.get("spin_merge")  # the merge shared by a row's last CTAs, spinning (tl_decode_cuda.build_decode)
-    p.spin_merge = int(sm) if sm is not None else int(_cuda.spin_merge_default(
-        B, Hkv, p.num_splits, bool(p.balanced), _cuda.sm_count(q.device)))
-    if p.spin_merge:
-        units = _cuda.sm_count(q.device)
-        if p.num_splits < 2 or p.balanced or B * Hkv * p.num_splits > units:
-            raise ValueError(f"unsupported CUDA config spin_merge=1 with num_splits={p.num_splits} balanced="
-                             f"{p.balanced}: it needs a split plan whose {B} x {Hkv} x splits CTAs fit the {units} units")
-        p.last_cta = True  # its arrival counter
     # programmatic dependent launch of the combine kernel (default on Hopper and later); only a plan with a
     # combine kernel has a dependent launch
     pdl = cfg.get("pdl")
@@ -242,7 +233,7 @@ def _cuda_kernels(p: "_Plan"):
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
                             p.scale, p.target, p.fused, p.eager, p.last_cta, p.balanced, p.q_loop,
                             p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll, p.v_split, p.red_batch,
-                            p.red_once, p.spin_merge)
+                            p.red_once)
     # fused: the combine kernel is launched by the same host call as the split kernel; last_cta: no
     # combine kernel (the last CTA of each (batch, kv head) merges)
     comb = None
@@ -297,8 +288,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
             "fused": p.fused, "eager": p.eager, "last_cta": p.last_cta and p.num_splits > 1, "paged": p.paged,
             "balanced": p.balanced, "q_loop": p.q_loop, "merge_unroll": p.merge_unroll,
             "bal_combine": p.bal_combine, "pdl": p.pdl, "comb_unroll": p.comb_unroll,
-            "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once, "spin_merge": p.spin_merge,
-            "page_size": p.page}
+            "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once, "page_size": p.page}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -128,7 +128,6 @@ def build_decode(
     v_split: int = 1,
     red_batch: int = RED_BATCH,
     red_once: bool = False,
-    spin_merge: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -161,13 +160,7 @@ def build_decode(
     16-row tile instead of one per row (the plan's default: red_batch_default).
 
     ``red_once`` (CUDA): a reduction across four warps crosses them in one shared-memory round (write, one barrier,
-    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE).
-
-    ``spin_merge`` (a split plan whose whole grid is resident: B x Hkv x splits CTAs at most the units, checked by
-    the caller): the merge is shared by the last M = min(G, splits) CTAs of each (batch, kv head) to arrive, each
-    waiting (an acquire-load spin) for the others and then merging query heads m, m + M, ... of the row, one thread
-    a column, as the combine kernel does: no second kernel, no grid-completion wait, and M CTAs instead of one
-    pulling the partials (_spin_merge_macro). Implies last_cta's counter; no PDL."""
+    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE)."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -201,12 +194,8 @@ def build_decode(
     balanced = int(balanced)
     if balanced:
         split, eager, last_cta = True, False, True
-    spin_merge = int(spin_merge or 0) if split and not balanced else 0
-    last_cta = bool((last_cta or spin_merge) and split)
-    if spin_merge:
-        merge_last = _spin_merge_macro(T, accum, dtype, G, d, comb_unroll)
-    else:
-        merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL) if last_cta else None
+    last_cta = bool(last_cta and split)
+    merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL) if last_cta else None
     q_loop = bool(q_loop or eager)
     v_split = int(v_split or 1)
     if v_split not in (1, 2) or (v_split > 1 and (split or balanced)):
@@ -215,8 +204,7 @@ def build_decode(
     red_batch = int(red_batch or 1)
     if red_batch not in (1, 2):
         raise ValueError(f"red_batch must be 1 or 2, got {red_batch}")
-    # on a prim_func's first kernel only: one definition a module
-    pre = "".join(p for p, on in ((RED_ONCE_PRELUDE, red_once), (spin_prelude(spin_merge), spin_merge)) if on) or None
+    pre = RED_ONCE_PRELUDE if red_once else None  # on a prim_func's first kernel only: one definition a module
 
     @T.macro
     def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None, vc=0):
@@ -541,69 +529,6 @@ def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
     return merge_last
 
 
-#: ``spin_merge`` (build_decode): C++ prepended to the kernel source, the wait of a merging CTA for the other CTAs of
-#: its (batch, kv head): an acquire load at GPU scope (it reads L2, and the partials written before the writers'
-#: release are visible after it), repeated until the arrival counter reaches n.
-SPIN_PRELUDE = r"""
-__device__ __forceinline__ void kopt_spin_until(const int *counter, int n) {
-  int v;
-  do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
-  } while (v < n);
-}
-"""
-
-
-def spin_prelude(mode: int) -> str:
-    """SPIN_PRELUDE for spin_merge mode 1; mode 2 sleeps 32 ns between polls (__nanosleep); mode 3 polls with
-    relaxed volatile loads, sleeping between them, and fences once after (diagnostic variants of the wait)."""
-    if mode == 2:
-        return SPIN_PRELUDE.replace("} while (v < n);", "  if (v < n) __nanosleep(32);\n  } while (v < n);")
-    if mode == 3:
-        return SPIN_PRELUDE.replace("ld.acquire.gpu.global.b32", "ld.relaxed.gpu.global.b32").replace(
-            "} while (v < n);", "  if (v < n) __nanosleep(32);\n  } while (v < n);\n  __threadfence();")
-    return SPIN_PRELUDE
-
-
-def _spin_merge_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
-    """The merge of a split plan shared by the last M = min(G, nsplit) CTAs of a (batch, kv head) to finish, inside
-    the split kernel. Every CTA publishes its partial O and LSE and counts itself in (fence, barrier, one acq_rel
-    atomic by thread 0), as in _last_cta_macro. The CTA that saw count nsplit - M + m (0 <= m < M) is merger m: its
-    thread 0 waits until the count reaches nsplit (kopt_spin_until), then the CTA merges query heads m, m + M, ...
-    of the row, thread tx owning output column tx (the combine kernel's body, _combine_macro). Each merger counts
-    itself once more when done; the one that brings the count to nsplit + M resets it to 0 for the next call (every
-    CTA of the row has counted by then, and none reads it again in this launch).
-
-    The wait needs every CTA of the grid resident at once (a merger spins on CTAs that must still run): the plan
-    allows it only where B x Hkv x nsplit is at most the units, one CTA a unit."""
-    combine_body = _combine_macro(T, accum, dtype, unroll)
-
-    @T.macro
-    def merge_spin(Opart, LSE, Cnt, Out, h, b, nsplit):
-        prev = T.alloc_shared([1], "int32")
-        tx = T.get_thread_binding()
-        T.call_extern("handle", "__threadfence")
-        T.sync_threads()
-        if tx == 0:
-            prev[0] = T.atomic_add(Cnt[b, h], 1, memory_order="acq_rel", return_prev=True)
-        T.sync_threads()
-        merger = prev[0] - (nsplit - T.min(nsplit, G))
-        if merger >= 0:
-            if tx == 0:
-                T.call_extern("handle", "kopt_spin_until", T.address_of(Cnt[b, h]), nsplit)
-            T.sync_threads()
-            T.call_extern("handle", "__threadfence")
-            for r in T.serial(T.ceildiv(G - merger, T.min(nsplit, G))):
-                if tx < d:
-                    combine_body(Opart, LSE, Out, h * G + merger + r * T.min(nsplit, G), b, nsplit, tx)
-            if tx == 0:
-                prev[0] = T.atomic_add(Cnt[b, h], 1, memory_order="acq_rel", return_prev=True)
-                if prev[0] == nsplit + T.min(nsplit, G) - 1:
-                    Cnt[b, h] = 0
-
-    return merge_spin
-
-
 def _combine_macro(T, accum: str, dtype: str, unroll: int = 0):
     """Body of the combine kernel, one CTA of d threads per (batch, query head); thread tx owns
     output column tx. One pass over the splits in chunks of _COMBINE_UNROLL: a chunk's LSE and
@@ -763,16 +688,6 @@ def red_once_default(split: bool, eager: bool) -> bool:
     return bool(RED_ONCE) and not (split and eager) and not maca
 
 
-#: spin_merge (build_decode) by default where its grid is resident (spin_merge_default); 0: off, screened as a config
-SPIN_MERGE = 0
-
-
-def spin_merge_default(batch: int, hkv: int, num_splits: int, balanced: bool, num_sms: int) -> bool:
-    """spin_merge (build_decode) by default: SPIN_MERGE on a uniform split plan whose CTAs (batch x kv heads x splits)
-    all fit the units at once, the condition of its wait."""
-    return bool(SPIN_MERGE) and num_splits > 1 and not balanced and batch * hkv * num_splits <= num_sms
-
-
 def sm_count(device) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     n = _SM_COUNT.get(idx)
@@ -867,21 +782,19 @@ def _compile(func, target):
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
-               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
-               spin_merge=False):
+               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False):
     balanced = int(balanced)
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
     if balanced:
         split, eager, last_cta = True, False, True
-    spin_merge = int(spin_merge or 0) if split and not balanced else 0
-    last_cta = bool((last_cta or spin_merge) and split)
+    last_cta = bool(last_cta and split)
     fused = bool(fused and split and not last_cta)
     eager = bool(eager)
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split), int(red_batch), bool(red_once), int(spin_merge))
+           comb_unroll, int(v_split), int(red_batch), bool(red_once))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -889,7 +802,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-                                 comb_unroll, int(v_split), int(red_batch), bool(red_once), spin_merge)
+                                 comb_unroll, int(v_split), int(red_batch), bool(red_once))
                 k = _compile(f, target)
                 _KERNELS[key] = k
     return k
@@ -921,7 +834,7 @@ def _pass_configs():
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
                 balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False, spin_merge=False):
+                red_batch=RED_BATCH, red_once=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -929,13 +842,11 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
-                fused=bool(fused and split and not (last_cta or spin_merge) and not balanced),
-                eager=bool(eager and not balanced),
-                last_cta=bool(((last_cta or spin_merge) and split) or balanced), balanced=int(balanced),
+                fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
+                last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
                 bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
-                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
-                spin_merge=int(spin_merge or 0) if split and not balanced else 0), arch
+                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
