@@ -348,34 +348,6 @@ def test_red_once_in_the_plan(meta_plan):
     assert p10.eager and p10.red_once is False and p10.red_batch == 1
 
 
-@needs_nvcc
-def test_spin_merge_compiles(rk):
-    """spin_merge: the split kernel carries its wait (the prelude's acquire-load spin, defined once, beside red_once's
-    specialization in the same module), calls it and merges with the combine body in the same kernel (no combine
-    kernel in the module); sm_90a cubin without spills."""
-    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=True, block_N=128, eager=True, threads=128,
-                 red_batch=1, red_once=True, spin_merge=True)
-    info = rk.compile_cuda_check(**shape)
-    assert list(info) == ["main"]
-    src = info["main"]["source"]
-    assert src.count("void kopt_spin_until(") == 1 and "kopt_spin_until((&(Cnt[" in src
-    assert src.count("struct AllReduce<Reducer, 128, 32, thread_offset") == 1
-    assert len(_kernel_bodies(src)) == 1 and "ld.acquire.gpu.global.b32" in src
-    assert all(s == 0 for s in info["main"]["spill_bytes"]), info["main"]["ptxas_log"][-2000:]
-
-
-def test_spin_merge_in_the_plan(meta_plan):
-    """The plan takes spin_merge from the config (its counter, no dependent launch) where every CTA of the grid fits a
-    unit; a grid larger than the units, or an unsplit plan, is a ValueError naming the key; off by default."""
-    p10 = meta_plan(1, 8192, 4, 8, {"block_N": 128, "num_splits": 32, "spin_merge": 1})
-    assert p10.spin_merge and p10.last_cta and not p10.pdl and p10.num_splits == 32
-    assert meta_plan(1, 8192, 4, 8, {"block_N": 128, "num_splits": 32}).spin_merge is False
-    with pytest.raises(ValueError, match="spin_merge"):
-        meta_plan(1, 8192, 4, 8, {"block_N": 64, "num_splits": 34, "spin_merge": 1})  # 136 CTAs on 132 units
-    with pytest.raises(ValueError, match="spin_merge"):
-        meta_plan(1, 8192, 4, 8, {"num_splits": 1, "spin_merge": 1})
-
-
 @pytest.mark.parametrize("split,eager,want", [(False, True, True), (False, False, True), (True, False, True),
                                               (True, True, False)])
 def test_red_once_default(rk, split, eager, want):

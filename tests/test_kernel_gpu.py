@@ -210,39 +210,6 @@ def test_last_cta_head_layouts(kernel, kv_heads, gqa):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cid,seqlens,splits,page,eager", [(10, "full", 32, 0, 1), (10, "ragged", 32, 0, 1),
-                                                           (14, "ragged", 33, 256, 0), (8, "ragged", 2, 16, 1),
-                                                           (13, "full", 16, 64, 0), (5, "ragged", 2, 0, 1)])
-def test_spin_merge(kernel, cid, seqlens, splits, page, eager):
-    """The merge shared by the last CTAs of each (batch, kv head), spinning for the others: splits past short
-    sequences (empty partials), paged caches, fewer splits than query heads (case 5: 2 mergers for 8 heads) and
-    more; three calls in a row (the fp16 calls share one plan's counters: the mergers must have reset them), head
-    dim 64, MHA and MQA."""
-    cfg = {"spin_merge": 1, "num_splits": splits, "eager": eager}
-    for seed, dtype in ((71, "fp16"), (72, "bf16"), (73, "fp16")):
-        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
-    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=74, config=cfg)
-    for kv_heads, gqa in ((8, 1), (1, 32)):
-        c = _case(cid, seqlens=seqlens, page_size=page).model_copy(update={"kv_heads": kv_heads, "gqa": gqa,
-                                                                          "batch": 1})
-        _check(kernel, c, seed=75, config={"spin_merge": 1, "num_splits": 8, "eager": eager})
-
-
-@pytest.mark.gpu
-def test_spin_merge_needs_a_resident_grid(kernel):
-    """spin_merge on a grid larger than the units (its mergers would wait on CTAs that cannot start) or on an unsplit
-    plan is a ValueError naming the key."""
-    from kopt.workload import make_workload
-
-    w = make_workload(_case(9), 0, "cuda")  # 32 x 8 rows: 256 CTAs at 1 split
-    with pytest.raises(ValueError, match="spin_merge"):
-        kernel.run(*w.args(), **w.kwargs({"spin_merge": 1, "num_splits": 2}))
-    w = make_workload(_case(10), 0, "cuda")
-    with pytest.raises(ValueError, match="spin_merge"):
-        kernel.run(*w.args(), **w.kwargs({"spin_merge": 1, "num_splits": 1}))
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("cid,seqlens,page,cfg", [
     (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16}),
     (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}), (17, "full", 0, {"comb_unroll": 8}),
@@ -315,11 +282,11 @@ def _graph_lengths(B, S, seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cid,page,config", [
     (15, 0, None), (18, 256, None), (17, 16, None), (12, 0, None), (16, 0, {"balanced": 1}), (13, 64, None),
-    (8, 0, None), (10, 0, None), (10, 0, {"spin_merge": 1}), (18, 0, {"balanced": 1, "bal_combine": 0, "q_loop": 1}),
+    (8, 0, None), (10, 0, None), (18, 0, {"balanced": 1, "bal_combine": 0, "q_loop": 1}),
     (17, 64, {"balanced": 1, "q_loop": 1, "block_N": 128}), (15, 32, {"balanced": 1, "bal_combine": 1}),
     (8, 16, {"balanced": 1, "bal_per_sm": 3})],
-    ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "c10-spin",
-         "R4-merge-in-kernel-qloop", "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced"])
+    ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "R4-merge-in-kernel-qloop",
+         "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced"])
 def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
     """One call captured in a CUDA graph, replayed after cache_seqlens changes in place (all full; one long
     and the rest of length 1; seeded random; empty and full alternating): each replay matches the fp32
