@@ -348,6 +348,22 @@ def test_red_once_in_the_plan(meta_plan):
     assert p10.eager and p10.red_once is False and p10.red_batch == 1
 
 
+def test_fast_math_in_the_plan_and_the_pass_configs(meta_plan):
+    """fast_math: the plan takes it from the config, else fast_math_default (FAST_MATH); it reaches TileLang as its
+    fast-math pass config (nvcc --use_fast_math), and only then."""
+    import sys
+
+    from tilelang.transform import PassConfigKey
+
+    cu = sys.modules["tl_decode_cuda"]
+    assert meta_plan(16, 141, 4, 8, {"fast_math": 1}).fast_math is True
+    assert meta_plan(16, 141, 4, 8, {"fast_math": 0}).fast_math is False
+    assert meta_plan(16, 141, 4, 8).fast_math is cu.fast_math_default() is bool(cu.FAST_MATH)
+    assert cu._pass_configs(True).get(PassConfigKey.TL_ENABLE_FAST_MATH) is True
+    assert PassConfigKey.TL_ENABLE_FAST_MATH not in cu._pass_configs(False)
+    assert cu._pass_configs(False)[PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS] is True
+
+
 @pytest.mark.parametrize("split,eager,want", [(False, True, True), (False, False, True), (True, False, True),
                                               (True, True, False)])
 def test_red_once_default(rk, split, eager, want):

@@ -167,6 +167,20 @@ def test_v_split(kernel, cid, page, seqlens, eager, v_split):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fast_math", [0, 1])
+@pytest.mark.parametrize("cid,page,seqlens", [(1, 0, "full"), (5, 16, "ragged"), (10, 0, "ragged"), (14, 256, "full"),
+                                              (15, 16, "full"), (18, 0, "full"), (8, 64, "ragged")])
+def test_fast_math(kernel, cid, page, seqlens, fast_math):
+    """The kernels built with and without nvcc's fast math (approximate division, denormals flushed), unsplit, split
+    with a combine kernel or a last-CTA merge, balanced, in both dtypes and head dims: each within kopt's tolerance."""
+    cfg = {"fast_math": fast_math}
+    for dtype in ("fp16", "bf16"):
+        c = _case(cid, seqlens=seqlens, dtype=dtype, page_size=page or None)
+        _check(kernel, c, seed=81, config=cfg)
+    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page or None), seed=82, config=cfg)
+
+
+@pytest.mark.gpu
 def test_v_split_needs_an_unsplit_plan(kernel):
     """v_split 2 on a split plan is a ValueError naming the key, not a silent one-CTA plan."""
     from kopt.workload import make_workload
