@@ -689,11 +689,14 @@ def red_once_default(split: bool, eager: bool) -> bool:
 
 
 #: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
-FAST_MATH = 0
+FAST_MATH = 1
 
 
 def fast_math_default() -> bool:
-    """fast_math by default: FAST_MATH. Off under mcPytorch (torch.version.maca): a backend's own compiler flags."""
+    """fast_math by default: FAST_MATH (its paired screen on the H200: ITERATIONS.md, iteration 28). The output's
+    division by the row sum becomes div.approx (div.rn is a call of a few dozen instructions at the end of every CTA)
+    and denormals flush to zero; exp2 is ex2.approx either way. Off under mcPytorch (torch.version.maca): a backend's
+    own compiler flags."""
     return bool(FAST_MATH) and not getattr(torch.version, "maca", None)
 
 
