@@ -688,6 +688,18 @@ def red_once_default(split: bool, eager: bool) -> bool:
     return bool(RED_ONCE) and not (split and eager) and not maca
 
 
+#: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
+FAST_MATH = 1
+
+
+def fast_math_default() -> bool:
+    """fast_math by default: FAST_MATH (its paired screen on the H200: ITERATIONS.md, iteration 28). The output's
+    division by the row sum becomes div.approx (div.rn is a call of a few dozen instructions at the end of every CTA)
+    and denormals flush to zero; exp2 is ex2.approx either way. Off under mcPytorch (torch.version.maca): a backend's
+    own compiler flags."""
+    return bool(FAST_MATH) and not getattr(torch.version, "maca", None)
+
+
 def sm_count(device) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     n = _SM_COUNT.get(idx)
@@ -774,15 +786,16 @@ def cuda_target(device=None):
     return Target({"kind": "cuda", "arch": arch})
 
 
-def _compile(func, target):
+def _compile(func, target, fast_math: bool = False):
     import tilelang
 
-    return tilelang.compile(func, target=target, pass_configs=_pass_configs())
+    return tilelang.compile(func, target=target, pass_configs=_pass_configs(fast_math))
 
 
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
-               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False):
+               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
+               fast_math=False):
     balanced = int(balanced)
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
@@ -794,7 +807,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split), int(red_batch), bool(red_once))
+           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -803,19 +816,19 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
                                  comb_unroll, int(v_split), int(red_batch), bool(red_once))
-                k = _compile(f, target)
+                k = _compile(f, target, bool(fast_math))
                 _KERNELS[key] = k
     return k
 
 
-def get_combine(dtype, hq, d, target, pdl=False, unroll=0):
-    key = ("combine", dtype, hq, d, str(target), bool(pdl), int(unroll or 0))
+def get_combine(dtype, hq, d, target, pdl=False, unroll=0, fast_math=False):
+    key = ("combine", dtype, hq, d, str(target), bool(pdl), int(unroll or 0), bool(fast_math))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
-                k = _compile(build_combine(dtype, hq, d, bool(pdl), int(unroll or 0)), target)
+                k = _compile(build_combine(dtype, hq, d, bool(pdl), int(unroll or 0)), target, bool(fast_math))
                 _KERNELS[key] = k
     return k
 
@@ -823,12 +836,17 @@ def get_combine(dtype, hq, d, target, pdl=False, unroll=0):
 # ----------------------------------------------------------------------------------------------
 # GPU-less lowering / nvcc checks
 # ----------------------------------------------------------------------------------------------
-def _pass_configs():
+def _pass_configs(fast_math: bool = False):
+    """TileLang pass configs of every kernel here; ``fast_math``: nvcc's --use_fast_math (approximate division,
+    denormals flushed to zero), as FlashAttention builds its kernels (the fast_math config, fast_math_default)."""
     from tilelang.transform import PassConfigKey
 
     # every global index is clamped in-bounds by construction (keys past the sequence end are
     # clamped to the last valid key, page ids come from block_table), so skip the generic guards
-    return {PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS: True}
+    cfg = {PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS: True}
+    if fast_math:
+        cfg[PassConfigKey.TL_ENABLE_FAST_MATH] = True
+    return cfg
 
 
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
