@@ -1,5 +1,7 @@
 """`kopt commit`: one iteration into git: its trajectory snapshot, the committed views (plots, report)
-regenerated from it, and the `[iter N]` commit of the workspace paths (kopt.workspace.vcs does the git)."""
+regenerated from it, and the `[iter N]` commit of the workspace paths (kopt.workspace.vcs does the git). In kopt's
+own source tree the package templates copied from the workspace files (kopt.workspace.scaffold) are refreshed and
+committed with them, so a new workspace starts from the knowledge the iteration wrote."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from pathlib import Path
 
 from kopt.errors import UsageError, WorkspaceError
 from kopt.report import refresh_for_commit
-from kopt.workspace import vcs
+from kopt.workspace import scaffold, vcs
 
 
 def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
@@ -20,6 +22,11 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
     repo = vcs.open_repo(ws)
     vcs.check_state(repo)
     specs = vcs.pathspecs(repo, ws)
+    templates = scaffold.own_templates(ws)
+    synced = []
+    if templates is not None:  # kopt's own tree: the templates follow SKILL, HINTS, knowledge, the starter kernel
+        synced = [templates / rel for rel in scaffold.sync_templates(ws)]
+        specs += vcs.pathspecs(repo, ws, (templates.relative_to(Path(ws).resolve()).as_posix(),))
     if not vcs.changed(repo, specs):
         raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
                              "candidates.jsonl, trajectory/, knowledge/) since the last commit")
@@ -35,7 +42,7 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
         spec = vcs.pathspecs(repo, ws, (snap.relative_to(ws).as_posix(),))
         repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
         raise
-    return vcs.CommitResult(n, message, sha, snap, refreshed, warning)
+    return vcs.CommitResult(n, message, sha, snap, synced + list(refreshed), warning)
 
 
 def _without_prefix(description: str, n: int) -> str:

@@ -3,7 +3,8 @@
 The templates (kopt/templates/) hold the text files; the empty ledger, ITERATIONS.md (the
 journal's canonical empty document), .gitignore and the .gitkeep files are written from code so
 they always match what the rest of kopt reads. Most templates are copies of the project's own
-workspace files (SYNCED); `sync_templates(project_root)` refreshes them, and a test flags drift.
+workspace files (SYNCED); `sync_templates(project_root)` refreshes them (`kopt commit` does, in kopt's own
+source tree), and a test flags drift.
 `--force` lets init use a non-empty folder; files that already exist there are kept, never
 overwritten, and only the files init wrote are committed.
 """
@@ -134,6 +135,15 @@ def synced_sources(root: Path) -> dict[str, Path]:
     for f in starter_files(root / "solution" / "tilelang"):
         out[f.relative_to(root).as_posix()] = f
     return out
+
+
+def own_templates(ws: Path) -> Path | None:
+    """kopt/templates when the workspace is kopt's own source tree (the package runs from ws/src/kopt, an editable
+    install), else None: only there do the templates follow the workspace files."""
+    from kopt.paths import TEMPLATES
+
+    here = Path(ws).resolve() / "src" / "kopt" / "templates"
+    return here if here.is_dir() and here == TEMPLATES.resolve() else None
 
 
 def sync_templates(root: Path) -> list[str]:
