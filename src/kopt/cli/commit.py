@@ -9,7 +9,7 @@ def command(
     message: str = typer.Option(..., "-m", "--message", help="What changed in this iteration."),
 ) -> None:
     """Commit the workspace paths only (solution/, results/, ITERATIONS.md, ledger, trajectory/, knowledge/),
-    with the plots and report regenerated from them."""
+    with the plots and report regenerated from them (in kopt's own source tree, its templates synced too)."""
     import sys
 
     from kopt.paths import relative, workspace
