@@ -26,7 +26,7 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
     synced = []
     if templates is not None:  # kopt's own tree: the templates follow SKILL, HINTS, knowledge, the starter kernel
         synced = [templates / rel for rel in scaffold.sync_templates(ws)]
-        specs += vcs.pathspecs(repo, ws, (templates.relative_to(Path(ws).resolve()).as_posix(),))
+        specs += vcs.pathspecs(repo, ws, (scaffold.OWN_TEMPLATES,))
     if not vcs.changed(repo, specs):
         raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
                              "candidates.jsonl, trajectory/, knowledge/) since the last commit")

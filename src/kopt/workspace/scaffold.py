@@ -137,12 +137,16 @@ def synced_sources(root: Path) -> dict[str, Path]:
     return out
 
 
+#: Where kopt's own source tree keeps the package templates, relative to its root (the project's workspace).
+OWN_TEMPLATES = "src/kopt/templates"
+
+
 def own_templates(ws: Path) -> Path | None:
-    """kopt/templates when the workspace is kopt's own source tree (the package runs from ws/src/kopt, an editable
-    install), else None: only there do the templates follow the workspace files."""
+    """ws / OWN_TEMPLATES when the workspace is kopt's own source tree (the package runs from ws/src/kopt, an
+    editable install), else None: only there do the templates follow the workspace files."""
     from kopt.paths import TEMPLATES
 
-    here = Path(ws).resolve() / "src" / "kopt" / "templates"
+    here = Path(ws).resolve() / OWN_TEMPLATES
     return here if here.is_dir() and here == TEMPLATES.resolve() else None
 
 
