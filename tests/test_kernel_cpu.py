@@ -337,15 +337,15 @@ def test_red_once_crosses_four_warps_in_one_round(rk):
 
 def test_red_once_in_the_plan(meta_plan):
     """The plan takes red_once from the config, else from red_once_default: on for case 5 (unsplit, eager), off for
-    case 10 (eager splits), untuned (64-key tiles) and at its tuned H200 row (128-key tiles, which also reduce one
-    row at a time)."""
+    case 10 (eager splits), untuned (64-key tiles) and at its tuned H200 row (128-key tiles; both of a thread's rows
+    through one reduction, as every eager plan)."""
     assert meta_plan(16, 141, 4, 8, {"red_once": 1}).red_once is True
     assert meta_plan(16, 141, 4, 8, {"red_once": 0}).red_once is False
     assert meta_plan(16, 141, 4, 8).red_once is True  # case 5: unsplit, eager
     p10 = meta_plan(1, 8192, 4, 8)  # case 10 untuned (this host): eager splits of 64-key tiles
     assert p10.num_splits > 1 and p10.eager and p10.red_once is False and p10.red_batch == 2
     p10 = meta_plan(1, 8192, 4, 8, {"block_N": 128, "num_splits": 32})  # its tuned H200 row
-    assert p10.eager and p10.red_once is False and p10.red_batch == 1
+    assert p10.eager and p10.red_once is False and p10.red_batch == 2
 
 
 def test_fast_math_in_the_plan_and_the_pass_configs(meta_plan):
@@ -374,16 +374,14 @@ def test_red_once_default(rk, split, eager, want):
     assert sys.modules["tl_decode_cuda"].red_once_default(split, eager) is want
 
 
-@pytest.mark.parametrize("block_N,eager,split,want", [(160, True, False, 2), (128, True, False, 2),
-                                                      (64, False, False, 2), (32, True, False, 2), (64, True, True, 2),
-                                                      (128, False, False, 1), (256, False, False, 1),
-                                                      (128, True, True, 1), (128, False, True, 1)])
-def test_red_batch_default(rk, block_N, eager, split, want):
-    """Batched reductions by default on eager (short) unsplit plans and narrow tiles; long streams of 128-key tiles
-    and eager split plans of 128-key tiles (case 10) keep one row at a time."""
+@pytest.mark.parametrize("block_N,eager,want", [(160, True, 2), (128, True, 2), (64, False, 2), (32, True, 2),
+                                              (128, False, 1), (256, False, 1)])
+def test_red_batch_default(rk, block_N, eager, want):
+    """Batched reductions by default on eager (short) plans, split or not (case 10: its split CTAs stream two 128-key
+    tiles), and narrow tiles; long streams of 128-key tiles keep one row at a time."""
     import sys
 
-    assert sys.modules["tl_decode_cuda"].red_batch_default(block_N, eager, split) == want
+    assert sys.modules["tl_decode_cuda"].red_batch_default(block_N, eager) == want
 
 
 def test_configs_default_entry_leaves_threads_to_the_plan(rk):
