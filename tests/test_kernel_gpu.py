@@ -97,16 +97,15 @@ def test_eager_first_tile(kernel, cid, seqlens, splits, eager):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("eager", [0, 1])
-@pytest.mark.parametrize("bt_smem", [0, 4])
 @pytest.mark.parametrize("cid,page,splits", [(10, 64, 0), (10, 256, 0), (8, 16, 8), (3, 16, 0), (5, 64, 0),
                                              (13, 256, 0), (6, 64, 4)])
-def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager, bt_smem):
+def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
     """Paged caches whose block-table entries past each sequence hold garbage (negative ids, ids past the
     pool): the eager variant reads its first K tile from such entries before L[b] arrives (page ids are
     clamped into the pool, the keys masked), and neither variant may let them reach the output."""
     import torch
 
-    cfg = {"eager": eager, "bt_smem": bt_smem} | ({"num_splits": splits} if splits else {})
+    cfg = {"eager": eager} | ({"num_splits": splits} if splits else {})
     for seed, dtype in ((31, "fp16"), (32, "bf16")):
         c = _case(cid, seqlens="ragged", dtype=dtype, page_size=page)
         c = c.model_copy(update={"batch": max(c.batch, 3)})  # one sequence stays full: others must be shorter
@@ -179,21 +178,6 @@ def test_fast_math(kernel, cid, page, seqlens, fast_math):
         c = _case(cid, seqlens=seqlens, dtype=dtype, page_size=page or None)
         _check(kernel, c, seed=81, config=cfg)
     _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page or None), seed=82, config=cfg)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("bt_smem", [2, 4, 512])
-@pytest.mark.parametrize("cid,page,seqlens,cfg", [
-    (15, 16, "full", None), (16, 256, "full", None), (17, 32, "full", None), (18, 64, "full", None),
-    (10, 16, "ragged", {"eager": 1}), (10, 256, "ragged", {"eager": 0}), (5, 16, "ragged", None),
-    (7, 64, "ragged", None), (3, 16, "full", {"block_N": 32})])
-def test_bt_smem(kernel, cid, page, seqlens, cfg, bt_smem):
-    """Page ids cached in shared memory a chunk at a time (bt_smem): balanced, eager and plain split, unsplit plans in
-    every page size, chunks of one tile (2 or 4 page ids), of a few and of a whole range, in both dtypes and head dims."""
-    cfg = (cfg or {}) | {"bt_smem": bt_smem}
-    for seed, dtype in ((91, "fp16"), (92, "bf16")):
-        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
-    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=93, config=cfg)
 
 
 @pytest.mark.gpu
@@ -314,9 +298,9 @@ def _graph_lengths(B, S, seed):
     (15, 0, None), (18, 256, None), (17, 16, None), (12, 0, None), (16, 0, {"balanced": 1}), (13, 64, None),
     (8, 0, None), (10, 0, None), (18, 0, {"balanced": 1, "bal_combine": 0, "q_loop": 1}),
     (17, 64, {"balanced": 1, "q_loop": 1, "block_N": 128}), (15, 32, {"balanced": 1, "bal_combine": 1}),
-    (8, 16, {"balanced": 1, "bal_per_sm": 3}), (17, 16, {"bt_smem": 4}), (18, 256, {"bt_smem": 512})],
+    (8, 16, {"balanced": 1, "bal_per_sm": 3})],
     ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "R4-merge-in-kernel-qloop",
-         "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced", "R3-p16-bt4", "R4-p256-bt512"])
+         "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced"])
 def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
     """One call captured in a CUDA graph, replayed after cache_seqlens changes in place (all full; one long
     and the rest of length 1; seeded random; empty and full alternating): each replay matches the fp32

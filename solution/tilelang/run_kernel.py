@@ -32,7 +32,7 @@ import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and devi
 # config keys understood by the CUDA path
 _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced",
              "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll", "v_split", "red_batch",
-             "red_once", "fast_math", "bt_smem")
+             "red_once", "fast_math")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _check_config(config):
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
                  "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll",
-                 "v_split", "red_batch", "red_once", "fast_math", "bt_smem", "scale", "target",
+                 "v_split", "red_batch", "red_once", "fast_math", "scale", "target",
                  "main", "comb", "dummy_bt", "opart", "lse", "cnt")
 
 
@@ -158,10 +158,6 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.red_once = bool(int(ro)) if ro is not None else _cuda.red_once_default(split_plan, p.eager)
     fm = cfg.get("fast_math")  # nvcc --use_fast_math for this plan's kernels (tl_decode_cuda.fast_math_default)
     p.fast_math = bool(int(fm)) if fm is not None else _cuda.fast_math_default()
-    bs = cfg.get("bt_smem")  # page ids a chunk cached in shared memory, paged plans (tl_decode_cuda.bt_smem_default)
-    p.bt_smem = (int(bs) if bs is not None else _cuda.bt_smem_default(paged)) if paged else 0
-    if p.bt_smem < 0:
-        raise ValueError(f"unsupported CUDA config bt_smem={p.bt_smem} (0: off, or page ids a chunk)")
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
         p.threads = _cuda.default_threads(p.block_N, p.v_split)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
@@ -239,7 +235,7 @@ def _cuda_kernels(p: "_Plan"):
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
                             p.scale, p.target, p.fused, p.eager, p.last_cta, p.balanced, p.q_loop,
                             p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll, p.v_split, p.red_batch,
-                            p.red_once, p.fast_math, p.bt_smem)
+                            p.red_once, p.fast_math)
     # fused: the combine kernel is launched by the same host call as the split kernel; last_cta: no
     # combine kernel (the last CTA of each (batch, kv head) merges)
     comb = None
@@ -295,7 +291,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
             "balanced": p.balanced, "q_loop": p.q_loop, "merge_unroll": p.merge_unroll,
             "bal_combine": p.bal_combine, "pdl": p.pdl, "comb_unroll": p.comb_unroll,
             "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once, "fast_math": p.fast_math,
-            "bt_smem": p.bt_smem, "page_size": p.page}
+            "page_size": p.page}
 
 
 # ----------------------------------------------------------------------------------------------

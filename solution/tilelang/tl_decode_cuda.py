@@ -128,7 +128,6 @@ def build_decode(
     v_split: int = 1,
     red_batch: int = RED_BATCH,
     red_once: bool = False,
-    bt_smem: int = 0,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -161,13 +160,7 @@ def build_decode(
     16-row tile instead of one per row (the plan's default: red_batch_default).
 
     ``red_once`` (CUDA): a reduction across four warps crosses them in one shared-memory round (write, one barrier,
-    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE).
-
-    ``bt_smem`` (paged caches; 0: off): a CTA's page ids are loaded into shared memory a chunk at a time, all of a
-    chunk's at once (about ``bt_smem`` pages: one round trip), and each tile's K and V rows take their page from there,
-    so no tile's loads wait on a block-table read of their own (in 16-token pages a new 128-byte line of the table every
-    8 tiles of 64 keys: a DRAM round trip under a cold L2). A chunk's tiles are one pipelined loop, so the pipeline
-    restarts at each chunk."""
+    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE)."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -187,21 +180,11 @@ def build_decode(
         kv_shape = [batch, seqlen_k, hkv, d]
         alloc_len = seqlen_k
 
-    bt_smem = int(bt_smem or 0) if paged else 0
-    # bt_smem: a chunk of chunk_tiles tiles spans at most pt_cap pages (its first key need not start a page)
-    chunk_tiles = max(1, bt_smem * page_size // block_N) if bt_smem else 0
-    pt_cap = (chunk_tiles * block_N + page_size - 1) // page_size + 1 if bt_smem else 0
-
-    def page_id(BT, b, pg, clamp_page=False):
-        if clamp_page:  # a table entry past the sequence may be anything: clamp it into the pool
-            return T.max(T.min(BT[b, pg], num_blocks - 1), 0)
-        return BT[b, pg]  # a page of the sequence
-
-    def kv_row(BT, b, pos, clamp_page=False, PT=None, pg0=0):
-        if paged and PT is not None:  # the chunk's page ids, cached in shared memory (bt_smem)
-            return PT[T.min(T.max(pos // page_size - pg0, 0), pt_cap - 1)], pos % page_size
-        if paged:  # clamp_page: only eager rows can pass the sequence
-            return page_id(BT, b, pos // page_size, clamp_page), pos % page_size
+    def kv_row(BT, b, pos, clamp_page=False):
+        if paged and clamp_page:  # a table entry past the sequence may be anything: clamp it into the pool
+            return T.max(T.min(BT[b, pos // page_size], num_blocks - 1), 0), pos % page_size
+        if paged:  # pos < L[b]: the entry is a page of this sequence
+            return BT[b, pos // page_size], pos % page_size
         return b, pos
 
     eager = bool(eager)
@@ -224,49 +207,6 @@ def build_decode(
     pre = RED_ONCE_PRELUDE if red_once else None  # on a prim_func's first kernel only: one definition a module
 
     @T.macro
-    def tile(Q, K, V, BT, b, h, vc, seqlen, k, PT, pg0, Q_shared, K_shared, V_shared, P_shared, acc_s, acc_o, m_prev,
-             m_cur, m_use, r_scale, r_sum, l_sum):
-        """One K/V tile k of a (batch, kv head) row: gather, QK^T, online softmax, PV (PT: bt_smem's page ids)."""
-        m_ref = m_use if eager else m_cur
-        base = k * block_N
-        if q_loop:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
-            # synchronous load and a barrier before the first K/V loads); later iterations
-            # re-read its 4 KB from L2. Padded rows repeat head G-1: their outputs are never written.
-            for i, j in T.Parallel(block_H, d):
-                Q_shared[i, j] = Q[b, h * G + T.min(i, G - 1), j]
-        for i, j in T.Parallel(block_N, d):
-            # eager: K rows are clamped to the allocated cache (valid memory, paged or not: page ids
-            # are clamped into the pool; keys past the sequence are masked below), so the first K
-            # tile does not wait for L[b]
-            # (only eager K rows can pass the sequence: only they pay the page-id clamp)
-            r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1), clamp_page=eager, PT=PT, pg0=pg0)
-            K_shared[i, j] = K[r0, r1, h, j]
-        T.clear(acc_s)
-        T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
-        for i, j in T.Parallel(block_H, block_N):
-            acc_s[i, j] = T.if_then_else(base + j < seqlen, acc_s[i, j] * sm_scale, -T.infinity(accum))
-        T.copy(m_cur, m_prev)
-        T.reduce_max(acc_s, m_cur, dim=1, clear=False, batch=red_batch)
-        if eager:  # a tile wholly past the sequence leaves m at -inf: scale by 0, not by NaN
-            for i in T.Parallel(block_H):
-                m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0.0, m_cur[i])
-        for i in T.Parallel(block_H):
-            r_scale[i] = T.exp2(m_prev[i] - m_ref[i])
-        for i, j in T.Parallel(block_H, block_N):
-            acc_s[i, j] = T.exp2(acc_s[i, j] - m_ref[i])
-        T.reduce_sum(acc_s, r_sum, dim=1, batch=red_batch)
-        for i in T.Parallel(block_H):
-            l_sum[i] = l_sum[i] * r_scale[i] + r_sum[i]
-        T.copy(acc_s, P_shared)
-        for i, j in T.Parallel(block_H, dv):
-            acc_o[i, j] *= r_scale[i]
-        for i, j in T.Parallel(block_N, dv):
-            # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
-            r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager, PT=PT, pg0=pg0)
-            V_shared[i, j] = V[r0, r1, h, vc * dv + j]
-        T.gemm(P_shared, V_shared, acc_o, policy=policy)
-
-    @T.macro
     def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None, vc=0):
         Q_shared = T.alloc_shared([block_H, d], dtype)
         K_shared = T.alloc_shared([block_N, d], dtype)
@@ -277,6 +217,7 @@ def build_decode(
         m_prev = T.alloc_fragment([block_H], accum)
         m_cur = T.alloc_fragment([block_H], accum)
         m_use = T.alloc_fragment([block_H], accum)
+        m_ref = m_use if eager else m_cur
         r_scale = T.alloc_fragment([block_H], accum)
         r_sum = T.alloc_fragment([block_H], accum)
         l_sum = T.alloc_fragment([block_H], accum)
@@ -298,25 +239,44 @@ def build_decode(
         T.fill(l_sum, 0)
         T.fill(m_cur, -T.infinity(accum))
 
-        if bt_smem:
-            n_loop = T.max(n_iter, 1) if eager else n_iter
-            PT = T.alloc_shared([pt_cap], "int32", scope="shared")  # static: not merged with the tiles, so the
-            # barrier pass sees its reads apart from the cp.async writes of K and V (merged, it put barriers between them)
-            for c in T.serial(T.ceildiv(n_loop, chunk_tiles)):
-                c0 = t_begin + c * chunk_tiles
-                nk = T.min(chunk_tiles, n_loop - c * chunk_tiles)
-                pg0 = c0 * block_N // page_size
-                npg = ((c0 + nk) * block_N - 1) // page_size - pg0 + 1
-                for i in T.Parallel(pt_cap):
-                    if i < npg:  # every page a row of the chunk can name; eager ones clamped into the pool
-                        PT[i] = page_id(BT, b, pg0 + T.min(i, max_pages - 1 - pg0), eager)
-                for kk in T.Pipelined(nk, num_stages=num_stages):
-                    tile(Q, K, V, BT, b, h, vc, seqlen, c0 + kk, PT, pg0, Q_shared, K_shared, V_shared, P_shared, acc_s,
-                         acc_o, m_prev, m_cur, m_use, r_scale, r_sum, l_sum)
-        else:
-            for k in T.Pipelined(T.max(n_iter, 1) if eager else n_iter, num_stages=num_stages):
-                tile(Q, K, V, BT, b, h, vc, seqlen, t_begin + k, None, 0, Q_shared, K_shared, V_shared, P_shared, acc_s,
-                     acc_o, m_prev, m_cur, m_use, r_scale, r_sum, l_sum)
+        for k in T.Pipelined(T.max(n_iter, 1) if eager else n_iter, num_stages=num_stages):
+            base = (t_begin + k) * block_N
+            if q_loop:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
+                # synchronous load and a barrier before the first K/V loads); later iterations
+                # re-read its 4 KB from L2. Padded rows repeat head G-1: their outputs are never written.
+                for i, j in T.Parallel(block_H, d):
+                    Q_shared[i, j] = Q[b, h * G + T.min(i, G - 1), j]
+            for i, j in T.Parallel(block_N, d):
+                # eager: K rows are clamped to the allocated cache (valid memory, paged or not: page ids
+                # are clamped into the pool; keys past the sequence are masked below), so the first K
+                # tile does not wait for L[b]
+                # (only eager K rows can pass the sequence: only they pay the page-id clamp)
+                r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1), clamp_page=eager)
+                K_shared[i, j] = K[r0, r1, h, j]
+            T.clear(acc_s)
+            T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.if_then_else(base + j < seqlen, acc_s[i, j] * sm_scale, -T.infinity(accum))
+            T.copy(m_cur, m_prev)
+            T.reduce_max(acc_s, m_cur, dim=1, clear=False, batch=red_batch)
+            if eager:  # a tile wholly past the sequence leaves m at -inf: scale by 0, not by NaN
+                for i in T.Parallel(block_H):
+                    m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0.0, m_cur[i])
+            for i in T.Parallel(block_H):
+                r_scale[i] = T.exp2(m_prev[i] - m_ref[i])
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.exp2(acc_s[i, j] - m_ref[i])
+            T.reduce_sum(acc_s, r_sum, dim=1, batch=red_batch)
+            for i in T.Parallel(block_H):
+                l_sum[i] = l_sum[i] * r_scale[i] + r_sum[i]
+            T.copy(acc_s, P_shared)
+            for i, j in T.Parallel(block_H, dv):
+                acc_o[i, j] *= r_scale[i]
+            for i, j in T.Parallel(block_N, dv):
+                # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
+                r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
+                V_shared[i, j] = V[r0, r1, h, vc * dv + j]
+            T.gemm(P_shared, V_shared, acc_o, policy=policy)
 
         if balanced:  # a row of one split writes O itself; idle CTAs write nothing
             if active:
@@ -741,15 +701,6 @@ def fast_math_default() -> bool:
     return bool(FAST_MATH) and not getattr(torch.version, "maca", None)
 
 
-#: bt_smem (build_decode) by default on paged plans (bt_smem_default): page ids a chunk; 0: off
-BT_SMEM = 0
-
-
-def bt_smem_default(paged: bool) -> int:
-    """bt_smem by default: BT_SMEM page ids a chunk on a paged plan, 0 on a contiguous one (no block table)."""
-    return BT_SMEM if paged else 0
-
-
 def sm_count(device) -> int:
     idx = device.index if device.index is not None else torch.cuda.current_device()
     n = _SM_COUNT.get(idx)
@@ -845,9 +796,8 @@ def _compile(func, target, fast_math: bool = False):
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
                bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
-               fast_math=False, bt_smem=0):
+               fast_math=False):
     balanced = int(balanced)
-    bt_smem = int(bt_smem or 0) if paged else 0
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
     if balanced:
@@ -858,7 +808,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math), bt_smem)
+           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -866,7 +816,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-                                 comb_unroll, int(v_split), int(red_batch), bool(red_once), bt_smem)
+                                 comb_unroll, int(v_split), int(red_batch), bool(red_once))
                 k = _compile(f, target, bool(fast_math))
                 _KERNELS[key] = k
     return k
@@ -903,7 +853,7 @@ def _pass_configs(fast_math: bool = False):
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
                 balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False, bt_smem=0):
+                red_batch=RED_BATCH, red_once=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -915,8 +865,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
                 bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
-                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
-                bt_smem=int(bt_smem or 0) if paged else 0), arch
+                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
