@@ -151,7 +151,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
                          "(1, or 2 on an unsplit plan)")
     rb = cfg.get("red_batch")  # a thread's rows per softmax reduction (tl_decode_cuda.red_batch_default)
     split_plan = p.num_splits > 1 and not p.balanced
-    p.red_batch = int(rb) if rb is not None else _cuda.red_batch_default(p.block_N, p.eager, split_plan)
+    p.red_batch = int(rb) if rb is not None else _cuda.red_batch_default(p.block_N, p.eager)
     if p.red_batch not in (1, 2):
         raise ValueError(f"unsupported CUDA config red_batch={p.red_batch} (1 or 2)")
     ro = cfg.get("red_once")  # cross-warp reductions in one shared-memory round (tl_decode_cuda.red_once_default)

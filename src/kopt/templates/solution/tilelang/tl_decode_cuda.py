@@ -664,14 +664,15 @@ def default_threads(block_N: int, v_split: int) -> int:
     return 64 if block_N <= TILE_STEP and v_split == 2 else 128
 
 
-def red_batch_default(block_N: int, eager: bool, split: bool = False) -> int:
+def red_batch_default(block_N: int, eager: bool) -> int:
     """red_batch (build_decode) by default: RED_BATCH (both of a thread's rows through one butterfly) where the
     softmax's barriers sit on a short CTA's critical path (eager plans: at most EAGER_MAX_TILES tiles a CTA) or
-    the tiles are narrow; 1 on long streams of 128-key tiles and on eager split plans (case 10). H200, iteration 23
-    (gain = batched / one row at a time): cases 1-6 0.950-0.984, cases 8, 13 and R1 (64-key tiles) 0.994-0.996;
-    case 14 (15 128-key tiles a CTA) 1.008 and R4 1.004: those keep one row at a time; case 10 (two 128-key tiles
-    a split) 1.004, and 1.0072 (CI 1.0036-1.0109) in iteration 24's screen (``rb1``)."""
-    return RED_BATCH if (eager and not split) or block_N < 128 else 1
+    the tiles are narrow; 1 on long streams of 128-key tiles. H200, iteration 23 (gain = batched / one row at a
+    time): cases 1-6 0.950-0.984, cases 8, 13 and R1 (64-key tiles) 0.994-0.996; case 14 (15 128-key tiles a CTA)
+    1.008 and R4 1.004: those keep one row at a time. Case 10 (eager, two 128-key tiles a split) took 1 in
+    iteration 25 (1.004-1.007); under fast math (iteration 29's screen) batched is 1.019 faster (CI 1.013-1.023)
+    there, case 14 still 0.997."""
+    return RED_BATCH if eager or block_N < 128 else 1
 
 
 #: red_once (build_decode) by default (red_once_default): CUDA builds cross four warps in one round
