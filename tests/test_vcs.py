@@ -285,3 +285,21 @@ def test_a_message_with_its_own_prefix_is_not_prefixed_twice(ws):
     res = kopt("commit", "-m", "[iter 1]  tiles of 192 keys")
     assert res.exit_code == 0, (res.stdout, res.exception)
     assert repo.head.commit.summary == "[iter 1] tiles of 192 keys"
+
+
+def test_head_short_names_a_dirty_candidate_folder(ws, monkeypatch):
+    """head_short: the commit of the candidate's folder; '-dirty' once a tracked file there differs from it (a copied
+    tree whose git metadata is older than its files), not for changes elsewhere (the ledger grows with every run);
+    $KOPT_COMMIT wins over both."""
+    import git
+
+    monkeypatch.delenv("KOPT_COMMIT", raising=False)
+    folder = ws / "solution" / "tilelang"
+    head = git.Repo(ws).head.commit.hexsha[:12]
+    assert vcs.head_short(folder) == head
+    (ws / "README.md").write_text("edited outside the candidate's folder\n")
+    assert vcs.head_short(folder) == head
+    edit(ws)
+    assert vcs.head_short(folder) == head + "-dirty"
+    monkeypatch.setenv("KOPT_COMMIT", "abc1234")
+    assert vcs.head_short(folder) == "abc1234"

@@ -319,16 +319,23 @@ def revert(ws: Path, target: str = "best") -> CommitResult:
 def head_short(start: Path) -> Optional[str]:
     """Short commit of the workspace: $KOPT_COMMIT when set (a GPU host given a copy of the tree,
     whose own git metadata, if any, need not match what was copied), else the HEAD of the
-    repository holding the candidate, else None."""
+    repository holding the candidate, with ``-dirty`` appended when the tracked files of the candidate's
+    folder differ from that commit (so a row never names a commit whose code is not the code it timed), else
+    None."""
     import subprocess
 
     pinned = os.environ.get("KOPT_COMMIT", "").strip()[:12]
     if pinned:
         return pinned
-    try:
-        p = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=start, capture_output=True,
-                           text=True, timeout=5)
-        head = p.stdout.strip() if p.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        head = ""
+
+    def git(*args: str) -> str:
+        try:
+            p = subprocess.run(["git", *args], cwd=start, capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return p.stdout.strip() if p.returncode == 0 else ""
+
+    head = git("rev-parse", "--short=12", "HEAD")
+    if head and git("status", "--porcelain", "--untracked-files=no", "--", "."):
+        head += "-dirty"
     return head or None
