@@ -144,8 +144,9 @@ print('bytecode $c gc $g torch %.2f tilelang %.2f total %.2f' % (a - t, b - a, b
                tech="re-verify"; hyp="the same-session verdict of an earlier iteration"
                if [[ $s == verifyat && $f == "${files%% *}" && -n ${VERIFY_TECHNIQUE:-} ]]; then
                  tech=$VERIFY_TECHNIQUE; hyp=${VERIFY_HYPOTHESIS:-$hyp}; fi
+               # without KOPT_COMMIT: its rows name no commit (an unpacked copy holds no tracked file), not this tree's
                run "verify_$(basename "$(dirname "$(dirname "$(dirname "$f")")")")" 600 \
-                 python3 -m kopt verify "$f" --machine --technique "$tech" --hypothesis "$hyp"
+                 env -u KOPT_COMMIT python3 -m kopt verify "$f" --machine --technique "$tech" --hypothesis "$hyp"
              done ;;
   report)    run plot 180 python3 -m kopt plot
              shot=; command -v chromium >/dev/null && shot=--screenshot

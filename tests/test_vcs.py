@@ -301,5 +301,13 @@ def test_head_short_names_a_dirty_candidate_folder(ws, monkeypatch):
     assert vcs.head_short(folder) == head
     edit(ws)
     assert vcs.head_short(folder) == head + "-dirty"
+    copy = ws / "old" / "solution"  # another commit's candidate unpacked into the tree: no tracked file there
+    copy.mkdir(parents=True)
+    (copy / "run_kernel.py").write_text("BACKEND = 'tilelang'\n")
+    assert vcs.head_short(copy) is None
+    git.Repo(ws).git.checkout("--", "solution")
+    assert vcs.head_short(folder) == head
+    (folder / "helper.py").write_text("# untracked, beside the candidate\n")
+    assert vcs.head_short(folder) == head + "-dirty"
     monkeypatch.setenv("KOPT_COMMIT", "abc1234")
     assert vcs.head_short(folder) == "abc1234"

@@ -319,9 +319,10 @@ def revert(ws: Path, target: str = "best") -> CommitResult:
 def head_short(start: Path) -> Optional[str]:
     """Short commit of the workspace: $KOPT_COMMIT when set (a GPU host given a copy of the tree,
     whose own git metadata, if any, need not match what was copied), else the HEAD of the
-    repository holding the candidate, with ``-dirty`` appended when the tracked files of the candidate's
-    folder differ from that commit (so a row never names a commit whose code is not the code it timed), else
-    None."""
+    repository holding the candidate, with ``-dirty`` appended when the candidate's folder differs from that commit
+    (a tracked file changed, or an untracked one beside it), so a row never names a commit whose code is not the
+    code it timed; None outside a repository or for a folder that holds no tracked file (a copy of another
+    commit's candidate unpacked into the tree)."""
     import subprocess
 
     pinned = os.environ.get("KOPT_COMMIT", "").strip()[:12]
@@ -336,6 +337,8 @@ def head_short(start: Path) -> Optional[str]:
         return p.stdout.strip() if p.returncode == 0 else ""
 
     head = git("rev-parse", "--short=12", "HEAD")
-    if head and git("status", "--porcelain", "--untracked-files=no", "--", "."):
+    if not head or not git("ls-files", "--", "."):
+        return None
+    if git("status", "--porcelain", "--", "."):
         head += "-dirty"
-    return head or None
+    return head
