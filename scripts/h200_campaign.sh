@@ -138,12 +138,13 @@ print('bytecode $c gc $g torch %.2f tilelang %.2f total %.2f' % (a - t, b - a, b
              for i in 1 2 3; do KOPT_KEEP_WARM_S=0 run "wallown_$i" 60 python3 -m kopt bench --case 10 --cold-cache \
                --machine; done ;;
   verifyat|verifyat2)  # VERIFY_AT / VERIFY_AT2: candidate files to verify in turn (older iterations unpacked
-             # beside the tree); VERIFY_TECHNIQUE / VERIFY_HYPOTHESIS label the first file of VERIFY_AT
+             # beside the tree); VERIFY_AT_TECHNIQUE / VERIFY_AT_HYPOTHESIS label the first file of VERIFY_AT (the
+             # others, and every file without them, are labelled re-verify; VERIFY_TECHNIQUE is the verify step's own)
              files=${VERIFY_AT:-}; [[ $s == verifyat2 ]] && files=${VERIFY_AT2:-}
              for f in $files; do
                tech="re-verify"; hyp="the same-session verdict of an earlier iteration"
-               if [[ $s == verifyat && $f == "${files%% *}" && -n ${VERIFY_TECHNIQUE:-} ]]; then
-                 tech=$VERIFY_TECHNIQUE; hyp=${VERIFY_HYPOTHESIS:-$hyp}; fi
+               if [[ $s == verifyat && $f == "${files%% *}" && -n ${VERIFY_AT_TECHNIQUE:-} ]]; then
+                 tech=$VERIFY_AT_TECHNIQUE; hyp=${VERIFY_AT_HYPOTHESIS:-$hyp}; fi
                # without KOPT_COMMIT: its rows name no commit (an unpacked copy holds no tracked file), not this tree's
                run "verify_$(basename "$(dirname "$(dirname "$(dirname "$f")")")")" 600 \
                  env -u KOPT_COMMIT python3 -m kopt verify "$f" --machine --technique "$tech" --hypothesis "$hyp"
