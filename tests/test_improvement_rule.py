@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import timedelta
 
 import pytest
 
@@ -187,3 +188,57 @@ def test_a_stopped_verify_run_is_not_ranked_as_a_verdict(tmp_path):
     top = ranking.rank(ranking.load_frame(path)[0]).set_index("candidate_id")
     assert top.loc["b", "basis"] == "signal" and top.loc["b", "geomean"] == pytest.approx(1.1)
     assert top.loc["a", "basis"] == "verdict"
+
+
+@pytest.mark.usefixtures("git_env")
+def test_a_pair_timed_together_is_compared_with_each_other(tmp_path, monkeypatch):
+    """Iteration 2's candidate was verified beside iteration 1's (one campaign call, two minutes apart), on a host
+    that reads both slower; iteration 1's candidate was re-verified alone later, on a faster one. The rule compares
+    the pair timed together, not the best's latest verdict, and both the history and ITERATIONS.md's Bench line say
+    which run they compared against; with no verdict of the best within PAIR_WINDOW_S, its latest decides."""
+    from conftest import kopt as run
+    from kopt.workspace import log
+    from kopt.workspace.vcs import candidate_hash
+
+    ws = tmp_path / "w"
+    assert run("init", ws).exit_code == 0
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    sol = ws / "solution" / "tilelang" / "run_kernel.py"
+
+    def verdict(uni: float, when: str) -> tuple[str, str]:
+        h, cid = candidate_hash(sol)
+        run_id = uuid.uuid4().hex[:12]
+        ledger.append(ws / "candidates.jsonl", [
+            CaseResult(row_id=uuid.uuid4().hex, run_id=run_id, mode="verdict", candidate_hash=h, candidate_id=cid,
+                       case=c, case_kind="perf", compiled=True, correct=True, speedup=uni, runtime_ms=0.1 / uni,
+                       ref_runtime_ms=0.1, device="H200", timestamp=when) for c in (4, 5)])
+        return cid, run_id
+
+    first = sol.read_text()
+    verdict(1.55, "2026-12-01T10:00:00+00:00")
+    assert run("log", "--hypothesis", "one").exit_code == 0 and run("commit", "-m", "one").exit_code == 0
+    sol.write_text(first + "\n# variant 2\n")
+    second = sol.read_text()
+    sol.write_text(first)
+    _, beside = verdict(1.50, "2026-12-02T09:00:00+00:00")      # iteration 1's candidate, beside the new one
+    sol.write_text(second)
+    verdict(1.55, "2026-12-02T09:02:00+00:00")                  # +3.3% over the pair, -0.6% under the latest below
+    sol.write_text(first)
+    verdict(1.56, "2026-12-02T15:00:00+00:00")                  # iteration 1's candidate alone, another session
+    sol.write_text(second)
+    bench = log.bench_section(ws)
+    assert "previous best 1.500x" in bench and f"run {beside}, 2 min apart" in bench and "-> improved" in bench, bench
+    assert run("log", "--hypothesis", "two").exit_code == 0 and run("commit", "-m", "two").exit_code == 0
+    one, two = iterations.history(ws)
+    assert one.geomean == pytest.approx(1.56)                   # an iteration's own verdict: its latest
+    assert two.outcome == "improved" and two.best_before == pytest.approx(1.50)
+    assert f"run {beside}, 2 min apart" in two.reason and "uniform +3.3%" in two.reason
+
+    rows = [r for r in ledger.load_dicts(ws / "candidates.jsonl").rows]
+    late = ranking.latest_verdict(rows, two.candidate_id)
+    pair = iterations.paired_verdict(rows, one.candidate_id, "H200", "eager", iterations.run_time(late))
+    assert pair is not None and pair.run_id == beside and pair.apart_s == pytest.approx(120)
+    when = iterations.run_time(late)
+    assert iterations.paired_verdict(rows, one.candidate_id, "H200", "eager", when + timedelta(hours=1)) is None
+    assert iterations.paired_verdict(rows, one.candidate_id, "H200", "graph", when) is None  # timed another way
+    assert iterations.paired_verdict(rows, one.candidate_id, "CPU", "eager", when) is None   # another device

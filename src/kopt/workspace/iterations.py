@@ -10,6 +10,11 @@ geomeans, over the uniform cases (G) and over the ragged ones (R); iteration i i
 not fail and, against the best (the last improving iteration before i),
     G >= G_best * (1 + threshold) and R >= R_best * (1 - threshold)     (uniform up, ragged not lost)
  or R >= R_best * (1 + threshold) and G >= G_best * (1 - threshold)     (ragged up, uniform not lost).
+The best's side of that comparison is its latest verdict, unless its candidate was verified beside the
+iteration's: a finished verdict of the best's candidate on the same device, timed the same way, within
+PAIR_WINDOW_S of the iteration's (the two ends of one `verifyat verify` campaign call) is compared instead,
+the closest in time, and the reason names that run. Verdicts of different sessions differ by about 1% on
+the same code (H200, iteration 31), so a pair timed together settles a gain the threshold leaves open.
 When either verdict has no ragged geomean (rows older than the ragged cases, or a verdict without
 them) the uniform rule alone decides, G >= G_best * (1 + threshold), and the reason says so. The
 first iteration with a correct verdict on a device improves by definition, and so does the first one
@@ -26,6 +31,7 @@ any, else verdict rows grouped by candidate in timestamp order, judged by the sa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -111,6 +117,56 @@ def judge(geomean: Optional[float], ragged: Optional[float], failed: bool, best:
     return Judgement("not improved", f"{both}: neither gains {up}")
 
 
+#: Two verdicts at most this far apart (seconds) count as timed together, on one machine (a device lease is
+#: held at most 30 minutes): the improvement rule then compares the pair (module docstring).
+PAIR_WINDOW_S = 1800
+
+
+def run_time(rows: list[dict]) -> Optional[datetime]:
+    """When a verify run ended: its latest row's timestamp (None when no row has a readable one)."""
+    times = []
+    for r in rows:
+        try:
+            t = datetime.fromisoformat(str(r.get("timestamp")))
+        except ValueError:
+            continue
+        times.append(t if t.tzinfo else t.replace(tzinfo=timezone.utc))
+    return max(times) if times else None
+
+
+@dataclass
+class Pair:
+    """The best's verdict timed beside an iteration's (paired_verdict)."""
+
+    rows: list[dict]
+    run_id: str
+    apart_s: float
+
+    def note(self) -> str:
+        return (f"judged against the best's verdict timed beside this one (run {self.run_id}, "
+                f"{self.apart_s / 60:.0f} min apart)")
+
+
+def paired_verdict(verdicts: list[dict], cid: Optional[str], device: Optional[str], generation: str,
+                   when: Optional[datetime]) -> Optional[Pair]:
+    """Candidate `cid`'s finished, correct verify run on `device`, timed the same way (`generation`), closest in
+    time to `when` and at most PAIR_WINDOW_S from it; None when it has none."""
+    from kopt.workspace import ranking
+
+    if not cid or when is None:
+        return None
+    found = None
+    for run in ranking.verdict_runs(verdicts, cid, device):
+        rows = ranking.latest_finished([run])
+        t = run_time(rows)
+        if not rows or t is None or ranking.failed(rows) or timing_generation(rows) != generation:
+            continue
+        apart = abs((t - when).total_seconds())
+        if apart <= PAIR_WINDOW_S and (found is None or apart < found.apart_s):
+            found = Pair(rows, str(rows[0].get("run_id") or "NA"), apart)
+    return found
+
+
 def current_candidate(ws: Path) -> Optional[str]:
     """candidate_id of the workspace's solution/tilelang/run_kernel.py (None when absent)."""
     from kopt.paths import default_candidate
@@ -141,7 +197,7 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     verdicts = None
     for path, m in snapshots(ws):
         g = ranking.Geomeans(m.geomean, m.n_cases, m.geomean_ragged, m.n_ragged, m.pct_limit, m.pct_limit_ragged)
-        failed, dev, gen = m.failed, m.device, "eager"
+        failed, dev, gen, late = m.failed, m.device, "eager", None
         if m.candidate_id:  # the candidate's latest verdict in the ledger (on the snapshot's device) wins
             if verdicts is None:
                 verdicts = [r for r in (_rows(ws) if rows is None else rows) if r.get("mode") == "verdict"]
@@ -153,8 +209,16 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
                 failed = True
         if dev not in thr:
             thr[dev] = threshold(ws, dev, rows)
-        prev, prev_r = best.get((dev, gen), (None, None))
+        prev, prev_r, prev_cid = best.get((dev, gen), (None, None, None))
+        pair = None
+        if late and prev_cid and prev_cid != m.candidate_id:  # the best's candidate verified beside this one
+            pair = paired_verdict(verdicts, prev_cid, dev, gen, run_time(late))
+            if pair:
+                pg = ranking.geomeans(pair.rows)
+                prev, prev_r = pg.uniform, pg.ragged
         j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
+        if pair:
+            j = Judgement(j.outcome, f"{j.reason}; {pair.note()}")
         if prev is None and j.outcome == "improved" and gen != "eager" and any(k[0] == dev for k in best):
             j = Judgement("improved", f"the first verdict on this device timed {GENERATIONS[gen]}: a new baseline "
                                       "(earlier verdicts were timed another way and are not compared with it)")
@@ -162,7 +226,7 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
                              path.name, dev, g.ragged, g.n_ragged, g.pct_limit, g.pct_limit_ragged, prev_r, j.reason,
                              gen))
         if j.outcome == "improved":
-            best[(dev, gen)] = (g.uniform, g.ragged)
+            best[(dev, gen)] = (g.uniform, g.ragged, m.candidate_id)
     return out
 
 

@@ -71,10 +71,15 @@ def bench_section(ws: Path) -> str:
         line += f"; no previous best iteration on {dev or 'this device'}."
     elif gm is not None:
         thr = iterations.threshold(ws, dev, rows)
-        j = iterations.judge(gm, g.ragged, False, best.geomean, best.geomean_ragged, thr)
-        prev = f"{best.geomean:.3f}x" + (f" (ragged {best.geomean_ragged:.3f}x)" if best.geomean_ragged else "")
+        bg, br = best.geomean, best.geomean_ragged
+        pair = iterations.paired_verdict(rows, best.candidate_id, dev, gen, iterations.run_time(latest))
+        if pair:  # the best's candidate verified beside this one: that pair is compared
+            pg = ranking.geomeans(pair.rows)
+            bg, br = pg.uniform, pg.ragged
+        j = iterations.judge(gm, g.ragged, False, bg, br, thr)
+        prev = f"{bg:.3f}x" + (f" (ragged {br:.3f}x)" if br else "")
         line += (f"; previous best {prev} (iter {best.iteration}, `{best.candidate_id}`): "
-                 f"{j.reason} -> {j.outcome} (threshold +{thr * 100:.1f}%).")
+                 f"{j.reason}{'; ' + pair.note() if pair else ''} -> {j.outcome} (threshold +{thr * 100:.1f}%).")
     else:
         line += f"; previous best {best.geomean:.3f}x (iter {best.iteration}) -> failed (no correct case)."
     if noisy_cases:
