@@ -149,8 +149,8 @@ class Pair:
 
 def paired_verdict(verdicts: list[dict], cid: Optional[str], device: Optional[str], generation: str,
                    when: Optional[datetime]) -> Optional[Pair]:
-    """Candidate `cid`'s finished, correct verify run on `device`, timed the same way (`generation`), closest in
-    time to `when` and at most PAIR_WINDOW_S from it; None when it has none."""
+    """Candidate `cid`'s finished, correct verify run on `device` with a uniform geomean, timed the same way
+    (`generation`), closest in time to `when` and at most PAIR_WINDOW_S from it; None when it has none."""
     from kopt.workspace import ranking
 
     if not cid or when is None:
@@ -159,7 +159,8 @@ def paired_verdict(verdicts: list[dict], cid: Optional[str], device: Optional[st
     for run in ranking.verdict_runs(verdicts, cid, device):
         rows = ranking.latest_finished([run])
         t = run_time(rows)
-        if not rows or t is None or ranking.failed(rows) or timing_generation(rows) != generation:
+        if (not rows or t is None or ranking.failed(rows) or timing_generation(rows) != generation
+                or ranking.geomeans(rows).uniform is None):
             continue
         apart = abs((t - when).total_seconds())
         if apart <= PAIR_WINDOW_S and (found is None or apart < found.apart_s):
