@@ -58,6 +58,8 @@ METRICS: dict[str, str] = {
     "limit_warps": "launch__occupancy_limit_warps",
     "tensor_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
     "tensor_inst": "sm__inst_executed_pipe_tensor.sum",
+    "inst_executed": "sm__inst_executed.sum",
+    "lsu_inst": "sm__inst_executed_pipe_lsu.sum",
     "local_load_bytes": "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
     "l2_hit_pct": "lts__t_sector_hit_rate.pct",
     "sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
