@@ -184,6 +184,17 @@ def test_parse_ncu_csv_real_h200():
     assert set(ncu.METRICS) - set(m) == {"inst_executed", "lsu_inst"}
 
 
+def test_parse_ncu_csv_real_h200_with_instruction_counts():
+    """A later capture (the balanced kernel of R1 in 16-token pages) holds every curated metric, the instruction
+    counts among them: all pipes' warp instructions, of them the load/store pipe's and the tensor pipe's."""
+    ks = ncu.parse_csv((FIX / "ncu_raw_h200_case15_p16_real.csv").read_text())
+    assert [k.name for k in ks] == ["decode_balanced_kernel"]
+    m = ks[0].metrics
+    assert set(ncu.METRICS) - set(m) == set()
+    assert m["grid_size"] == 392 and m["inst_executed"] == pytest.approx(15191864)
+    assert 0 < m["tensor_inst"] < m["lsu_inst"] < m["inst_executed"]
+
+
 def test_parse_ncu_details_page():
     text = ('"ID","Kernel Name","Block Size","Grid Size","Section Name","Metric Name","Metric Unit","Metric Value"\n'
             '"0","k","(128, 1, 1)","(8, 2, 1)","Command line profiler '
