@@ -158,17 +158,20 @@ print('bytecode $c gc $g torch %.2f tilelang %.2f total %.2f' % (a - t, b - a, b
                printf 'Metadata-Version: 2.1\nName: fa3-fwd\nVersion: 0.0.3\n' > /tmp/kopt-peers/fa3_fwd-0.0.3.dist-info/METADATA
              fi
              ( export PYTHONPATH=/tmp/kopt-peers:$PYTHONPATH; run peers 420 python3 -m kopt peers --all --dtype "${PEERS_DTYPE:-bf16}" ) ;;
-  cfgscreen) # CFG_SCREEN: a file of lines "CASES<tab>CONFIGS" (scripts/gpu_config_screen.py), '#' comments; its
-             # configs (explicit, or laid over each case's plan: '+{..}') are compiled first for those cases, in parallel
+  cfgscreen) # CFG_SCREEN: a file of lines "CASES<tab>CONFIGS[<tab>ARGS]" (scripts/gpu_config_screen.py), '#'
+             # comments; ARGS (e.g. --page-size 16) come after CFG_SCREEN_ARGS, so one file can screen several layouts;
+             # a line's configs (explicit, or laid over each case's plan: '+{..}') are compiled first, in parallel
              i=0
-             while IFS=$'\t' read -r cs cf <&3; do
+             while IFS=$'\t' read -r cs cf la <&3; do
                [[ -z $cs || $cs == \#* ]] && continue
+               args="${CFG_SCREEN_ARGS:-} ${la:-}"
                pc=$(tr ';' '\n' <<< "$cf" | sed -n 's/^[^=]*=\(+\{0,1\}{.*\)$/\1/p' | paste -sd';')
-               ps=$(sed -n 's/.*--page-size[ =]\([0-9]*\).*/\1/p' <<< "${CFG_SCREEN_ARGS:-}")  # the screen's layout
+               ps=$(sed -n 's/.*--page-size[ =]\([0-9]*\).*/\1/p' <<< "$args")  # the line's layout (its last --page-size)
                [[ -n $pc ]] && run "cfgprewarm_$i" 240 python3 scripts/prewarm_kernels.py --configs "$pc" --cases "$cs" \
                  ${ps:+--page-size "$ps"}
-               run "cfgscreen_$i" 300 python3 scripts/gpu_config_screen.py --cases "$cs" --configs "$cf" ${CFG_SCREEN_ARGS:-}
-               echo "cfgscreen_$i cases=$cs configs=$cf" >> "$log/steps.txt"; i=$((i + 1))
+               # shellcheck disable=SC2086  # args: words
+               run "cfgscreen_$i" 300 python3 scripts/gpu_config_screen.py --cases "$cs" --configs "$cf" $args
+               echo "cfgscreen_$i cases=$cs configs=$cf${la:+ args=$la}" >> "$log/steps.txt"; i=$((i + 1))
              done 3< "${CFG_SCREEN:?CFG_SCREEN: the screen file}" ;;
   startup)   run child_startup 120 python3 scripts/gpu_child_startup.py --runs "${STARTUP_RUNS:-2}" ;;  # child_warm's steps
   walljson)  # case 10 wall time x3 with --json (every phase of kopt's own in each log)

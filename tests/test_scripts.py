@@ -39,6 +39,33 @@ def test_campaign_pack_leaves_the_archive_and_the_step_list(tmp_path):
         assert "logs/steps.txt" in t.getnames()
 
 
+def test_cfgscreen_takes_each_lines_own_args(tmp_path):
+    """A screen file's third field holds that line's arguments (after CFG_SCREEN_ARGS, so its --page-size wins):
+    each line compiles its configs for its own layout and screens with its own arguments. python3 is a stub here
+    that records how it was called."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "h200_campaign.sh"
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    calls = tmp_path / "calls.txt"
+    (stub / "python3").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    (stub / "python3").chmod(0o755)
+    screen = tmp_path / "screen.tsv"
+    screen.write_text('# a comment\n15,16\tbt=+{"a": 1}\t--page-size 16\n'
+                      '15\tbt=+{"a": 1}\n17\tx={"block_N": 64}\t--page-size 256 --quick\n')
+    env = {"PATH": f"{stub}:/usr/bin:/bin", "CFG_SCREEN": str(screen), "CFG_SCREEN_ARGS": "--page-size 64"}
+    p = subprocess.run(["bash", str(script), str(tmp_path / "out"), "cfgscreen"], capture_output=True, text=True,
+                       env=env, cwd=tmp_path)
+    lines = calls.read_text().splitlines()
+    prewarm = [x for x in lines if "prewarm_kernels.py" in x]
+    screens = [x for x in lines if "gpu_config_screen.py" in x]
+    assert len(prewarm) == 3 and len(screens) == 3, p.stderr
+    assert [x.split("--page-size ")[-1].split()[0] for x in prewarm] == ["16", "64", "256"]
+    assert screens[0].endswith("--page-size 64 --page-size 16") and screens[1].endswith("--page-size 64")
+    assert screens[2].endswith("--page-size 64 --page-size 256 --quick") and "--cases 17" in screens[2]
+    steps = (tmp_path / "out" / "logs" / "steps.txt").read_text()
+    assert "cfgscreen_0 cases=15,16" in steps and "args=--page-size 16" in steps and "cfgscreen_2 cases=17" in steps
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
