@@ -33,7 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from kopt.workspace import ranking
 
 
 @dataclass
@@ -141,6 +144,7 @@ class Pair:
     rows: list[dict]
     run_id: str
     apart_s: float
+    geomeans: ranking.Geomeans
 
     def note(self) -> str:
         return (f"judged against the best's verdict timed beside this one (run {self.run_id}, "
@@ -159,13 +163,25 @@ def paired_verdict(verdicts: list[dict], cid: Optional[str], device: Optional[st
     for run in ranking.verdict_runs(verdicts, cid, device):
         rows = ranking.latest_finished([run])
         t = run_time(rows)
-        if (not rows or t is None or ranking.failed(rows) or timing_generation(rows) != generation
-                or ranking.geomeans(rows).uniform is None):
+        if not rows or t is None or ranking.failed(rows) or timing_generation(rows) != generation:
             continue
         apart = abs((t - when).total_seconds())
         if apart <= PAIR_WINDOW_S and (found is None or apart < found.apart_s):
-            found = Pair(rows, str(rows[0].get("run_id") or "NA"), apart)
+            g = ranking.geomeans(rows)
+            if g.uniform is not None:
+                found = Pair(rows, str(rows[0].get("run_id") or "NA"), apart, g)
     return found
+
+
+def best_side(verdicts: list[dict], best_cid: Optional[str], cid: Optional[str], device: Optional[str],
+              generation: str, late: list[dict], uniform: Optional[float],
+              ragged: Optional[float]) -> tuple[Optional[float], Optional[float], Optional[Pair]]:
+    """The best's (uniform, ragged) geomeans to judge candidate `cid`'s verdict `late` against: those of the best
+    candidate's verdict timed beside it (paired_verdict) when there is one, else the given ones; and that pair."""
+    pair = None
+    if late and best_cid and best_cid != cid:
+        pair = paired_verdict(verdicts, best_cid, device, generation, run_time(late))
+    return (pair.geomeans.uniform, pair.geomeans.ragged, pair) if pair else (uniform, ragged, None)
 
 
 def current_candidate(ws: Path) -> Optional[str]:
@@ -211,12 +227,7 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
         if dev not in thr:
             thr[dev] = threshold(ws, dev, rows)
         prev, prev_r, prev_cid = best.get((dev, gen), (None, None, None))
-        pair = None
-        if late and prev_cid and prev_cid != m.candidate_id:  # the best's candidate verified beside this one
-            pair = paired_verdict(verdicts, prev_cid, dev, gen, run_time(late))
-            if pair:
-                pg = ranking.geomeans(pair.rows)
-                prev, prev_r = pg.uniform, pg.ragged
+        prev, prev_r, pair = best_side(verdicts, prev_cid, m.candidate_id, dev, gen, late, prev, prev_r)
         j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
         if pair:
             j = Judgement(j.outcome, f"{j.reason}; {pair.note()}")

@@ -71,11 +71,8 @@ def bench_section(ws: Path) -> str:
         line += f"; no previous best iteration on {dev or 'this device'}."
     elif gm is not None:
         thr = iterations.threshold(ws, dev, rows)
-        bg, br = best.geomean, best.geomean_ragged
-        pair = iterations.paired_verdict(rows, best.candidate_id, dev, gen, iterations.run_time(latest))
-        if pair:  # the best's candidate verified beside this one: that pair is compared
-            pg = ranking.geomeans(pair.rows)
-            bg, br = pg.uniform, pg.ragged
+        bg, br, pair = iterations.best_side(rows, best.candidate_id, got, dev, gen, latest, best.geomean,
+                                            best.geomean_ragged)
         j = iterations.judge(gm, g.ragged, False, bg, br, thr)
         prev = f"{bg:.3f}x" + (f" (ragged {br:.3f}x)" if br else "")
         line += (f"; previous best {prev} (iter {best.iteration}, `{best.candidate_id}`): "
