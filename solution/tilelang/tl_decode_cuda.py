@@ -128,6 +128,7 @@ def build_decode(
     v_split: int = 1,
     red_batch: int = RED_BATCH,
     red_once: bool = False,
+    tile_page: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -160,7 +161,11 @@ def build_decode(
     16-row tile instead of one per row (the plan's default: red_batch_default).
 
     ``red_once`` (CUDA): a reduction across four warps crosses them in one shared-memory round (write, one barrier,
-    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE)."""
+    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE).
+
+    ``tile_page`` (paged, not eager, pages of a whole number of tiles: page_size % block_N == 0): a tile's rows all lie
+    in one page, so its page id is loaded once a tile into a scalar and each row's address is that page plus the row's
+    offset in it, instead of a table load and a page address for every row."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -188,6 +193,7 @@ def build_decode(
         return b, pos
 
     eager = bool(eager)
+    tile_page = bool(tile_page and paged and page_size % block_N == 0)
     policy = T.GemmWarpPolicy.FullCol
     combine_body = _combine_macro(T, accum, dtype, comb_unroll)
 
@@ -238,6 +244,7 @@ def build_decode(
         T.fill(acc_o, 0)
         T.fill(l_sum, 0)
         T.fill(m_cur, -T.infinity(accum))
+        tp = tile_page and not eager  # eager rows may pass the sequence: they keep the per-row clamped page
 
         for k in T.Pipelined(T.max(n_iter, 1) if eager else n_iter, num_stages=num_stages):
             base = (t_begin + k) * block_N
@@ -246,13 +253,17 @@ def build_decode(
                 # re-read its 4 KB from L2. Padded rows repeat head G-1: their outputs are never written.
                 for i, j in T.Parallel(block_H, d):
                     Q_shared[i, j] = Q[b, h * G + T.min(i, G - 1), j]
-            for i, j in T.Parallel(block_N, d):
-                # eager: K rows are clamped to the allocated cache (valid memory, paged or not: page ids
-                # are clamped into the pool; keys past the sequence are masked below), so the first K
-                # tile does not wait for L[b]
-                # (only eager K rows can pass the sequence: only they pay the page-id clamp)
-                r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1), clamp_page=eager)
-                K_shared[i, j] = K[r0, r1, h, j]
+            if tp:  # the tile's one page (base <= L[b] - 1 < base + block_N, all in page base // page_size)
+                for i, j in T.Parallel(block_N, d):
+                    K_shared[i, j] = K[BT[b, base // page_size], T.min(base + i, seqlen - 1) % page_size, h, j]
+            else:
+                for i, j in T.Parallel(block_N, d):
+                    # eager: K rows are clamped to the allocated cache (valid memory, paged or not: page ids
+                    # are clamped into the pool; keys past the sequence are masked below), so the first K
+                    # tile does not wait for L[b]
+                    # (only eager K rows can pass the sequence: only they pay the page-id clamp)
+                    r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1), clamp_page=eager)
+                    K_shared[i, j] = K[r0, r1, h, j]
             T.clear(acc_s)
             T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
             for i, j in T.Parallel(block_H, block_N):
@@ -272,10 +283,15 @@ def build_decode(
             T.copy(acc_s, P_shared)
             for i, j in T.Parallel(block_H, dv):
                 acc_o[i, j] *= r_scale[i]
-            for i, j in T.Parallel(block_N, dv):
-                # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
-                r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
-                V_shared[i, j] = V[r0, r1, h, vc * dv + j]
+            if tp:
+                for i, j in T.Parallel(block_N, dv):
+                    V_shared[i, j] = V[BT[b, base // page_size], T.min(base + i, seqlen - 1) % page_size, h,
+                                       vc * dv + j]
+            else:
+                for i, j in T.Parallel(block_N, dv):
+                    # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
+                    r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
+                    V_shared[i, j] = V[r0, r1, h, vc * dv + j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
 
         if balanced:  # a row of one split writes O itself; idle CTAs write nothing
@@ -796,7 +812,7 @@ def _compile(func, target, fast_math: bool = False):
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
                bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
-               fast_math=False):
+               fast_math=False, tile_page=False):
     balanced = int(balanced)
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
@@ -808,7 +824,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math))
+           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math), bool(tile_page))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -816,7 +832,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-                                 comb_unroll, int(v_split), int(red_batch), bool(red_once))
+                                 comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(tile_page))
                 k = _compile(f, target, bool(fast_math))
                 _KERNELS[key] = k
     return k
@@ -853,7 +869,7 @@ def _pass_configs(fast_math: bool = False):
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
                 balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False):
+                red_batch=RED_BATCH, red_once=False, tile_page=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -865,7 +881,8 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
                 bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
-                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once)), arch
+                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
+                tile_page=bool(tile_page)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
