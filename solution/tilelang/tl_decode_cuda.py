@@ -43,7 +43,6 @@ Batch, cache length / number of pages, block_table width and num_splits are dyna
 dims, so one compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
 """
 import math
-import os
 import threading
 
 import torch
