@@ -559,3 +559,21 @@ def test_balanced_tiling_given_wins_over_the_gqa_rule(rk):
     assert rk._balanced_splits({"bal_per_sm": 2}, 4, 4, 61519, 132, 64, 16, 8) == (64, 67, 264)
     assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 4) == (64, 67, 264)  # G 4: the 64-key plan
     assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8, paged=True) == (64, 67, 264)  # paged: likewise
+
+
+@needs_nvcc
+@pytest.mark.parametrize("page", [16, 256])
+def test_tile_page_takes_a_rows_page_from_its_tile(rk, page):
+    """tile_page: the table column of a row is its tile's first page plus the row's page within the tile, so once
+    lowered no table load depends on the thread (rows of one page share a load; the default's every row has its
+    own), and the kernel compiles without spills for pages of several tiles and tiles of several pages."""
+    shape = dict(dtype="float16", hq=32, hkv=8, d=128, paged=True, page_size=page, block_N=64, balanced=264,
+                 merge_unroll=8)
+    tp = rk.compile_cuda_check(tile_page=True, **shape)["main"]
+    plain = rk.compile_cuda_check(**shape)["main"]
+
+    def per_thread(src):
+        return [x for x in re.findall(r"BT\[[^\]]*\]", src) if "threadIdx" in x]
+
+    assert per_thread(plain["source"]) and not per_thread(tp["source"])
+    assert all(s == 0 for s in tp["spill_bytes"]), tp["ptxas_log"][-2000:]

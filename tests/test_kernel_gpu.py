@@ -121,6 +121,34 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cid,page,seqlens,cfg", [
+    (15, 16, "full", None), (16, 256, "full", None), (17, 32, "full", None), (18, 64, "full", None),
+    (16, 16, "full", {"block_N": 128}), (8, 256, "ragged", {"num_splits": 8, "block_N": 128}),
+    (10, 16, "ragged", {"eager": 0}), (5, 16, "ragged", {"eager": 0, "block_N": 32}),
+    (7, 64, "ragged", {"eager": 0}), (3, 16, "full", {"eager": 0, "block_N": 32})])
+def test_tile_page(kernel, cid, page, seqlens, cfg):
+    """A row's page from its tile's first page (tile_page): balanced, plain split and unsplit plans, tiles of several
+    pages (16-token pages), pages of several tiles (256) and one tile a page (64), sequences ending inside a page, in
+    both dtypes and head dims; then the same plans with garbage table entries past each sequence."""
+    import torch
+
+    cfg = (cfg or {}) | {"tile_page": 1}
+    for seed, dtype in ((95, "fp16"), (96, "bf16")):
+        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
+    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=97, config=cfg)
+    c = _case(cid, seqlens="ragged", page_size=page)
+    c = c.model_copy(update={"batch": max(c.batch, 3)})
+    w, ref, base = _intact(c, 98)
+    bt, nblocks = w.block_table, w.k_cache.shape[0]
+    used = (w.cache_seqlens.long() + page - 1) // page
+    cols = torch.arange(bt.shape[1], device=bt.device)
+    past = cols[None, :] >= used[:, None]
+    bt.copy_(torch.where(past, torch.where(cols % 2 == 0, -7, nblocks + 1000).to(bt.dtype).expand_as(bt), bt))
+    assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
+    _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} tile_page garbage")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("eager", [0, 1])
 @pytest.mark.parametrize("cid,page,block_N", [(4, 0, 0), (3, 0, 0), (5, 0, 0), (5, 0, 64), (5, 0, 192), (3, 0, 64),
                                               (6, 0, 0), (10, 0, 192), (3, 16, 0), (5, 64, 0), (4, 256, 0), (18, 0, 0),
