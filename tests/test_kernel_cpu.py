@@ -408,6 +408,24 @@ def test_v_split_default(rk, shape, want):
     assert sys.modules["tl_decode_cuda"].v_split_default(B, hkv, ns, 132) == want
 
 
+@pytest.mark.parametrize("paged,page,block_N,eager,want", [
+    (True, 16, 64, False, True),     # a tile of four pages
+    (True, 256, 64, False, True),    # a page of four tiles
+    (True, 64, 64, False, True),
+    (True, 16, 160, False, True),    # ten pages a tile
+    (True, 64, 160, False, False),   # a tile ends inside a page and the next starts there
+    (True, 256, 192, False, False),
+    (True, 16, 64, True, False),     # eager rows may pass the sequence: their own clamped page
+    (False, 256, 64, False, False),
+])
+def test_tile_page_applies(rk, paged, page, block_N, eager, want):
+    """tile_page (a row's page from its tile's first page) only on paged, non-eager plans whose pages hold whole
+    tiles or tiles whole pages: elsewhere a tile's first page plus the row's page within the tile is not the row's."""
+    import sys
+
+    assert sys.modules["tl_decode_cuda"].tile_page_applies(paged, page, block_N, eager) == want
+
+
 @pytest.mark.parametrize("block_N,v_split,want", [(32, 2, 64), (32, 1, 128), (64, 2, 128), (160, 2, 128),
                                                   (128, 1, 128)])
 def test_default_threads(rk, block_N, v_split, want):

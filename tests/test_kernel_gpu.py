@@ -126,13 +126,19 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
     (16, 16, "full", {"block_N": 128}), (8, 256, "ragged", {"num_splits": 8, "block_N": 128}),
     (10, 16, "ragged", {"eager": 0}), (5, 16, "ragged", {"eager": 0, "block_N": 32}),
     (7, 64, "ragged", {"eager": 0}), (3, 16, "full", {"eager": 0, "block_N": 32})])
-def test_tile_page(kernel, cid, page, seqlens, cfg):
-    """A row's page from its tile's first page (tile_page): balanced, plain split and unsplit plans, tiles of several
-    pages (16-token pages), pages of several tiles (256) and one tile a page (64), sequences ending inside a page, in
-    both dtypes and head dims; then the same plans with garbage table entries past each sequence."""
+@pytest.mark.parametrize("tp", [1, 0])
+def test_tile_page(kernel, cid, page, seqlens, cfg, tp):
+    """A row's page from its tile's first page (tile_page, the paged default) and each row's own page (tile_page 0):
+    balanced, plain split and unsplit plans, tiles of several pages (16-token pages), pages of several tiles (256) and
+    one tile a page (64), sequences ending inside a page, in both dtypes and head dims; then the same plans with
+    garbage table entries past each sequence."""
     import torch
 
-    cfg = (cfg or {}) | {"tile_page": 1}
+    from kopt.workload import make_workload
+
+    cfg = (cfg or {}) | {"tile_page": tp}
+    w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
+    assert kernel.plan_info(*w0.args(), **w0.kwargs(cfg))["tile_page"] == bool(tp), "the plan ignored it"
     for seed, dtype in ((95, "fp16"), (96, "bf16")):
         _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
     _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=97, config=cfg)

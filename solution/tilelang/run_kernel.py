@@ -158,9 +158,10 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.red_once = bool(int(ro)) if ro is not None else _cuda.red_once_default(split_plan, p.eager)
     fm = cfg.get("fast_math")  # nvcc --use_fast_math for this plan's kernels (tl_decode_cuda.fast_math_default)
     p.fast_math = bool(int(fm)) if fm is not None else _cuda.fast_math_default()
-    # a row's page from its tile's first page (tl_decode_cuda.build_decode's tile_page): paged, not eager
-    p.tile_page = (bool(int(cfg.get("tile_page") or 0)) and paged and not p.eager
-                   and (page % p.block_N == 0 or p.block_N % page == 0))
+    # a row's page from its tile's first page (tl_decode_cuda.build_decode's tile_page; default on): paged, not eager
+    tp = cfg.get("tile_page")
+    p.tile_page = (bool(int(tp)) if tp is not None else True) and _cuda.tile_page_applies(paged, page, p.block_N,
+                                                                                           p.eager)
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
         p.threads = _cuda.default_threads(p.block_N, p.v_split)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)

@@ -199,7 +199,7 @@ def build_decode(
         return T.min(base // page_size + i // page_size, (seqlen - 1) // page_size)
 
     eager = bool(eager)
-    tile_page = bool(tile_page and paged and (page_size % block_N == 0 or block_N % page_size == 0))
+    tile_page = bool(tile_page) and tile_page_applies(paged, page_size, block_N, False)
     policy = T.GemmWarpPolicy.FullCol
     combine_body = _combine_macro(T, accum, dtype, comb_unroll)
 
@@ -709,6 +709,13 @@ def red_once_default(split: bool, eager: bool) -> bool:
     Off under mcPytorch (torch.version.maca): the prelude names TileLang's CUDA template."""
     maca = getattr(torch.version, "maca", None)  # mcPytorch: its TileLang fork's templates, not CUDA's
     return bool(RED_ONCE) and not (split and eager) and not maca
+
+
+def tile_page_applies(paged: bool, page_size: int, block_N: int, eager: bool) -> bool:
+    """Where build_decode's tile_page can run: a paged, non-eager plan (eager rows may pass the sequence and keep their
+    per-row clamped page) whose pages hold whole tiles or whose tiles hold whole pages. The plan turns it on there by
+    default (run_kernel; config tile_page 0 turns it off)."""
+    return bool(paged) and not eager and (page_size % block_N == 0 or block_N % page_size == 0)
 
 
 #: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
