@@ -32,7 +32,7 @@ import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and devi
 # config keys understood by the CUDA path
 _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced",
              "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll", "v_split", "red_batch",
-             "red_once", "fast_math")
+             "red_once", "fast_math", "tile_page")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ def _check_config(config):
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
                  "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll",
-                 "v_split", "red_batch", "red_once", "fast_math", "scale", "target",
+                 "v_split", "red_batch", "red_once", "fast_math", "tile_page", "scale", "target",
                  "main", "comb", "dummy_bt", "opart", "lse", "cnt")
 
 
@@ -158,6 +158,10 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.red_once = bool(int(ro)) if ro is not None else _cuda.red_once_default(split_plan, p.eager)
     fm = cfg.get("fast_math")  # nvcc --use_fast_math for this plan's kernels (tl_decode_cuda.fast_math_default)
     p.fast_math = bool(int(fm)) if fm is not None else _cuda.fast_math_default()
+    # a row's page from its tile's first page (tl_decode_cuda.build_decode's tile_page; default on): paged, not eager
+    tp = cfg.get("tile_page")
+    p.tile_page = (bool(int(tp)) if tp is not None else True) and _cuda.tile_page_applies(paged, page, p.block_N,
+                                                                                           p.eager)
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
         p.threads = _cuda.default_threads(p.block_N, p.v_split)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
@@ -235,7 +239,7 @@ def _cuda_kernels(p: "_Plan"):
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
                             p.scale, p.target, p.fused, p.eager, p.last_cta, p.balanced, p.q_loop,
                             p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll, p.v_split, p.red_batch,
-                            p.red_once, p.fast_math)
+                            p.red_once, p.fast_math, p.tile_page)
     # fused: the combine kernel is launched by the same host call as the split kernel; last_cta: no
     # combine kernel (the last CTA of each (batch, kv head) merges)
     comb = None
@@ -291,6 +295,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
             "balanced": p.balanced, "q_loop": p.q_loop, "merge_unroll": p.merge_unroll,
             "bal_combine": p.bal_combine, "pdl": p.pdl, "comb_unroll": p.comb_unroll,
             "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once, "fast_math": p.fast_math,
+            "tile_page": p.tile_page,
             "page_size": p.page}
 
 
