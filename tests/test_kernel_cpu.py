@@ -572,11 +572,16 @@ def test_balanced_plan_from_shapes(rk, case, want):
 
 def test_balanced_tiling_given_wins_over_the_gqa_rule(rk):
     """R4's shape (G 8, contiguous): 128-key tiles at one CTA per unit by default; a given tile and CTAs per unit
-    win; G 4 and paged caches keep 64-key tiles at two per unit."""
+    win; G 4 and pages of 32 tokens or more keep 64-key tiles at two per unit; 16-token pages take 128-key tiles at
+    two per unit."""
     assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8) == (128, 34, 132)
     assert rk._balanced_splits({"bal_per_sm": 2}, 4, 4, 61519, 132, 64, 16, 8) == (64, 67, 264)
     assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 4) == (64, 67, 264)  # G 4: the 64-key plan
-    assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8, paged=True) == (64, 67, 264)  # paged: likewise
+    assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8, page_size=256) == (64, 67, 264)  # paged: likewise
+    assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8, page_size=32) == (64, 67, 264)
+    assert rk._balanced_splits({}, 4, 4, 61519, 132, 0, 16, 8, page_size=16) == (128, 67, 264)
+    assert rk._balanced_splits({}, 16, 8, 32768, 132, 0, 4, 4, page_size=16) == (128, 34, 264)  # R1
+    assert rk._balanced_splits({}, 4, 4, 61519, 132, 64, 16, 8, page_size=16) == (64, 67, 264)  # a given tile wins
 
 
 @needs_nvcc
