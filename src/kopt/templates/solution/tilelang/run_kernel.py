@@ -130,7 +130,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.eager = bool(int(eager))
     p.balanced, p.q_loop, p.merge_unroll, p.bal_combine = 0, False, 0, False
     bal = _balanced_splits(cfg, B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn, p.num_splits, Hq // Hkv,
-                           paged)
+                           page if paged else 0)
     if bal is not None:
         p.block_N, p.num_splits, p.balanced = bal
         p.last_cta, p.eager = True, False
@@ -170,7 +170,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     return p
 
 
-def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, paged=False):
+def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, page_size=0):
     """(block_N, max splits per row, target CTAs) of the work-balanced kernel, or None for the plain one.
 
     The balanced kernel splits each row by its own length, read on the device (tl_decode_cuda: the batch's
@@ -180,12 +180,13 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
     cuts its own length into the splits), and one full-length row could use more splits than the uniform
     plan's. Tiles and CTAs per unit (unless given): 64-key tiles at BAL_CTAS_PER_SM CTAs per unit, or, for a
     contiguous cache with BAL_WIDE_GQA query heads per KV head or more, 128-key tiles at one CTA per unit
-    (choose_tiling's rule for CTAs that fit the units; paged caches lost with it)."""
+    (choose_tiling's rule for CTAs that fit the units; paged caches lost with it), or, in pages of at most
+    BAL_WIDE_MAX_PAGE tokens, 128-key tiles at BAL_CTAS_PER_SM. page_size: 0 for a contiguous cache."""
     bal = cfg.get("balanced")
     if bal is not None and not int(bal):
         return None
-    wide = gqa >= _cuda.BAL_WIDE_GQA and not paged
-    bn = block_N or (128 if wide else 64)
+    wide = gqa >= _cuda.BAL_WIDE_GQA and not page_size
+    bn = block_N or (128 if wide or 0 < page_size <= _cuda.BAL_WIDE_MAX_PAGE else 64)
     alloc_tiles = -(-max_seqlen // bn)
     per_sm = cfg.get("bal_per_sm") or (1 if wide else _cuda.BAL_CTAS_PER_SM)
     target = max(1, round(float(per_sm) * num_sms))

@@ -488,6 +488,10 @@ BAL_CTAS_PER_SM = 2
 #: only (H200, iteration 12: R4 (G 8) 37.8 -> 36.9 us, R3 (G 8) -0.9%; with G 4 R1 and case 12 were 2.2% and 0.8%
 #: slower; in 16-token pages R3 140.3 -> 149.4 us and R4 42.4 -> 43.6 us, in 256-token pages R3 +1%)
 BAL_WIDE_GQA = 8
+#: balanced variant: in pages of at most this many tokens, 128-key tiles (at BAL_CTAS_PER_SM): with tile_page a tile's
+#: rows share their pages' table loads and addresses, so a longer tile spreads a tile's fixed work over more keys (H200,
+#: iteration 34's screen, 16-token pages: R1 1.027, R3 1.013, R4 0.994; 256-token pages R3 0.988, R4 0.958)
+BAL_WIDE_MAX_PAGE = 16
 #: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
 BAL_MIN_ALLOC_TILES = 256
