@@ -1,12 +1,16 @@
 """Write the rows of one or more `kopt bench` runs from candidates.jsonl as a results CSV.
 
-    python3 scripts/export_bench_csv.py RUN_ID [RUN_ID ...] [--ledger candidates.jsonl] [--out FILE]
+    python3 scripts/export_bench_csv.py RUN_ID [RUN_ID ...] [--ledger candidates.jsonl] [--out FILE] [--markdown]
 
 RUN_ID: a run_id of the ledger (a prefix is enough; `kopt candidates --json` lists them). One CSV row
 per case row, in ledger order: device, date, commit, candidate id, case, variant, runtime, FA2 (or
 named baseline) runtime, speedup with its 95% CI, GB/s, % of the read ceiling, the limit and % of it, the
 eager figures, the noisy flag, timing method, how the device-only calls ran (replay: graph | stream), cold
 flush kind, samples, the CUDA-event cross-check and the mean SM clock. Values not measured are written NA.
+
+--markdown: the README table instead, one line per case of the contiguous fp16 rows (runtime, baseline, speedup with
+its CI, % of limit) and, for each page size the runs hold, that layout's runtime against the same case's contiguous
+one; then one line per page size with the ragged cases over PAGED_BAR (the issue's 5%), or that none is.
 """
 from __future__ import annotations
 
@@ -58,11 +62,68 @@ def to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
+#: the paged bar: a ragged case in pages within this fraction of its contiguous runtime
+PAGED_BAR = 0.05
+CONTIG = "fp16-d128-contig-full"
+
+
+def _case_name(case: int) -> str:
+    return f"R{case - 14}" if case >= 15 else str(case)  # the ragged cases 15-18 are R1-R4
+
+
+def to_markdown(rows: list[dict]) -> str:
+    """The README table: each case's first contiguous fp16 row, and beside it each page size's first row of the case,
+    as µs and its change over contiguous; then which ragged cases miss the paged bar in each page size."""
+    base, paged = {}, {}
+    for r in rows:
+        v, c = r.get("variant") or "", r.get("case")
+        if r.get("runtime_ms") is None:
+            continue
+        if v == CONTIG:
+            base.setdefault(c, r)
+        elif v.startswith("fp16-d128-paged") and v.endswith("-full"):
+            paged.setdefault(int(v[len("fp16-d128-paged"):-len("-full")]), {}).setdefault(c, r)
+    sizes = sorted(paged)
+    head = ["case", "µs", "baseline µs", "speedup (95% CI)", "% limit"] + [f"{p}-token pages µs (vs contiguous)"
+                                                                          for p in sizes]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * 2 + "---|" + "---:|" * (1 + len(sizes))]
+    over = {p: [] for p in sizes}
+    for c in sorted(base):
+        r = base[c]
+        ci = r.get("speedup_ci") or [None, None]
+        cells = [_case_name(c), fmt_na(r["runtime_ms"] * 1e3, "{:.2f}"),
+                 fmt_na(None if r.get("ref_runtime_ms") is None else r["ref_runtime_ms"] * 1e3, "{:.2f}"),
+                 f"{fmt_na(r.get('speedup'), '{:.3f}x')} ({fmt_na(ci[0], '{:.3f}')}-{fmt_na(ci[1], '{:.3f}')})",
+                 fmt_na(r.get("pct_limit"), "{:.1f}")]
+        for p in sizes:
+            q = paged[p].get(c)
+            if q is None:
+                cells.append("")
+                continue
+            d = q["runtime_ms"] / r["runtime_ms"] - 1
+            cells.append(f"{q['runtime_ms'] * 1e3:.2f} ({100 * d:+.1f}%)")
+            if c >= 15 and d > PAGED_BAR:
+                over[p].append(f"{_case_name(c)} {100 * d:+.1f}%")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for p in sizes:
+        ragged = [c for c in paged[p] if c >= 15 and c in base]
+        if not ragged:
+            lines.append(f"{p}-token pages: no ragged case with a contiguous row: NA")
+        elif over[p]:
+            lines.append(f"{p}-token pages: over the {100 * PAGED_BAR:.0f}% bar: {', '.join(over[p])}")
+        else:
+            lines.append(f"{p}-token pages: every ragged case ({len(ragged)}) within {100 * PAGED_BAR:.0f}% of "
+                         "contiguous")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_ids", nargs="+", metavar="RUN_ID")
     ap.add_argument("--ledger", type=Path, default=Path("candidates.jsonl"))
     ap.add_argument("--out", type=Path, default=None, help="CSV file (default: stdout)")
+    ap.add_argument("--markdown", action="store_true", help="the README table (paged against contiguous), not CSV")
     a = ap.parse_args(argv)
     if not a.ledger.is_file():
         print(f"export_bench_csv: ledger not found: {a.ledger}", file=sys.stderr)
@@ -72,7 +133,7 @@ def main(argv=None) -> int:
     if missing:
         print(f"export_bench_csv: no case rows for run id(s) {', '.join(missing)}", file=sys.stderr)
         return 2
-    text = to_csv(rows)
+    text = to_markdown(rows) if a.markdown else to_csv(rows)
     if a.out:
         a.out.write_text(text)
     else:

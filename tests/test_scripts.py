@@ -131,6 +131,28 @@ def test_export_bench_csv_writes_the_replay_column(tmp_path):
     assert first.split(",")[cols.index("replay")] == "stream" and first.split(",")[cols.index("case")] == "1"
 
 
+def test_export_bench_markdown_holds_each_layout_against_contiguous(tmp_path):
+    """--markdown: a case's paged runtimes beside its contiguous one, and per page size the ragged cases over the 5%
+    bar (R4 at +6% in 16-token pages), or that every one is within it."""
+    import json
+
+    led = tmp_path / "candidates.jsonl"
+    lines = _bench_rows("runC", lambda c: 0.040, cases=[10, 15, 16, 17, 18])
+    for run, page, slower in (("runP16", 16, {18: 1.06}), ("runP256", 256, {})):
+        for row in _bench_rows(run, lambda c, s=slower: 0.040 * s.get(c, 1.01), cases=[15, 16, 17, 18]):
+            r = json.loads(row)
+            r["variant"] = f"fp16-d128-paged{page}-full"
+            lines.append(json.dumps(r))
+    led.write_text("\n".join(lines) + "\n")
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_bench_csv.py"), "runC", "runP16", "runP256",
+                        "--ledger", str(led), "--markdown"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "| R4 | 40.00 | 10.00 |" in out and "42.40 (+6.0%) | 40.40 (+1.0%) |" in out
+    assert "| 10 | 40.00 |" in out and "16-token pages: over the 5% bar: R4 +6.0%" in out
+    assert "256-token pages: every ragged case (4) within 5% of contiguous" in out
+
+
 def test_config_screen_parses_labels_and_overlays():
     cs = _script("gpu_config_screen")
     got = cs.parse_configs('a={"pdl": 0}; b=+{"block_N": 128} ;')
