@@ -57,7 +57,11 @@ for s in $steps; do case $s in
              # word inside 'pytestmark', such as 'tma', matches every marked test)
              # KERNELTESTS_TEST_S (default 150): one test's limit (pytest-timeout, where installed), so a kernel that
              # hangs fails with its traceback and the shard goes on, instead of the shard's limit ending it unsaid
+             # kerneltests_summary.txt: a count per outcome, and the selected tests no shard reached (the budget or a
+             # shard's limit cut it short), from one --collect-only of the same selection
              n=${KERNELTESTS_SHARDS:-6}; pids=(); tmo=()
+             run kerneltests_collect 60 python3 -m pytest -m gpu --collect-only -q -p no:cacheprovider \
+               tests/test_kernel_gpu.py ${KERNELTESTS_K:+-k "$KERNELTESTS_K"}
              python3 -c "import pytest_timeout" 2>/dev/null && tmo=(--timeout "${KERNELTESTS_TEST_S:-150}")
              for i in $(seq 0 $((n - 1))); do
                KOPT_TEST_SHARD="$i/$n" run "kerneltests_$i" "${KERNELTESTS_LIMIT_S:-500}" python3 -m pytest -m gpu -v -rfE \
@@ -65,8 +69,13 @@ for s in $steps; do case $s in
                pids+=($!)
              done
              wait "${pids[@]}"
-             cat "$log"/kerneltests_*.out | grep -E " (PASSED|FAILED|ERROR)" | awk '{print $2}' | sort | uniq -c \
-               > "$log/kerneltests_summary.txt" ;;
+             cat "$log"/kerneltests_[0-9]*.out | grep -E " (PASSED|FAILED|ERROR|SKIPPED)" | awk '{print $2}' | sort \
+               | uniq -c > "$log/kerneltests_summary.txt"
+             sel=$(grep -Eo '^[0-9]+(/[0-9]+)? tests? collected' "$log/kerneltests_collect.out" 2>/dev/null | grep -Eo '^[0-9]+')
+             done_n=$(awk '{s += $1} END {print s + 0}' "$log/kerneltests_summary.txt")
+             if [[ -n $sel ]]; then printf '%7d NOT_REACHED (of %d selected)\n' $(( sel - done_n )) "$sel"
+             else echo "     NA NOT_REACHED: the selection could not be counted (kerneltests_collect)"; fi \
+               >> "$log/kerneltests_summary.txt" ;;
   ab)        run ab_fused0 150 python3 -m kopt bench --case 8,10,13,14 --cold-cache --machine --quick \
                --config '{"fused": 0}' ;;
   overhead)  run overhead 240 python3 scripts/gpu_timing_overhead.py ;;

@@ -66,6 +66,33 @@ def test_cfgscreen_takes_each_lines_own_args(tmp_path):
     assert "cfgscreen_0 cases=15,16" in steps and "args=--page-size 16" in steps and "cfgscreen_2 cases=17" in steps
 
 
+def test_kerneltests_summary_counts_the_tests_no_shard_reached(tmp_path):
+    """kerneltests: the summary counts each outcome over the shards and, from one --collect-only of the same
+    selection, the selected tests no shard reported (cut by the budget); NA with the reason when the selection
+    cannot be counted. python3 is a stub: 5 tests selected, shard 0 reports two, shard 1 one, both then stop."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "h200_campaign.sh"
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text(
+        '#!/bin/sh\ncase "$*" in\n'
+        '  *collect-only*) [ -n "$NO_COUNT" ] || echo "5/343 tests collected (338 deselected) in 1.00s" ;;\n'
+        '  *pytest_timeout*) exit 1 ;;\n'
+        '  *test_kernel_gpu.py*) if [ "$KOPT_TEST_SHARD" = "0/2" ]; then\n'
+        '      echo "tests/test_kernel_gpu.py::a[1] PASSED [ 20%]"\n'
+        '      echo "tests/test_kernel_gpu.py::a[2] FAILED [ 40%]"\n'
+        '    else echo "tests/test_kernel_gpu.py::b[1] PASSED [ 60%]"; fi ;;\n'
+        'esac\n')
+    (stub / "python3").chmod(0o755)
+    for extra, want in (({}, "2 NOT_REACHED (of 5 selected)"),
+                        ({"NO_COUNT": "1"}, "NA NOT_REACHED: the selection could not be counted")):
+        out = tmp_path / f"out{len(extra)}"
+        env = {"PATH": f"{stub}:/usr/bin:/bin", "KERNELTESTS_SHARDS": "2", "KERNELTESTS_K": "a or b"} | extra
+        p = subprocess.run(["bash", str(script), str(out), "kerneltests"], capture_output=True, text=True, env=env,
+                           cwd=tmp_path)
+        summary = (out / "logs" / "kerneltests_summary.txt").read_text()
+        assert "2 PASSED" in summary and "1 FAILED" in summary and want in summary, (summary, p.stderr)
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
