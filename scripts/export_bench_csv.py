@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from kopt.records import fmt_na  # noqa: E402
 from kopt.workspace.ledger import load_dicts  # noqa: E402
+from kopt.workspace.ranking import is_ragged  # noqa: E402
 
 COLUMNS = ["device", "date", "commit", "candidate_id", "case", "variant", "runtime_ms", "ref_runtime_ms", "ref",
            "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_peak", "limit_ms", "pct_limit", "eager_ms",
@@ -67,8 +68,8 @@ PAGED_BAR = 0.05
 CONTIG = "fp16-d128-contig-full"
 
 
-def _case_name(case: int) -> str:
-    return f"R{case - 14}" if case >= 15 else str(case)  # the ragged cases 15-18 are R1-R4
+def _case_name(row: dict) -> str:
+    return f"R{row['case'] - 14}" if is_ragged(row) else str(row["case"])  # the ragged cases 15-18 are R1-R4
 
 
 def to_markdown(rows: list[dict]) -> str:
@@ -91,7 +92,7 @@ def to_markdown(rows: list[dict]) -> str:
     for c in sorted(base):
         r = base[c]
         ci = r.get("speedup_ci") or [None, None]
-        cells = [_case_name(c), fmt_na(r["runtime_ms"] * 1e3, "{:.2f}"),
+        cells = [_case_name(r), fmt_na(r["runtime_ms"] * 1e3, "{:.2f}"),
                  fmt_na(None if r.get("ref_runtime_ms") is None else r["ref_runtime_ms"] * 1e3, "{:.2f}"),
                  f"{fmt_na(r.get('speedup'), '{:.3f}x')} ({fmt_na(ci[0], '{:.3f}')}-{fmt_na(ci[1], '{:.3f}')})",
                  fmt_na(r.get("pct_limit"), "{:.1f}")]
@@ -102,12 +103,12 @@ def to_markdown(rows: list[dict]) -> str:
                 continue
             d = q["runtime_ms"] / r["runtime_ms"] - 1
             cells.append(f"{q['runtime_ms'] * 1e3:.2f} ({100 * d:+.1f}%)")
-            if c >= 15 and d > PAGED_BAR:
-                over[p].append(f"{_case_name(c)} {100 * d:+.1f}%")
+            if is_ragged(r) and d > PAGED_BAR:
+                over[p].append(f"{_case_name(r)} {100 * d:+.1f}%")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for p in sizes:
-        ragged = [c for c in paged[p] if c >= 15 and c in base]
+        ragged = [c for c in paged[p] if c in base and is_ragged(base[c])]
         if not ragged:
             lines.append(f"{p}-token pages: no ragged case with a contiguous row: NA")
         elif over[p]:

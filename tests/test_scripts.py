@@ -164,12 +164,14 @@ def test_export_bench_markdown_holds_each_layout_against_contiguous(tmp_path):
     import json
 
     led = tmp_path / "candidates.jsonl"
-    lines = _bench_rows("runC", lambda c: 0.040, cases=[10, 15, 16, 17, 18])
+    def kind(row, variant="fp16-d128-contig-full"):  # the ledger's case_kind, as kopt writes it
+        r = json.loads(row)
+        return json.dumps(r | {"variant": variant, "case_kind": "ragged" if r["case"] >= 15 else "perf"})
+
+    lines = [kind(x) for x in _bench_rows("runC", lambda c: 0.040, cases=[10, 15, 16, 17, 18])]
     for run, page, slower in (("runP16", 16, {18: 1.06}), ("runP256", 256, {})):
         for row in _bench_rows(run, lambda c, s=slower: 0.040 * s.get(c, 1.01), cases=[15, 16, 17, 18]):
-            r = json.loads(row)
-            r["variant"] = f"fp16-d128-paged{page}-full"
-            lines.append(json.dumps(r))
+            lines.append(kind(row, f"fp16-d128-paged{page}-full"))
     led.write_text("\n".join(lines) + "\n")
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_bench_csv.py"), "runC", "runP16", "runP256",
                         "--ledger", str(led), "--markdown"], capture_output=True, text=True)
