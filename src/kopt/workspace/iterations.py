@@ -141,7 +141,6 @@ def run_time(rows: list[dict]) -> Optional[datetime]:
 class Pair:
     """The best's verdict timed beside an iteration's (paired_verdict)."""
 
-    rows: list[dict]
     run_id: str
     apart_s: float
     geomeans: ranking.Geomeans
@@ -169,7 +168,7 @@ def paired_verdict(verdicts: list[dict], cid: Optional[str], device: Optional[st
         if apart <= PAIR_WINDOW_S and (found is None or apart < found.apart_s):
             g = ranking.geomeans(rows)
             if g.uniform is not None:
-                found = Pair(rows, str(rows[0].get("run_id") or "NA"), apart, g)
+                found = Pair(str(rows[0].get("run_id") or "NA"), apart, g)
     return found
 
 
