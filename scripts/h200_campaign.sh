@@ -58,19 +58,31 @@ for s in $steps; do case $s in
              # KERNELTESTS_TEST_S (default 150): one test's limit (pytest-timeout, where installed), so a kernel that
              # hangs fails with its traceback and the shard goes on, instead of the shard's limit ending it unsaid
              # kerneltests_summary.txt: a count per outcome, and the selected tests no shard reached (the budget or a
-             # shard's limit cut it short), from one --collect-only of the same selection
-             n=${KERNELTESTS_SHARDS:-6}; pids=(); tmo=()
+             # shard's limit cut it short), from one --collect-only of the same selection; kerneltests_left.txt: their
+             # node ids, one a line. KERNELTESTS_NODES: a file of node ids (such as a kerneltests_left.txt copied into
+             # the tree) to run instead of the whole file, so a second run finishes what the first did not reach
+             n=${KERNELTESTS_SHARDS:-6}; pids=(); tmo=(); sel=(tests/test_kernel_gpu.py)
+             if [[ -n ${KERNELTESTS_NODES:-} ]]; then
+               mapfile -t sel < <(grep -v '^[[:space:]]*$' "$KERNELTESTS_NODES" 2>/dev/null)
+               if (( ${#sel[@]} == 0 )); then  # never the whole suite by mistake
+                 echo "kerneltests skipped: KERNELTESTS_NODES=$KERNELTESTS_NODES names no test" | tee -a "$log/steps.txt" >&2
+                 continue
+               fi
+             fi
              run kerneltests_collect 60 python3 -m pytest -m gpu --collect-only -q -p no:cacheprovider \
-               tests/test_kernel_gpu.py ${KERNELTESTS_K:+-k "$KERNELTESTS_K"}
+               "${sel[@]}" ${KERNELTESTS_K:+-k "$KERNELTESTS_K"}
              python3 -c "import pytest_timeout" 2>/dev/null && tmo=(--timeout "${KERNELTESTS_TEST_S:-150}")
              for i in $(seq 0 $((n - 1))); do
                KOPT_TEST_SHARD="$i/$n" run "kerneltests_$i" "${KERNELTESTS_LIMIT_S:-500}" python3 -m pytest -m gpu -v -rfE \
-                 -p no:cacheprovider "${tmo[@]}" tests/test_kernel_gpu.py ${KERNELTESTS_K:+-k "$KERNELTESTS_K"} &
+                 -p no:cacheprovider "${tmo[@]}" "${sel[@]}" ${KERNELTESTS_K:+-k "$KERNELTESTS_K"} &
                pids+=($!)
              done
              wait "${pids[@]}"
              cat "$log"/kerneltests_[0-9]*.out | grep -E " (PASSED|FAILED|ERROR|SKIPPED)" | awk '{print $2}' | sort \
                | uniq -c > "$log/kerneltests_summary.txt"
+             comm -23 <(grep -E '^tests/[^ ]+::[^ ]+$' "$log/kerneltests_collect.out" | sort -u) \
+               <(cat "$log"/kerneltests_[0-9]*.out | grep -oE '^tests/[^ ]+::[^ ]+ (PASSED|FAILED|ERROR|SKIPPED)' \
+                 | awk '{print $1}' | sort -u) > "$log/kerneltests_left.txt"
              sel=$(grep -Eo '^[0-9]+(/[0-9]+)? tests? collected' "$log/kerneltests_collect.out" 2>/dev/null | grep -Eo '^[0-9]+')
              done_n=$(awk '{s += $1} END {print s + 0}' "$log/kerneltests_summary.txt")
              if [[ -n $sel ]]; then printf '%7d NOT_REACHED (of %d selected)\n' $(( sel - done_n )) "$sel"

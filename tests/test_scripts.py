@@ -69,13 +69,16 @@ def test_cfgscreen_takes_each_lines_own_args(tmp_path):
 def test_kerneltests_summary_counts_the_tests_no_shard_reached(tmp_path):
     """kerneltests: the summary counts each outcome over the shards and, from one --collect-only of the same
     selection, the selected tests no shard reported (cut by the budget); NA with the reason when the selection
-    cannot be counted. python3 is a stub: 5 tests selected, shard 0 reports two, shard 1 one, both then stop."""
+    cannot be counted; kerneltests_left.txt lists the ones not reached, and KERNELTESTS_NODES runs just those. python3
+    is a stub: 5 tests selected, shard 0 reports two, shard 1 one, both then stop."""
     script = Path(__file__).resolve().parents[1] / "scripts" / "h200_campaign.sh"
     stub = tmp_path / "bin"
     stub.mkdir()
     (stub / "python3").write_text(
         '#!/bin/sh\ncase "$*" in\n'
-        '  *collect-only*) [ -n "$NO_COUNT" ] || echo "5/343 tests collected (338 deselected) in 1.00s" ;;\n'
+        '  *collect-only*) echo "$*" >> calls.txt; [ -n "$NO_COUNT" ] && exit 0\n'
+        '    for t in a[1] a[2] a[3] b[1] b[2]; do echo "tests/test_kernel_gpu.py::$t"; done\n'
+        '    echo "5/343 tests collected (338 deselected) in 1.00s" ;;\n'
         '  *pytest_timeout*) exit 1 ;;\n'
         '  *test_kernel_gpu.py*) if [ "$KOPT_TEST_SHARD" = "0/2" ]; then\n'
         '      echo "tests/test_kernel_gpu.py::a[1] PASSED [ 20%]"\n'
@@ -91,6 +94,19 @@ def test_kerneltests_summary_counts_the_tests_no_shard_reached(tmp_path):
                            cwd=tmp_path)
         summary = (out / "logs" / "kerneltests_summary.txt").read_text()
         assert "2 PASSED" in summary and "1 FAILED" in summary and want in summary, (summary, p.stderr)
+    # the node ids no shard reached, and a second run of just those (KERNELTESTS_NODES); an empty list runs nothing
+    left = (tmp_path / "out0" / "logs" / "kerneltests_left.txt").read_text().split()
+    assert left == ["tests/test_kernel_gpu.py::a[3]", "tests/test_kernel_gpu.py::b[2]"]
+    (tmp_path / "left.txt").write_text("\n".join(left) + "\n\n")
+    (tmp_path / "calls.txt").unlink()
+    env = {"PATH": f"{stub}:/usr/bin:/bin", "KERNELTESTS_SHARDS": "2", "KERNELTESTS_NODES": "left.txt"}
+    subprocess.run(["bash", str(script), str(tmp_path / "again"), "kerneltests"], env=env, cwd=tmp_path, check=True)
+    call = (tmp_path / "calls.txt").read_text()
+    assert call.rstrip().endswith("tests/test_kernel_gpu.py::a[3] tests/test_kernel_gpu.py::b[2]"), call
+    (tmp_path / "empty.txt").write_text("\n")
+    p = subprocess.run(["bash", str(script), str(tmp_path / "none"), "kerneltests"], capture_output=True, text=True,
+                       env=env | {"KERNELTESTS_NODES": "empty.txt"}, cwd=tmp_path)
+    assert "names no test" in p.stderr and not (tmp_path / "none" / "logs" / "kerneltests_summary.txt").exists()
 
 
 ROOT = Path(__file__).resolve().parents[1]
