@@ -61,20 +61,20 @@ for s in $steps; do case $s in
              # shard's limit cut it short), from one --collect-only of the same selection; kerneltests_left.txt: their
              # node ids, one a line. KERNELTESTS_NODES: a file of node ids (such as a kerneltests_left.txt copied into
              # the tree) to run instead of the whole file, so a second run finishes what the first did not reach
-             n=${KERNELTESTS_SHARDS:-6}; pids=(); tmo=(); sel=(tests/test_kernel_gpu.py)
+             n=${KERNELTESTS_SHARDS:-6}; pids=(); tmo=(); nodes=(tests/test_kernel_gpu.py)
              if [[ -n ${KERNELTESTS_NODES:-} ]]; then
-               mapfile -t sel < <(grep -v '^[[:space:]]*$' "$KERNELTESTS_NODES" 2>/dev/null)
-               if (( ${#sel[@]} == 0 )); then  # never the whole suite by mistake
+               mapfile -t nodes < <(grep -v '^[[:space:]]*$' "$KERNELTESTS_NODES" 2>/dev/null)
+               if (( ${#nodes[@]} == 0 )); then  # never the whole suite by mistake
                  echo "kerneltests skipped: KERNELTESTS_NODES=$KERNELTESTS_NODES names no test" | tee -a "$log/steps.txt" >&2
                  continue
                fi
              fi
              run kerneltests_collect 60 python3 -m pytest -m gpu --collect-only -q -p no:cacheprovider \
-               "${sel[@]}" ${KERNELTESTS_K:+-k "$KERNELTESTS_K"}
+               "${nodes[@]}" ${KERNELTESTS_K:+-k "$KERNELTESTS_K"}
              python3 -c "import pytest_timeout" 2>/dev/null && tmo=(--timeout "${KERNELTESTS_TEST_S:-150}")
              for i in $(seq 0 $((n - 1))); do
                KOPT_TEST_SHARD="$i/$n" run "kerneltests_$i" "${KERNELTESTS_LIMIT_S:-500}" python3 -m pytest -m gpu -v -rfE \
-                 -p no:cacheprovider "${tmo[@]}" "${sel[@]}" ${KERNELTESTS_K:+-k "$KERNELTESTS_K"} &
+                 -p no:cacheprovider "${tmo[@]}" "${nodes[@]}" ${KERNELTESTS_K:+-k "$KERNELTESTS_K"} &
                pids+=($!)
              done
              wait "${pids[@]}"
