@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from kopt.cases import load_cases, select  # noqa: E402
+from kopt.errors import CaseError  # noqa: E402
 from kopt.records import fmt_na  # noqa: E402
 from kopt.workspace.ledger import load_dicts  # noqa: E402
 from kopt.workspace.ranking import is_ragged  # noqa: E402
@@ -68,13 +70,18 @@ PAGED_BAR = 0.05
 CONTIG = "fp16-d128-contig-full"
 
 
-def _case_name(row: dict) -> str:
-    return f"R{row['case'] - 14}" if is_ragged(row) else str(row["case"])  # the ragged cases 15-18 are R1-R4
+def ragged_names() -> dict[int, str]:
+    """R1, R2, ... for the case file's ragged cases, in their order there (the names the issue and README use)."""
+    return {c.id: f"R{i}" for i, c in enumerate(select(load_cases(), kind="ragged"), 1)}
 
 
-def to_markdown(rows: list[dict]) -> str:
+def to_markdown(rows: list[dict], names: dict[int, str]) -> str:
     """The README table: each case's first contiguous fp16 row, and beside it each page size's first row of the case,
-    as µs and its change over contiguous; then which ragged cases miss the paged bar in each page size."""
+    as µs and its change over contiguous; then which ragged cases miss the paged bar in each page size. names: a
+    case's name where it is not its id (ragged_names)."""
+    def name(row):
+        return names.get(row["case"], str(row["case"]))
+
     base, paged = {}, {}
     for r in rows:
         v, c = r.get("variant") or "", r.get("case")
@@ -92,7 +99,7 @@ def to_markdown(rows: list[dict]) -> str:
     for c in sorted(base):
         r = base[c]
         ci = r.get("speedup_ci") or [None, None]
-        cells = [_case_name(r), fmt_na(r["runtime_ms"] * 1e3, "{:.2f}"),
+        cells = [name(r), fmt_na(r["runtime_ms"] * 1e3, "{:.2f}"),
                  fmt_na(None if r.get("ref_runtime_ms") is None else r["ref_runtime_ms"] * 1e3, "{:.2f}"),
                  f"{fmt_na(r.get('speedup'), '{:.3f}x')} ({fmt_na(ci[0], '{:.3f}')}-{fmt_na(ci[1], '{:.3f}')})",
                  fmt_na(r.get("pct_limit"), "{:.1f}")]
@@ -104,7 +111,7 @@ def to_markdown(rows: list[dict]) -> str:
             d = q["runtime_ms"] / r["runtime_ms"] - 1
             cells.append(f"{q['runtime_ms'] * 1e3:.2f} ({100 * d:+.1f}%)")
             if is_ragged(r) and d > PAGED_BAR:
-                over[p].append(f"{_case_name(r)} {100 * d:+.1f}%")
+                over[p].append(f"{name(r)} {100 * d:+.1f}%")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for p in sizes:
@@ -134,7 +141,14 @@ def main(argv=None) -> int:
     if missing:
         print(f"export_bench_csv: no case rows for run id(s) {', '.join(missing)}", file=sys.stderr)
         return 2
-    text = to_markdown(rows) if a.markdown else to_csv(rows)
+    if a.markdown:
+        try:
+            text = to_markdown(rows, ragged_names())
+        except CaseError as e:
+            print(f"export_bench_csv: {e}", file=sys.stderr)
+            return 2
+    else:
+        text = to_csv(rows)
     if a.out:
         a.out.write_text(text)
     else:
