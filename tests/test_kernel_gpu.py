@@ -270,6 +270,58 @@ def test_combine_chunks(kernel, cid, seqlens, page, cfg):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cid,seqlens,page,cfg", [
+    (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16}), (13, "full", 0, {"comb_unroll": 64}),
+    (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}), (14, "full", 0, {"fused": 0}), (17, "full", 0, {"comb_unroll": 8}),
+    (18, "full", 16, {"comb_unroll": 64}), (18, "full", 16, {"comb_unroll": 16}), (16, "full", 256, {}),
+    (10, "full", 0, {"comb_unroll": 160})])
+def test_combine_lse_in_shared_memory(kernel, cid, seqlens, page, cfg):
+    """comb_smem: the combine's LSE values through shared memory, in one chunk (unroll 64 over 60 splits: R4 in
+    16-token pages), in several (a last one part empty), wider than the CTA's threads (160 LSE values over 128
+    threads), fused and separate, plain and balanced split plans, both dtypes and head dims."""
+    from kopt.workload import make_workload
+
+    cfg = cfg | {"comb_smem": 1}
+    w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
+    assert kernel.plan_info(*w0.args(), **w0.kwargs(cfg))["comb_smem"], "the plan ignored it"
+    for seed, dtype in ((63, "fp16"), (64, "bf16")):
+        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
+    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=65, config=cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cid,seqlens,page,cfg", [
+    (18, "full", 16, {}), (18, "full", 256, {}), (18, "full", 0, {}), (17, "full", 16, {}), (15, "full", 0, {}),
+    (16, "full", 64, {}), (13, "full", 0, {}), (14, "ragged", 0, {"eager": 0}), (8, "ragged", 256, {"num_splits": 7}),
+    (5, "ragged", 0, {"eager": 0, "num_splits": 3}), (3, "ragged", 16, {"eager": 0, "num_splits": 4, "block_N": 32})])
+def test_even_split(kernel, cid, seqlens, page, cfg):
+    """even_split: split ranges that differ by at most one tile, on balanced plans (idle pool blocks, rows of one
+    split), plain split plans of more splits than some rows' tiles (empty ranges) and unsplit ones, contiguous and
+    paged, both dtypes and head dims; then with garbage table entries past each sequence."""
+    import torch
+
+    from kopt.workload import make_workload
+
+    cfg = cfg | {"even_split": 1}
+    w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
+    assert kernel.plan_info(*w0.args(), **w0.kwargs(cfg))["even_split"], "the plan ignored it"
+    for seed, dtype in ((66, "fp16"), (67, "bf16")):
+        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
+    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=68, config=cfg)
+    if page:
+        c = _case(cid, seqlens="ragged", page_size=page)
+        c = c.model_copy(update={"batch": max(c.batch, 3)})
+        w, ref, base = _intact(c, 69)
+        bt, nblocks = w.block_table, w.k_cache.shape[0]
+        used = (w.cache_seqlens.long() + page - 1) // page
+        cols = torch.arange(bt.shape[1], device=bt.device)
+        past = cols[None, :] >= used[:, None]
+        bt.copy_(torch.where(past, torch.where(cols % 2 == 0, -7, nblocks + 1000).to(bt.dtype).expand_as(bt), bt))
+        assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
+        _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} even_split garbage")
+
+
+@pytest.mark.gpu
 def test_bad_gqa_ratio_is_a_value_error(kernel):
     import torch
 
@@ -332,9 +384,10 @@ def _graph_lengths(B, S, seed):
     (15, 0, None), (18, 256, None), (17, 16, None), (12, 0, None), (16, 0, {"balanced": 1}), (13, 64, None),
     (8, 0, None), (10, 0, None), (18, 0, {"balanced": 1, "bal_combine": 0, "q_loop": 1}),
     (17, 64, {"balanced": 1, "q_loop": 1, "block_N": 128}), (15, 32, {"balanced": 1, "bal_combine": 1}),
-    (8, 16, {"balanced": 1, "bal_per_sm": 3})],
+    (8, 16, {"balanced": 1, "bal_per_sm": 3}), (18, 16, {"even_split": 1, "comb_smem": 1, "comb_unroll": 64}),
+    (13, 0, {"even_split": 1, "comb_smem": 1, "comb_unroll": 64})],
     ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "R4-merge-in-kernel-qloop",
-         "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced"])
+         "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced", "R4-p16-even-combsmem", "c13-even-combsmem"])
 def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
     """One call captured in a CUDA graph, replayed after cache_seqlens changes in place (all full; one long
     and the rest of length 1; seeded random; empty and full alternating): each replay matches the fp32
