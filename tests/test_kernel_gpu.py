@@ -271,10 +271,10 @@ def test_combine_chunks(kernel, cid, seqlens, page, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cid,seqlens,page,cfg", [
-    (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16}), (13, "full", 0, {"comb_unroll": 64}),
-    (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}), (14, "full", 0, {"fused": 0}), (17, "full", 0, {"comb_unroll": 8}),
-    (18, "full", 16, {"comb_unroll": 64}), (18, "full", 16, {"comb_unroll": 16}), (16, "full", 256, {}),
-    (10, "full", 0, {"comb_unroll": 160})])
+    (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16}),
+    (13, "full", 0, {"comb_unroll": 64}), (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}),
+    (14, "full", 0, {"fused": 0}), (17, "full", 0, {"comb_unroll": 8}), (18, "full", 16, {"comb_unroll": 64}),
+    (18, "full", 16, {"comb_unroll": 16}), (16, "full", 256, {}), (10, "full", 0, {"comb_unroll": 160})])
 def test_combine_lse_in_shared_memory(kernel, cid, seqlens, page, cfg):
     """comb_smem: the combine's LSE values through shared memory, in one chunk (unroll 64 over 60 splits: R4 in
     16-token pages), in several (a last one part empty), wider than the CTA's threads (160 LSE values over 128
