@@ -271,10 +271,10 @@ def test_combine_chunks(kernel, cid, seqlens, page, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cid,seqlens,page,cfg", [
-    (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16}),
-    (13, "full", 0, {"comb_unroll": 64}), (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}),
+    (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16, "last_cta": 0}),
+    (13, "full", 0, {"comb_unroll": 64, "last_cta": 0}), (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}),
     (14, "full", 0, {"fused": 0}), (17, "full", 0, {"comb_unroll": 8}), (18, "full", 16, {"comb_unroll": 64}),
-    (18, "full", 16, {"comb_unroll": 16}), (16, "full", 256, {}), (10, "full", 0, {"comb_unroll": 160})])
+    (18, "full", 16, {"comb_unroll": 16}), (17, "full", 256, {}), (10, "full", 0, {"comb_unroll": 160})])
 def test_combine_lse_in_shared_memory(kernel, cid, seqlens, page, cfg):
     """comb_smem: the combine's LSE values through shared memory, in one chunk (unroll 64 over 60 splits: R4 in
     16-token pages), in several (a last one part empty), wider than the CTA's threads (160 LSE values over 128
@@ -385,7 +385,7 @@ def _graph_lengths(B, S, seed):
     (8, 0, None), (10, 0, None), (18, 0, {"balanced": 1, "bal_combine": 0, "q_loop": 1}),
     (17, 64, {"balanced": 1, "q_loop": 1, "block_N": 128}), (15, 32, {"balanced": 1, "bal_combine": 1}),
     (8, 16, {"balanced": 1, "bal_per_sm": 3}), (18, 16, {"even_split": 1, "comb_smem": 1, "comb_unroll": 64}),
-    (13, 0, {"even_split": 1, "comb_smem": 1, "comb_unroll": 64})],
+    (13, 0, {"even_split": 1, "comb_smem": 1, "comb_unroll": 64, "last_cta": 0})],
     ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "R4-merge-in-kernel-qloop",
          "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced", "R4-p16-even-combsmem", "c13-even-combsmem"])
 def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
