@@ -600,3 +600,36 @@ def test_tile_page_takes_a_rows_page_from_its_tile(rk, page):
 
     assert per_thread(plain["source"]) and not per_thread(tp["source"])
     assert all(s == 0 for s in tp["spill_bytes"]), tp["ptxas_log"][-2000:]
+
+
+@pytest.mark.parametrize("balanced,page,want", [(264, 16, True), (264, 8, True), (264, 32, False), (264, 256, False),
+                                                (132, 0, False), (0, 16, False)])
+def test_even_split_default(rk, balanced, page, want):
+    """Even split ranges by default only on balanced plans in pages of at most BAL_WIDE_MAX_PAGE tokens: elsewhere
+    (contiguous R4, 256-token pages, plain split plans) the screen found them slower."""
+    import sys
+
+    assert sys.modules["tl_decode_cuda"].even_split_default(balanced, page) == want
+
+
+@pytest.mark.parametrize("num_splits,smem,want", [(67, True, 64), (33, True, 64), (32, True, 0), (4, True, 0),
+                                                  (67, False, 0)])
+def test_comb_unroll_default(rk, num_splits, smem, want):
+    """A combine thread loads 64 splits a round trip by default only where the plan has more than 32 and the LSE
+    values go through shared memory (without it, 64 cost 231 registers)."""
+    import sys
+
+    assert sys.modules["tl_decode_cuda"].comb_unroll_default(num_splits, smem) == want
+
+
+@needs_nvcc
+def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(rk):
+    """comb_smem: 64 splits a round trip compile for sm_90a without spills in fewer registers than a combine CTA
+    may take beside two balanced split CTAs (163 registers each, 128 threads: 22,528 of 65,536 left, so at most
+    176 a thread); the LSE values are stored once and read behind a barrier."""
+    import sys
+
+    info = sys.modules["tl_decode_cuda"].compile_combine_check(unroll=64, smem=True)
+    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    assert max(info["registers"]) <= 176, info["registers"]
+    assert "__syncthreads()" in info["source"] and "LSE[" in info["source"]

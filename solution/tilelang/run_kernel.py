@@ -144,7 +144,6 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     pdl = cfg.get("pdl")
     pdl = bool(int(pdl)) if pdl is not None else _cuda.pdl_default(q.device)
     p.pdl = pdl and p.num_splits > 1 and (p.bal_combine if p.balanced else not p.last_cta)
-    p.comb_unroll = int(cfg.get("comb_unroll") or 0)  # 0: tl_decode_cuda._COMBINE_UNROLL
     vs = cfg.get("v_split")  # a row's V columns over this many CTAs (tl_decode_cuda.build_decode), unsplit plans only
     p.v_split = int(vs) if vs is not None else _cuda.v_split_default(B, Hkv, p.num_splits, _cuda.sm_count(q.device))
     if p.v_split not in (1, 2) or (p.v_split > 1 and (p.num_splits > 1 or p.balanced)):
@@ -164,10 +163,14 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.tile_page = (bool(int(tp)) if tp is not None else True) and _cuda.tile_page_applies(paged, page, p.block_N,
                                                                                            p.eager)
     # split ranges that differ by at most one tile (tl_decode_cuda.build_decode's even_split): not eager
-    p.even_split = bool(int(cfg.get("even_split", _cuda.EVEN_SPLIT))) and not p.eager
+    es = cfg.get("even_split")
+    p.even_split = (bool(int(es)) if es is not None else _cuda.even_split_default(p.balanced, page)) and not p.eager
     # the combine's LSE values through shared memory (build_decode's comb_smem): plans with a combine kernel
-    p.comb_smem = (bool(int(cfg.get("comb_smem", _cuda.COMB_SMEM))) and p.num_splits > 1
+    cs = cfg.get("comb_smem")
+    p.comb_smem = ((bool(int(cs)) if cs is not None else bool(_cuda.COMB_SMEM)) and p.num_splits > 1
                    and (p.bal_combine if p.balanced else not p.last_cta))
+    # splits a combine thread loads at once (0: tl_decode_cuda._COMBINE_UNROLL; tl_decode_cuda.comb_unroll_default)
+    p.comb_unroll = int(cfg.get("comb_unroll") or _cuda.comb_unroll_default(p.num_splits, p.comb_smem))
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
         p.threads = _cuda.default_threads(p.block_N, p.v_split)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)

@@ -778,10 +778,30 @@ def tile_page_applies(paged: bool, page_size: int, block_N: int, eager: bool) ->
     return bool(paged) and not eager and (page_size % block_N == 0 or block_N % page_size == 0)
 
 
-#: even_split (build_decode) by default in plans that are not eager; 0: each split takes ceil(tiles / splits) tiles
-EVEN_SPLIT = 0
-#: comb_smem (build_decode, build_combine) by default: the combine kernel's LSE values through shared memory
-COMB_SMEM = 0
+def even_split_default(balanced: int, page_size: int) -> bool:
+    """even_split (build_decode) by default: on balanced plans in pages of at most BAL_WIDE_MAX_PAGE tokens (128-key
+    tiles at two CTAs a unit), off elsewhere. H200, iteration 37's screen (gain = ceil ranges / even ones): 16-token
+    pages R4 1.030 (its 481 tiles in 60 splits: 54 of 9 tiles and 6 empty, against one of 9 and 59 of 8), R3 1.014, R1
+    1.006, R2 0.999; where it puts work on pool blocks that the ceil ranges left idle it loses: contiguous R4 (128-key
+    tiles at one CTA a unit) 0.891, 256-token R4 0.973, case 13 0.990."""
+    return bool(balanced) and 0 < page_size <= BAL_WIDE_MAX_PAGE
+
+
+#: comb_smem (build_decode, build_combine) by default: the combine kernel's LSE values through shared memory (H200,
+#: iteration 37's screen, gain = without / with: case 10 1.017, R4 in 16-token pages 1.007, others 0.998-1.003)
+COMB_SMEM = 1
+#: splits a combine thread loads at once by default where the plan has more than _COMBINE_UNROLL splits and comb_smem
+#: (comb_unroll_default): one round trip for R3/R4's 60-67 splits in 16- and 256-token pages (ptxas sm_90a: 156
+#: registers, so the combine CTA still fits beside two split CTAs; 231 without comb_smem)
+COMB_WIDE_UNROLL = 64
+
+
+def comb_unroll_default(num_splits: int, comb_smem: bool) -> int:
+    """comb_unroll by default: COMB_WIDE_UNROLL for a plan of more than _COMBINE_UNROLL splits with comb_smem, else
+    0 (_COMBINE_UNROLL). H200, iteration 37's screen (gain over 32 splits a round trip): R4 in 16-token pages 1.020
+    (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; at 32 splits or fewer it only costs (case 10
+    0.942, case 14 0.996)."""
+    return COMB_WIDE_UNROLL if comb_smem and num_splits > _COMBINE_UNROLL else 0
 
 
 #: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
@@ -1039,6 +1059,14 @@ def _nvcc_cubin(source: str, arch: str) -> dict:
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", text)]
     spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
     return {"cubin_bytes": len(cubin), "registers": regs, "spill_bytes": spills, "ptxas_log": text}
+
+
+def compile_combine_check(dtype: str = "float16", hq: int = 32, d: int = 128, pdl: bool = True, unroll: int = 0,
+                          smem: bool = False, arch: str = "sm_90a") -> dict:
+    """Lower the standalone combine kernel for `arch` and nvcc-compile it (no GPU): cubin_bytes, registers,
+    spill_bytes, ptxas_log, dyn_smem_bytes, source."""
+    src, dyn = _lower_source(build_combine(dtype, hq, d, pdl, unroll, smem), arch)
+    return dict(_nvcc_cubin(src, arch), dyn_smem_bytes=dyn, source=src)
 
 
 def compile_cuda_check(with_combine: bool = True, **shape) -> dict:

@@ -128,6 +128,8 @@ def build_decode(
     red_batch: int = RED_BATCH,
     red_once: bool = False,
     tile_page: bool = False,
+    even_split: bool = False,
+    comb_smem: bool = False,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -165,7 +167,13 @@ def build_decode(
     ``tile_page`` (paged, not eager; a page holds whole tiles or a tile whole pages): a row's table column is the tile's
     first page plus the row's page within the tile (tile_pid), not its clamped key // page_size, so the rows a thread
     copies from one page share one table load and one page address (lowered R1 plan, 256-token pages: 57 -> 27 global
-    loads, 2381 -> 2092 PTX instructions)."""
+    loads, 2381 -> 2092 PTX instructions).
+
+    ``even_split`` (not eager): split s of a row of n tiles in ns splits takes tiles [s n // ns, (s + 1) n // ns), so
+    the splits differ by at most one tile and none is empty while n >= ns; without it each takes ceil(n / ns) tiles and
+    the last ones may be short or empty (R4 in 16-token pages: 481 tiles in 60 splits, 54 of 9 tiles and 6 empty).
+
+    ``comb_smem``: the combine kernel's LSE values through shared memory (_combine_macro's lse_smem)."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -201,7 +209,7 @@ def build_decode(
     eager = bool(eager)
     tile_page = bool(tile_page) and tile_page_applies(paged, page_size, block_N, False)
     policy = T.GemmWarpPolicy.FullCol
-    combine_body = _combine_macro(T, accum, dtype, comb_unroll)
+    combine_body = _combine_macro(T, accum, dtype, comb_unroll, lse_smem=comb_smem, nthreads=d)
 
     balanced = int(balanced)
     if balanced:
@@ -238,10 +246,15 @@ def build_decode(
         n_tiles = T.ceildiv(seqlen, block_N)
         if eager:  # the split ranges from the cache's allocated length: the first loads need no L[b]
             per_split = T.ceildiv(T.ceildiv(alloc_len, block_N), nsplit)
+            t_begin = sid * per_split
+            t_end = T.min(t_begin + per_split, n_tiles)
+        elif even_split:  # splits differ by at most one tile (an idle pool block's sid = nsplit: empty)
+            t_begin = T.min(sid * n_tiles // nsplit, n_tiles)
+            t_end = T.min((sid + 1) * n_tiles // nsplit, n_tiles)
         else:
             per_split = T.ceildiv(n_tiles, nsplit)
-        t_begin = sid * per_split
-        t_end = T.min(t_begin + per_split, n_tiles)
+            t_begin = sid * per_split
+            t_end = T.min(t_begin + per_split, n_tiles)
         n_iter = T.max(t_end - t_begin, 0)
 
         if not q_loop:
@@ -555,13 +568,20 @@ def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
     return merge_last
 
 
-def _combine_macro(T, accum: str, dtype: str, unroll: int = 0):
+def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = False, nthreads: int = 0):
     """Body of the combine kernel, one CTA of d threads per (batch, query head); thread tx owns
     output column tx. One pass over the splits in chunks of _COMBINE_UNROLL: a chunk's LSE and
     partial-O values are all loaded before any is used (independent loads in flight instead of one
     dependent load per split), then merged with a running max (online softmax). Indices past the
-    last split are clamped and get weight 0."""
+    last split are clamped and get weight 0.
+
+    ``lse_smem`` (CUDA, ``nthreads`` threads a CTA): the chunk's LSE values are loaded once per CTA into shared
+    memory (a thread a split) in the same round trip as each thread's partial-O values, and read from there, so a
+    thread holds U partial-O registers, not U LSE values as well (ptxas, sm_90a: 126 registers at 32 splits a
+    round trip, 198 at 48 and 231 at 64 without it), and a wide chunk still fits beside two split CTAs."""
     U = unroll or _COMBINE_UNROLL
+    if lse_smem and not nthreads:
+        raise ValueError("lse_smem needs the CTA's thread count (nthreads)")
 
     @T.macro
     def combine_body(Opart, LSE, Out, hh, b, num_splits, tx):
@@ -593,7 +613,42 @@ def _combine_macro(T, accum: str, dtype: str, unroll: int = 0):
                 m = m_new
         Out[b, hh, tx] = T.cast(T.if_then_else(lsum > 0, acc / lsum, 0.0), dtype)
 
-    return combine_body
+    @T.macro
+    def combine_body_smem(Opart, LSE, Out, hh, b, num_splits, tx):
+        lse_s = T.alloc_shared([U], accum)
+        o_c = T.alloc_local([U], accum)
+        m = T.alloc_var(accum)
+        m_new = T.alloc_var(accum)
+        sc = T.alloc_var(accum)
+        lsum = T.alloc_var(accum)
+        acc = T.alloc_var(accum)
+        m = -T.infinity(accum)
+        lsum = 0.0
+        acc = 0.0
+        for c in T.serial(T.ceildiv(num_splits, U)):
+            for i in T.serial(T.ceildiv(U, nthreads)):
+                if i * nthreads + tx < U:
+                    lse_s[i * nthreads + tx] = T.if_then_else(
+                        c * U + i * nthreads + tx < num_splits,
+                        LSE[b, hh, T.min(c * U + i * nthreads + tx, num_splits - 1)], -T.infinity(accum))
+            for u in T.unroll(U):
+                o_c[u] = Opart[b, hh, T.min(c * U + u, num_splits - 1), tx]
+            T.sync_threads()
+            m_new = m
+            for u in T.unroll(U):
+                m_new = T.max(m_new, lse_s[u])
+            if m_new > -T.infinity(accum):
+                sc = T.exp2(m - m_new)  # 0 while m is still -inf
+                lsum = lsum * sc
+                acc = acc * sc
+                for u in T.unroll(U):
+                    lsum += T.exp2(lse_s[u] - m_new)  # an empty split (lse -inf) weighs 0
+                    acc += T.exp2(lse_s[u] - m_new) * o_c[u]
+                m = m_new
+            T.sync_threads()  # every thread has read this chunk's LSE before the next one is stored
+        Out[b, hh, tx] = T.cast(T.if_then_else(lsum > 0, acc / lsum, 0.0), dtype)
+
+    return combine_body_smem if lse_smem else combine_body
 
 
 def build_combine_serial(hq: int, d: int, unroll: int = 0):
@@ -619,16 +674,17 @@ def build_combine_serial(hq: int, d: int, unroll: int = 0):
     return combine_serial
 
 
-def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 0):
+def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 0, smem: bool = False):
     """Merge split partials: O = sum_s 2^(lse_s - lse) * O_s with lse = log2 sum_s 2^lse_s. ``pdl``: launched
     as a programmatic dependent of the split kernel (build_decode), it waits for it before the first read.
-    ``unroll``: splits loaded at once per thread (0: _COMBINE_UNROLL)."""
+    ``unroll``: splits loaded at once per thread (0: _COMBINE_UNROLL). ``smem``: the LSE values through shared
+    memory (_combine_macro's lse_smem)."""
     import tilelang.language as T
 
     accum = "float32"
     batch = T.dynamic("batch")
     num_splits = T.dynamic("num_splits")
-    combine_body = _combine_macro(T, accum, dtype, unroll)
+    combine_body = _combine_macro(T, accum, dtype, unroll, lse_smem=smem, nthreads=d)
 
     @T.prim_func
     def combine(
@@ -720,6 +776,32 @@ def tile_page_applies(paged: bool, page_size: int, block_N: int, eager: bool) ->
     per-row clamped page) whose pages hold whole tiles or whose tiles hold whole pages. The plan turns it on there by
     default (run_kernel; config tile_page 0 turns it off)."""
     return bool(paged) and not eager and (page_size % block_N == 0 or block_N % page_size == 0)
+
+
+def even_split_default(balanced: int, page_size: int) -> bool:
+    """even_split (build_decode) by default: on balanced plans in pages of at most BAL_WIDE_MAX_PAGE tokens (128-key
+    tiles at two CTAs a unit), off elsewhere. H200, iteration 37's screen (gain = ceil ranges / even ones): 16-token
+    pages R4 1.030 (its 481 tiles in 60 splits: 54 of 9 tiles and 6 empty, against one of 9 and 59 of 8), R3 1.014, R1
+    1.006, R2 0.999; where it puts work on pool blocks that the ceil ranges left idle it loses: contiguous R4 (128-key
+    tiles at one CTA a unit) 0.891, 256-token R4 0.973, case 13 0.990."""
+    return bool(balanced) and 0 < page_size <= BAL_WIDE_MAX_PAGE
+
+
+#: comb_smem (build_decode, build_combine) by default: the combine kernel's LSE values through shared memory (H200,
+#: iteration 37's screen, gain = without / with: case 10 1.017, R4 in 16-token pages 1.007, others 0.998-1.003)
+COMB_SMEM = 1
+#: splits a combine thread loads at once by default where the plan has more than _COMBINE_UNROLL splits and comb_smem
+#: (comb_unroll_default): one round trip for R3/R4's 60-67 splits in 16- and 256-token pages (ptxas sm_90a: 156
+#: registers, so the combine CTA still fits beside two split CTAs; 231 without comb_smem)
+COMB_WIDE_UNROLL = 64
+
+
+def comb_unroll_default(num_splits: int, comb_smem: bool) -> int:
+    """comb_unroll by default: COMB_WIDE_UNROLL for a plan of more than _COMBINE_UNROLL splits with comb_smem, else
+    0 (_COMBINE_UNROLL). H200, iteration 37's screen (gain over 32 splits a round trip): R4 in 16-token pages 1.020
+    (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; at 32 splits or fewer it only costs (case 10
+    0.942, case 14 0.996)."""
+    return COMB_WIDE_UNROLL if comb_smem and num_splits > _COMBINE_UNROLL else 0
 
 
 #: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
@@ -829,7 +911,7 @@ def _compile(func, target, fast_math: bool = False):
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
                bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
-               fast_math=False, tile_page=False):
+               fast_math=False, tile_page=False, even_split=False, comb_smem=False):
     balanced = int(balanced)
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
@@ -841,7 +923,8 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math), bool(tile_page))
+           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math), bool(tile_page),
+           bool(even_split), bool(comb_smem))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -849,20 +932,22 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
             if k is None:
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-                                 comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(tile_page))
+                                 comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(tile_page),
+                                 bool(even_split), bool(comb_smem))
                 k = _compile(f, target, bool(fast_math))
                 _KERNELS[key] = k
     return k
 
 
-def get_combine(dtype, hq, d, target, pdl=False, unroll=0, fast_math=False):
-    key = ("combine", dtype, hq, d, str(target), bool(pdl), int(unroll or 0), bool(fast_math))
+def get_combine(dtype, hq, d, target, pdl=False, unroll=0, fast_math=False, smem=False):
+    key = ("combine", dtype, hq, d, str(target), bool(pdl), int(unroll or 0), bool(fast_math), bool(smem))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
-                k = _compile(build_combine(dtype, hq, d, bool(pdl), int(unroll or 0)), target, bool(fast_math))
+                k = _compile(build_combine(dtype, hq, d, bool(pdl), int(unroll or 0), bool(smem)), target,
+                             bool(fast_math))
                 _KERNELS[key] = k
     return k
 
@@ -886,7 +971,7 @@ def _pass_configs(fast_math: bool = False):
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
                 balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False, tile_page=False):
+                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, comb_smem=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -899,7 +984,8 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
                 bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
                 v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
-                tile_page=bool(tile_page)), arch
+                tile_page=bool(tile_page), even_split=bool(even_split),
+                comb_smem=bool(comb_smem)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
@@ -927,7 +1013,7 @@ def _lowered(args: dict, arch: str, which: str) -> tuple:
         if which == "main":
             func = build_decode(**args)
         else:
-            func = build_combine(args["dtype"], args["hq"], args["d"], args["pdl"], args["comb_unroll"])
+            func = build_combine(args["dtype"], args["hq"], args["d"], args["pdl"], args["comb_unroll"], args["comb_smem"])
         r = _lower_source(func, arch)
         _LOWERED[key] = r
     return r
@@ -973,6 +1059,14 @@ def _nvcc_cubin(source: str, arch: str) -> dict:
     regs = [int(x) for x in re.findall(r"Used (\d+) registers", text)]
     spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
     return {"cubin_bytes": len(cubin), "registers": regs, "spill_bytes": spills, "ptxas_log": text}
+
+
+def compile_combine_check(dtype: str = "float16", hq: int = 32, d: int = 128, pdl: bool = True, unroll: int = 0,
+                          smem: bool = False, arch: str = "sm_90a") -> dict:
+    """Lower the standalone combine kernel for `arch` and nvcc-compile it (no GPU): cubin_bytes, registers,
+    spill_bytes, ptxas_log, dyn_smem_bytes, source."""
+    src, dyn = _lower_source(build_combine(dtype, hq, d, pdl, unroll, smem), arch)
+    return dict(_nvcc_cubin(src, arch), dyn_smem_bytes=dyn, source=src)
 
 
 def compile_cuda_check(with_combine: bool = True, **shape) -> dict:
