@@ -612,11 +612,12 @@ def test_even_split_default(rk, balanced, page, want):
     assert sys.modules["tl_decode_cuda"].even_split_default(balanced, page) == want
 
 
-@pytest.mark.parametrize("num_splits,smem,want", [(67, True, 64), (33, True, 64), (32, True, 0), (4, True, 0),
-                                                  (67, False, 0)])
+@pytest.mark.parametrize("num_splits,smem,want", [(67, True, 64), (48, True, 64), (47, True, 0), (34, True, 0),
+                                                  (32, True, 0), (4, True, 0), (67, False, 0)])
 def test_comb_unroll_default(rk, num_splits, smem, want):
-    """A combine thread loads 64 splits a round trip by default only where the plan has more than 32 and the LSE
-    values go through shared memory (without it, 64 cost 231 registers)."""
+    """A combine thread loads 64 splits a round trip by default only where the plan's rows may hold at least 48 splits
+    (not contiguous R4's 34, of which it uses 32) and the LSE values go through shared memory (without it, 64 cost 231
+    registers)."""
     import sys
 
     assert sys.modules["tl_decode_cuda"].comb_unroll_default(num_splits, smem) == want

@@ -790,18 +790,22 @@ def even_split_default(balanced: int, page_size: int) -> bool:
 #: comb_smem (build_decode, build_combine) by default: the combine kernel's LSE values through shared memory (H200,
 #: iteration 37's screen, gain = without / with: case 10 1.017, R4 in 16-token pages 1.007, others 0.998-1.003)
 COMB_SMEM = 1
-#: splits a combine thread loads at once by default where the plan has more than _COMBINE_UNROLL splits and comb_smem
-#: (comb_unroll_default): one round trip for R3/R4's 60-67 splits in 16- and 256-token pages (ptxas sm_90a: 156
-#: registers, so the combine CTA still fits beside two split CTAs; 231 without comb_smem)
+#: splits a combine thread loads at once by default where a plan's rows may hold at least COMB_WIDE_MIN_SPLITS splits
+#: and comb_smem (comb_unroll_default): one round trip for R3/R4's 60-67 splits in 16- and 256-token pages (ptxas
+#: sm_90a: 156 registers, so the combine CTA still fits beside two split CTAs; 231 without comb_smem)
 COMB_WIDE_UNROLL = 64
+#: the fewest splits a plan may hold (its num_splits) for COMB_WIDE_UNROLL by default: balanced plans at two CTAs a unit
+#: of at most four KV heads hold up to 67; contiguous R3/R4's one-CTA-a-unit plan holds 34 and R4 uses 32, where 64 a
+#: round trip only loads clamped copies of the last split (iteration 37: contiguous R4 36.26 us against 35.97)
+COMB_WIDE_MIN_SPLITS = 48
 
 
 def comb_unroll_default(num_splits: int, comb_smem: bool) -> int:
-    """comb_unroll by default: COMB_WIDE_UNROLL for a plan of more than _COMBINE_UNROLL splits with comb_smem, else
-    0 (_COMBINE_UNROLL). H200, iteration 37's screen (gain over 32 splits a round trip): R4 in 16-token pages 1.020
-    (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; at 32 splits or fewer it only costs (case 10
-    0.942, case 14 0.996)."""
-    return COMB_WIDE_UNROLL if comb_smem and num_splits > _COMBINE_UNROLL else 0
+    """comb_unroll by default: COMB_WIDE_UNROLL for a plan of at least COMB_WIDE_MIN_SPLITS splits with comb_smem,
+    else 0 (_COMBINE_UNROLL). H200, iteration 37's screen (gain over 32 splits a round trip): R4 in 16-token pages
+    1.020 (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; over at most 32 splits it only costs
+    (case 10 0.942, case 14 0.996)."""
+    return COMB_WIDE_UNROLL if comb_smem and num_splits >= COMB_WIDE_MIN_SPLITS else 0
 
 
 #: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
