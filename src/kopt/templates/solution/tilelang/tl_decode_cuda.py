@@ -585,7 +585,10 @@ def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = 
 
     @T.macro
     def combine_body(Opart, LSE, Out, hh, b, num_splits, tx):
-        lse_c = T.alloc_local([U], accum)
+        if lse_smem:
+            lse_c = T.alloc_shared([U], accum)
+        else:
+            lse_c = T.alloc_local([U], accum)
         o_c = T.alloc_local([U], accum)
         m = T.alloc_var(accum)
         m_new = T.alloc_var(accum)
@@ -596,10 +599,19 @@ def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = 
         lsum = 0.0
         acc = 0.0
         for c in T.serial(T.ceildiv(num_splits, U)):
+            if lse_smem:  # a thread a split: the chunk's LSE stored once for the CTA
+                for i in T.serial(T.ceildiv(U, nthreads)):
+                    if i * nthreads + tx < U:
+                        lse_c[i * nthreads + tx] = T.if_then_else(
+                            c * U + i * nthreads + tx < num_splits,
+                            LSE[b, hh, T.min(c * U + i * nthreads + tx, num_splits - 1)], -T.infinity(accum))
             for u in T.unroll(U):
-                lse_c[u] = T.if_then_else(c * U + u < num_splits, LSE[b, hh, T.min(c * U + u, num_splits - 1)],
-                                          -T.infinity(accum))
+                if not lse_smem:
+                    lse_c[u] = T.if_then_else(c * U + u < num_splits, LSE[b, hh, T.min(c * U + u, num_splits - 1)],
+                                              -T.infinity(accum))
                 o_c[u] = Opart[b, hh, T.min(c * U + u, num_splits - 1), tx]
+            if lse_smem:
+                T.sync_threads()
             m_new = m
             for u in T.unroll(U):
                 m_new = T.max(m_new, lse_c[u])
@@ -611,44 +623,11 @@ def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = 
                     lsum += T.exp2(lse_c[u] - m_new)  # an empty split (lse -inf) weighs 0
                     acc += T.exp2(lse_c[u] - m_new) * o_c[u]
                 m = m_new
+            if lse_smem:
+                T.sync_threads()  # every thread has read this chunk's LSE before the next one is stored
         Out[b, hh, tx] = T.cast(T.if_then_else(lsum > 0, acc / lsum, 0.0), dtype)
 
-    @T.macro
-    def combine_body_smem(Opart, LSE, Out, hh, b, num_splits, tx):
-        lse_s = T.alloc_shared([U], accum)
-        o_c = T.alloc_local([U], accum)
-        m = T.alloc_var(accum)
-        m_new = T.alloc_var(accum)
-        sc = T.alloc_var(accum)
-        lsum = T.alloc_var(accum)
-        acc = T.alloc_var(accum)
-        m = -T.infinity(accum)
-        lsum = 0.0
-        acc = 0.0
-        for c in T.serial(T.ceildiv(num_splits, U)):
-            for i in T.serial(T.ceildiv(U, nthreads)):
-                if i * nthreads + tx < U:
-                    lse_s[i * nthreads + tx] = T.if_then_else(
-                        c * U + i * nthreads + tx < num_splits,
-                        LSE[b, hh, T.min(c * U + i * nthreads + tx, num_splits - 1)], -T.infinity(accum))
-            for u in T.unroll(U):
-                o_c[u] = Opart[b, hh, T.min(c * U + u, num_splits - 1), tx]
-            T.sync_threads()
-            m_new = m
-            for u in T.unroll(U):
-                m_new = T.max(m_new, lse_s[u])
-            if m_new > -T.infinity(accum):
-                sc = T.exp2(m - m_new)  # 0 while m is still -inf
-                lsum = lsum * sc
-                acc = acc * sc
-                for u in T.unroll(U):
-                    lsum += T.exp2(lse_s[u] - m_new)  # an empty split (lse -inf) weighs 0
-                    acc += T.exp2(lse_s[u] - m_new) * o_c[u]
-                m = m_new
-            T.sync_threads()  # every thread has read this chunk's LSE before the next one is stored
-        Out[b, hh, tx] = T.cast(T.if_then_else(lsum > 0, acc / lsum, 0.0), dtype)
-
-    return combine_body_smem if lse_smem else combine_body
+    return combine_body
 
 
 def build_combine_serial(hq: int, d: int, unroll: int = 0):
