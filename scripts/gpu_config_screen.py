@@ -6,7 +6,8 @@ Each config is ABBA-paired with the candidate's default plan (its heuristic and 
 timer (device-only cold spans, graph replays, the full stopping rule; --quick for fewer samples), over three
 rotated input sets. A config given as '+{...}' (a leading plus) is laid over the case's resolved default plan
 instead of replacing it, so one switch can be tried on a tuned shape. Prints one line per pair: both runtimes,
-the gain (default / config, > 1: the config is faster) with its 95% CI, and the config's plan. Every output is
+the gain (default / config, > 1: the config is faster) with its 95% CI, and the config's plan; same_plan=1 marks a
+config that resolves to the case's default plan (a switch the plan ignores there), so its pair is an A/A. Every output is
 checked against the fp32 reference first; a config that fails is reported and skipped. A config with no result
 within --hang-s seconds (a kernel that hangs leaves the process's CUDA context unusable) is reported as HUNG and
 the screen exits with 3, so the next screen line, a new process, still runs.
@@ -38,6 +39,11 @@ def parse_configs(text: str) -> list[tuple[str, dict, bool]]:
             raise ValueError(f"config {label!r}: want a JSON object")
         out.append((label.strip(), cfg, over))
     return out
+
+
+def same_plan(plan: dict, default_plan: dict) -> bool:
+    """Whether a config's resolved plan is the default plan: then the kernels are the same and the pair an A/A."""
+    return plan == default_plan
 
 
 def watchdog(seconds: float, line: str):
@@ -115,6 +121,7 @@ def main(argv=None) -> int:
             plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(full))
             print(f"case={case.id} config={label} us={pt.a.median_ms * 1e3:.2f} default_us={pt.b.median_ms * 1e3:.2f} "
                   f"gain={pt.speedup:.4f} ci={pt.ci[0]:.4f}-{pt.ci[1]:.4f} replay={pt.a.replay} "
+                  f"same_plan={int(same_plan(plan, base_plan))} "
                   f"plan={json.dumps(plan, sort_keys=True)} default_plan={json.dumps(base_plan, sort_keys=True)}",
                   flush=True)
     return 0

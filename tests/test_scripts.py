@@ -207,6 +207,16 @@ def test_config_screen_parses_labels_and_overlays():
             cs.parse_configs(bad)
 
 
+def test_config_screen_marks_a_config_the_plan_ignores():
+    """A config that resolves to the default plan (comb_smem on a plan without a combine kernel) is an A/A pair: the
+    screen line says same_plan=1; any field that differs makes it 0."""
+    cs = _script("gpu_config_screen")
+    base = {"path": "cuda", "block_N": 64, "num_splits": 33, "comb_smem": False, "last_cta": True}
+    assert cs.same_plan(dict(base), base)
+    assert not cs.same_plan(base | {"comb_smem": True}, base)
+    assert not cs.same_plan(base | {"num_splits": 32}, base)
+
+
 GPU_TOOLS = ["gpu_child_startup.py", "gpu_code_warm.py", "gpu_config_screen.py", "gpu_flush_study.py",
              "gpu_graph_check.py", "gpu_read_bound.py", "gpu_timing_check.py", "gpu_timing_overhead.py",
              "prewarm_kernels.py"]
