@@ -7,8 +7,8 @@ timer (device-only cold spans, graph replays, the full stopping rule; --quick fo
 rotated input sets. A config given as '+{...}' (a leading plus) is laid over the case's resolved default plan
 instead of replacing it, so one switch can be tried on a tuned shape. Prints one line per pair: both runtimes,
 the gain (default / config, > 1: the config is faster) with its 95% CI, and the config's plan; same_plan=1 marks a
-config that resolves to the case's default plan (a switch the plan ignores there), so its pair is an A/A. Every output is
-checked against the fp32 reference first; a config that fails is reported and skipped. A config with no result
+config that resolves to the case's default plan (a switch the plan ignores there), so its pair is an A/A. Every
+output is checked against the fp32 reference first; a config that fails is reported and skipped. A config with no result
 within --hang-s seconds (a kernel that hangs leaves the process's CUDA context unusable) is reported as HUNG and
 the screen exits with 3, so the next screen line, a new process, still runs.
 """
