@@ -50,6 +50,24 @@ def _case(i, **variant):
     return select(load_cases(), [i])[0].with_variant(**variant)
 
 
+def _check_garbage_past_the_sequence(kernel, cid, page, seed, config, what, dtype="fp16"):
+    """Case cid with ragged lengths (at least three rows, one of them full) in pages whose block-table entries past
+    each sequence hold garbage (negative ids, ids past the pool), against the reference of the intact table."""
+    import torch
+
+    c = _case(cid, seqlens="ragged", dtype=dtype, page_size=page)
+    c = c.model_copy(update={"batch": max(c.batch, 3)})  # one sequence stays full: others must be shorter
+    w, ref, base = _intact(c, seed)  # from the intact table
+    bt, nblocks = w.block_table, w.k_cache.shape[0]
+    used = (w.cache_seqlens.long() + page - 1) // page
+    cols = torch.arange(bt.shape[1], device=bt.device)
+    past = cols[None, :] >= used[:, None]
+    garbage = torch.where(cols % 2 == 0, -7, nblocks + 1000).to(bt.dtype).expand_as(bt)
+    bt.copy_(torch.where(past, garbage, bt))
+    assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
+    _assert_ok(kernel, w, ref, base, config, what)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16, 64, 256], ids=["contig", "p16", "p64", "p256"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -103,21 +121,10 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
     """Paged caches whose block-table entries past each sequence hold garbage (negative ids, ids past the
     pool): the eager variant reads its first K tile from such entries before L[b] arrives (page ids are
     clamped into the pool, the keys masked), and neither variant may let them reach the output."""
-    import torch
-
     cfg = {"eager": eager} | ({"num_splits": splits} if splits else {})
     for seed, dtype in ((31, "fp16"), (32, "bf16")):
-        c = _case(cid, seqlens="ragged", dtype=dtype, page_size=page)
-        c = c.model_copy(update={"batch": max(c.batch, 3)})  # one sequence stays full: others must be shorter
-        w, ref, base = _intact(c, seed)  # from the intact table
-        bt, nblocks = w.block_table, w.k_cache.shape[0]
-        used = (w.cache_seqlens.long() + page - 1) // page
-        cols = torch.arange(bt.shape[1], device=bt.device)
-        past = cols[None, :] >= used[:, None]
-        garbage = torch.where(cols % 2 == 0, -7, nblocks + 1000).to(bt.dtype).expand_as(bt)
-        bt.copy_(torch.where(past, garbage, bt))
-        assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
-        _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} eager {eager} {dtype}")
+        _check_garbage_past_the_sequence(kernel, cid, page, seed, cfg, f"case {cid} page {page} eager {eager} {dtype}",
+                                         dtype)
 
 
 @pytest.mark.gpu
@@ -132,7 +139,6 @@ def test_tile_page(kernel, cid, page, seqlens, cfg, tp):
     balanced, plain split and unsplit plans, tiles of several pages (16-token pages), pages of several tiles (256) and
     one tile a page (64), sequences ending inside a page, in both dtypes and head dims; then the same plans with
     garbage table entries past each sequence."""
-    import torch
 
     from kopt.workload import make_workload
 
@@ -142,16 +148,7 @@ def test_tile_page(kernel, cid, page, seqlens, cfg, tp):
     for seed, dtype in ((95, "fp16"), (96, "bf16")):
         _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
     _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=97, config=cfg)
-    c = _case(cid, seqlens="ragged", page_size=page)
-    c = c.model_copy(update={"batch": max(c.batch, 3)})
-    w, ref, base = _intact(c, 98)
-    bt, nblocks = w.block_table, w.k_cache.shape[0]
-    used = (w.cache_seqlens.long() + page - 1) // page
-    cols = torch.arange(bt.shape[1], device=bt.device)
-    past = cols[None, :] >= used[:, None]
-    bt.copy_(torch.where(past, torch.where(cols % 2 == 0, -7, nblocks + 1000).to(bt.dtype).expand_as(bt), bt))
-    assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
-    _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} tile_page garbage")
+    _check_garbage_past_the_sequence(kernel, cid, page, 98, cfg, f"case {cid} page {page} tile_page garbage")
 
 
 @pytest.mark.gpu
@@ -298,7 +295,6 @@ def test_even_split(kernel, cid, seqlens, page, cfg):
     """even_split: split ranges that differ by at most one tile, on balanced plans (idle pool blocks, rows of one
     split), plain split plans of more splits than some rows' tiles (empty ranges) and unsplit ones, contiguous and
     paged, both dtypes and head dims; then with garbage table entries past each sequence."""
-    import torch
 
     from kopt.workload import make_workload
 
@@ -309,16 +305,7 @@ def test_even_split(kernel, cid, seqlens, page, cfg):
         _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
     _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=68, config=cfg)
     if page:
-        c = _case(cid, seqlens="ragged", page_size=page)
-        c = c.model_copy(update={"batch": max(c.batch, 3)})
-        w, ref, base = _intact(c, 69)
-        bt, nblocks = w.block_table, w.k_cache.shape[0]
-        used = (w.cache_seqlens.long() + page - 1) // page
-        cols = torch.arange(bt.shape[1], device=bt.device)
-        past = cols[None, :] >= used[:, None]
-        bt.copy_(torch.where(past, torch.where(cols % 2 == 0, -7, nblocks + 1000).to(bt.dtype).expand_as(bt), bt))
-        assert bool(past.any()), "no entry past a sequence: the test would prove nothing"
-        _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} even_split garbage")
+        _check_garbage_past_the_sequence(kernel, cid, page, 69, cfg, f"case {cid} page {page} even_split garbage")
 
 
 @pytest.mark.gpu
