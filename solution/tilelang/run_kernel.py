@@ -131,7 +131,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.eager = bool(int(eager))
     p.balanced, p.q_loop, p.merge_unroll, p.bal_combine = 0, False, 0, False
     bal = _balanced_splits(cfg, B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn, p.num_splits, Hq // Hkv,
-                           page if paged else 0)
+                           page)
     if bal is not None:
         p.block_N, p.num_splits, p.balanced = bal
         p.last_cta, p.eager = True, False
@@ -139,11 +139,11 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         p.merge_unroll = int(cfg.get("merge_unroll") or _cuda.BAL_MERGE_UNROLL)
         bc = cfg.get("bal_combine")  # default: a combine kernel when a full row's merge is large
         p.bal_combine = bool(int(bc)) if bc is not None else (Hq // Hkv) * p.num_splits > _cuda.LAST_CTA_MAX_ROWS
-    # programmatic dependent launch of the combine kernel (default on Hopper and later); only a plan with a
-    # combine kernel has a dependent launch
+    # a combine kernel merges the split partials (not the last CTA of a row): the plans pdl and comb_smem apply to
+    combine_kernel = p.num_splits > 1 and (p.bal_combine if p.balanced else not p.last_cta)
+    # programmatic dependent launch of the combine kernel (default on Hopper and later)
     pdl = cfg.get("pdl")
-    pdl = bool(int(pdl)) if pdl is not None else _cuda.pdl_default(q.device)
-    p.pdl = pdl and p.num_splits > 1 and (p.bal_combine if p.balanced else not p.last_cta)
+    p.pdl = (bool(int(pdl)) if pdl is not None else _cuda.pdl_default(q.device)) and combine_kernel
     vs = cfg.get("v_split")  # a row's V columns over this many CTAs (tl_decode_cuda.build_decode), unsplit plans only
     p.v_split = int(vs) if vs is not None else _cuda.v_split_default(B, Hkv, p.num_splits, _cuda.sm_count(q.device))
     if p.v_split not in (1, 2) or (p.v_split > 1 and (p.num_splits > 1 or p.balanced)):
@@ -167,8 +167,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.even_split = (bool(int(es)) if es is not None else _cuda.even_split_default(p.balanced, page)) and not p.eager
     # the combine's LSE values through shared memory (build_decode's comb_smem): plans with a combine kernel
     cs = cfg.get("comb_smem")
-    p.comb_smem = ((bool(int(cs)) if cs is not None else bool(_cuda.COMB_SMEM)) and p.num_splits > 1
-                   and (p.bal_combine if p.balanced else not p.last_cta))
+    p.comb_smem = (bool(int(cs)) if cs is not None else bool(_cuda.COMB_SMEM)) and combine_kernel
     # splits a combine thread loads at once (0: tl_decode_cuda._COMBINE_UNROLL; tl_decode_cuda.comb_unroll_default)
     p.comb_unroll = int(cfg.get("comb_unroll") or _cuda.comb_unroll_default(p.num_splits, p.comb_smem))
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
