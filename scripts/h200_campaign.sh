@@ -10,7 +10,7 @@
 # Extra steps: timingtests (GPU timing + adversarial tests), bench5 (five bench --all), graphcheck
 #   (scripts/gpu_graph_check.py against the ledger's rows), aa (A/A on AA_CASES), wall3 / wall3own (case 10 wall time x3, taking kept children / each its own,
 #   rows recorded with their phases),
-#   verifyat (kopt verify of each candidate file in VERIFY_AT), peers (kopt peers --all, FA3 from .gpu-peers/), ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
+#   verifyat (kopt verify of each candidate file in VERIFY_AT), benchcases (bench of BENCH_CASES, default 1-3: the edge cases no verdict times), peers (kopt peers --all, FA3 from .gpu-peers/), ab (fused vs unfused split+combine on cases 8,10,13,14), stash / restore (keep results/
 #   and the ledger in $STASH between two runs on one host), overhead (scripts/gpu_timing_overhead.py: the
 #   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
@@ -105,6 +105,7 @@ for s in $steps; do case $s in
   wall)      run wall_compile 120 python3 -m kopt bench --case 10 --cold-cache --machine --no-record
              for i in 1 2 3; do run wall_warm_$i 60 python3 -m kopt bench --case 10 --cold-cache --machine --json; done ;;
   bench)     run bench_fp16 420 python3 -m kopt bench --all --cold-cache --machine ;;
+  benchcases) run bench_cases 300 python3 -m kopt bench --case "${BENCH_CASES:-1-3}" --cold-cache --machine ;;  # edge cases by default
   benchzero) run bench_fp16_zero 420 python3 -m kopt bench --all --cold-cache --flush zero --machine ;;
   untuned)   # the same bench with an empty tuning table: every case on the kernel's own heuristic
              head -1 results/tilelang/tuning.csv > "$out/untuned.csv"
