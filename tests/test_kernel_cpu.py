@@ -156,6 +156,20 @@ def test_contract_surface(rk):
     assert cfgs[0]["num_splits"] == 0  # heuristic default first
 
 
+def test_configs_offer_even_ranges_that_apply(rk, meta_plan):
+    """configs()' even-range entries resolve to plans that are not eager and split evenly (the only plans even_split
+    changes), and only where ceil ranges would differ: case 14's 481 128-key tiles in 64 splits, not 8192 keys."""
+    case = {"batch": 1, "seqlen_k": 61519, "kv_heads": 4, "gqa": 8}
+    even = [c for c in rk.configs(case) if c.get("even_split")]
+    assert {(c["block_N"], c["num_splits"]) for c in even} == {(bn, ns) for bn in (64, 128) for ns in (16, 32, 64, 128)}
+    for c in even:
+        p = meta_plan(1, 61519, 4, 8, c)
+        assert (p.even_split, p.eager, p.num_splits, p.block_N) == (True, False, c["num_splits"], c["block_N"])
+    plain = meta_plan(1, 61519, 4, 8, {"block_N": 128, "num_splits": 64})
+    assert plain.eager and not plain.even_split  # 8 tiles a split: eager by default, where even ranges do not apply
+    assert not [c for c in rk.configs({"batch": 1, "seqlen_k": 8192, "kv_heads": 4, "gqa": 8}) if c.get("even_split")]
+
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not pathlib.Path("/usr/local/cuda/bin/nvcc").exists(),
                                 reason="nvcc not installed")
 

@@ -35,6 +35,10 @@ _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager",
              "red_once", "fast_math", "tile_page", "even_split", "comb_smem")
 
 
+#: configs() offers even split ranges (not eager) for split counts from this one on
+EVEN_MIN_SPLITS = 16
+
+
 # ----------------------------------------------------------------------------------------------
 # validation
 # ----------------------------------------------------------------------------------------------
@@ -337,7 +341,9 @@ def configs(case: dict) -> list:
     """Tunable CUDA configs for one shape; the first entry is the heuristic default.
 
     block_N / num_splits 0 mean "chosen at run time" (SM-count split heuristic; 128-key tiles
-    without split when the CTAs fit one per unit, else 64-key tiles: tl_decode_cuda.choose_tiling). The other entries pin block_N x num_splits.
+    without split when the CTAs fit one per unit, else 64-key tiles: tl_decode_cuda.choose_tiling). The other entries
+    pin block_N x num_splits; from EVEN_MIN_SPLITS splits on, each also with even split ranges and the eager start off
+    (even_split applies to plans that are not eager; 64 even splits of case 14's 481 tiles: 1.017x over its tuned 32).
     """
     seqlen = int(case.get("seqlen_k", 1) or 1)
     out = [{"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 0}]  # threads 0: the plan's own default
@@ -346,6 +352,9 @@ def configs(case: dict) -> list:
         for ns in (1, 2, 4, 8, 16, 32, 64, 128):
             if ns <= n_tiles:
                 out.append({"block_N": bn, "num_splits": ns, "num_stages": 1, "threads": 128})
+                if ns >= EVEN_MIN_SPLITS and n_tiles % ns:  # even ranges differ from ceil ranges only then
+                    out.append({"block_N": bn, "num_splits": ns, "num_stages": 1, "threads": 128, "eager": 0,
+                                "even_split": 1})
     return out
 
 
