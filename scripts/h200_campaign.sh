@@ -15,7 +15,7 @@
 #   harness's own start-up and per-sample costs), flushstudy (scripts/gpu_flush_study.py: what each kind
 #   of cold-cache flush costs the timed call), benchzero (bench --all with the zeroing
 #   flush, for a same-commit comparison with the default read flush), screen (configs on a few cases, quick: SCREEN_CONFIGS,
-#   SCREEN_CASES, SCREEN_ARGS e.g. "--page-size 64"), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all),
+#   SCREEN_CASES, SCREEN_ARGS e.g. "--page-size 64"), untuned (bench --all with an empty tuning table), tuneall (kopt tune --all), tunecases (kopt tune --case TUNE_CASES),
 #   cfgscreen (CFG_SCREEN: a screen file, scripts/gpu_config_screen.py), walljson, gcimport (the child's imports,
 #   cyclic GC on / off), startup (scripts/gpu_child_startup.py),
 #   ragpaged (cases 15-18 in RAGPAGED_SIZES-token pages, default 16 256), kerneltests (tests/test_kernel_gpu.py in
@@ -111,6 +111,7 @@ for s in $steps; do case $s in
              head -1 results/tilelang/tuning.csv > "$out/untuned.csv"
              (export KOPT_TUNING_CSV=$out/untuned.csv; run bench_untuned 420 python3 -m kopt bench --all --cold-cache --machine) ;;
   tuneall)   run tune_all 560 python3 -m kopt tune --all ;;
+  tunecases) run tune_cases 560 python3 -m kopt tune --case "${TUNE_CASES:?TUNE_CASES: case ids}" ;;
   bf16)      run bench_bf16 300 python3 -m kopt bench --all --cold-cache --machine --dtype bf16 --quick ;;
   paged256)  run bench_paged256 300 python3 -m kopt bench --case "${PAGED256_CASES:-1-14}" --cold-cache --machine \
                --page-size 256 ${PAGED_QUICK---quick} ;;
