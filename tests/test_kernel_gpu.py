@@ -68,6 +68,21 @@ def _check_garbage_past_the_sequence(kernel, cid, page, seed, config, what, dtyp
     _assert_ok(kernel, w, ref, base, config, what)
 
 
+def _check_switch(kernel, cid, seqlens, page, cfg, key, seed, garbage=False):
+    """A plan switch `key` set in cfg: the plan takes it (plan_info), then case cid runs right in fp16 and bf16
+    (seeds seed, seed + 1) and head dim 64 (seed + 2); with garbage, also with garbage table entries past each
+    sequence (seed + 3)."""
+    from kopt.workload import make_workload
+
+    w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
+    assert kernel.plan_info(*w0.args(), **w0.kwargs(cfg))[key] == bool(cfg[key]), "the plan ignored it"
+    for s, dtype in ((seed, "fp16"), (seed + 1, "bf16")):
+        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=s, config=cfg)
+    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=seed + 2, config=cfg)
+    if garbage:
+        _check_garbage_past_the_sequence(kernel, cid, page, seed + 3, cfg, f"case {cid} page {page} {key} garbage")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("page", [None, 16, 64, 256], ids=["contig", "p16", "p64", "p256"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -139,16 +154,7 @@ def test_tile_page(kernel, cid, page, seqlens, cfg, tp):
     balanced, plain split and unsplit plans, tiles of several pages (16-token pages), pages of several tiles (256) and
     one tile a page (64), sequences ending inside a page, in both dtypes and head dims; then the same plans with
     garbage table entries past each sequence."""
-
-    from kopt.workload import make_workload
-
-    cfg = (cfg or {}) | {"tile_page": tp}
-    w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
-    assert kernel.plan_info(*w0.args(), **w0.kwargs(cfg))["tile_page"] == bool(tp), "the plan ignored it"
-    for seed, dtype in ((95, "fp16"), (96, "bf16")):
-        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
-    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=97, config=cfg)
-    _check_garbage_past_the_sequence(kernel, cid, page, 98, cfg, f"case {cid} page {page} tile_page garbage")
+    _check_switch(kernel, cid, seqlens, page, (cfg or {}) | {"tile_page": tp}, "tile_page", 95, garbage=True)
 
 
 @pytest.mark.gpu
@@ -276,14 +282,7 @@ def test_combine_lse_in_shared_memory(kernel, cid, seqlens, page, cfg):
     """comb_smem: the combine's LSE values through shared memory, in one chunk (unroll 64 over 60 splits: R4 in
     16-token pages), in several (a last one part empty), wider than the CTA's threads (160 LSE values over 128
     threads), fused and separate, plain and balanced split plans, both dtypes and head dims."""
-    from kopt.workload import make_workload
-
-    cfg = cfg | {"comb_smem": 1}
-    w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
-    assert kernel.plan_info(*w0.args(), **w0.kwargs(cfg))["comb_smem"], "the plan ignored it"
-    for seed, dtype in ((63, "fp16"), (64, "bf16")):
-        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
-    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=65, config=cfg)
+    _check_switch(kernel, cid, seqlens, page, cfg | {"comb_smem": 1}, "comb_smem", 63)
 
 
 @pytest.mark.gpu
@@ -295,17 +294,7 @@ def test_even_split(kernel, cid, seqlens, page, cfg):
     """even_split: split ranges that differ by at most one tile, on balanced plans (idle pool blocks, rows of one
     split), plain split plans of more splits than some rows' tiles (empty ranges) and unsplit ones, contiguous and
     paged, both dtypes and head dims; then with garbage table entries past each sequence."""
-
-    from kopt.workload import make_workload
-
-    cfg = cfg | {"even_split": 1}
-    w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
-    assert kernel.plan_info(*w0.args(), **w0.kwargs(cfg))["even_split"], "the plan ignored it"
-    for seed, dtype in ((66, "fp16"), (67, "bf16")):
-        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
-    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=68, config=cfg)
-    if page:
-        _check_garbage_past_the_sequence(kernel, cid, page, 69, cfg, f"case {cid} page {page} even_split garbage")
+    _check_switch(kernel, cid, seqlens, page, cfg | {"even_split": 1}, "even_split", 66, garbage=bool(page))
 
 
 @pytest.mark.gpu
