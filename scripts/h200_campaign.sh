@@ -22,7 +22,8 @@
 #   parallel shards; after prewarm), readbound (scripts/gpu_read_bound.py: the fastest pure read of each case's
 #   bytes paired with the candidate, READBOUND_CASES, default 4-18; READBOUND_LAYOUTS e.g. 0,16,256: the per-layout read),
 #   codewarm (scripts/gpu_code_warm.py: what instruction fetch from a cold L2 costs each of CODEWARM_CASES, default 4,5,6,10;
-#   CODEWARM_CONFIG: a JSON config).
+#   CODEWARM_CONFIG: a JSON config), timeline (scripts/gpu_kernel_timeline.py --floor: each kernel's start and end inside
+#   a cold call, and the plan-shaped read + combine floor of a split plan, TIMELINE_CASES, default 10,14,5,4).
 # The paged steps time quickly unless PAGED_QUICK= (empty: full timing); PAGED256_CASES (default 1-14).
 #   More tuning runs: scripts/gpu_tune_check.sh.
 set -u
@@ -138,6 +139,8 @@ for s in $steps; do case $s in
                --ledger candidates.jsonl --out "$log/graph-check.md" ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"} ;;
   readbound) run read_bound 420 python3 scripts/gpu_read_bound.py --cases "${READBOUND_CASES:-4-18}" \
                --out "$log/read-bound.md" ${READBOUND_LAYOUTS:+--layouts "$READBOUND_LAYOUTS"} ;;
+  timeline)  run timeline 300 python3 scripts/gpu_kernel_timeline.py --cases "${TIMELINE_CASES:-10,14,5,4}" --floor \
+               --out "$log/timeline.md" ;;
   codewarm)  run code_warm 300 python3 scripts/gpu_code_warm.py --cases "${CODEWARM_CASES:-4,5,6,10}" \
                ${CODEWARM_CONFIG:+--config "$CODEWARM_CONFIG"} ;;
   aa)        run aa 300 python3 -m kopt calibrate --case "${AA_CASES:-5,10,15}" --json ;;

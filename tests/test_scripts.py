@@ -218,8 +218,8 @@ def test_config_screen_marks_a_config_the_plan_ignores():
 
 
 GPU_TOOLS = ["gpu_child_startup.py", "gpu_code_warm.py", "gpu_config_screen.py", "gpu_flush_study.py",
-             "gpu_graph_check.py", "gpu_read_bound.py", "gpu_timing_check.py", "gpu_timing_overhead.py",
-             "prewarm_kernels.py"]
+             "gpu_graph_check.py", "gpu_kernel_timeline.py", "gpu_read_bound.py", "gpu_timing_check.py",
+             "gpu_timing_overhead.py", "prewarm_kernels.py"]
 
 
 @pytest.mark.parametrize("tool", GPU_TOOLS)
@@ -246,6 +246,12 @@ def test_code_warm_bad_config_exits_2_in_one_line():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.startswith("error: --config '[1]'")
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_kernel_timeline_too_few_calls_exits_2_in_one_line():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_kernel_timeline.py"), "--calls", "5"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.strip() == "error: --calls must be at least 20, got 5"
 
 
 def test_config_screen_bad_configs_exit_2():
