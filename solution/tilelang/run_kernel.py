@@ -143,8 +143,7 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         p.merge_unroll = int(cfg.get("merge_unroll") or _cuda.BAL_MERGE_UNROLL)
         bc = cfg.get("bal_combine")  # default: a combine kernel when a full row's merge is large
         p.bal_combine = bool(int(bc)) if bc is not None else (Hq // Hkv) * p.num_splits > _cuda.LAST_CTA_MAX_ROWS
-    # a combine kernel merges the split partials (not the last CTA of a row): the plans pdl and comb_smem apply to
-    combine_kernel = p.num_splits > 1 and (p.bal_combine if p.balanced else not p.last_cta)
+    combine_kernel = _cuda.combine_follows(p.num_splits > 1, p.last_cta, p.balanced, p.bal_combine)
     # programmatic dependent launch of the combine kernel (default on Hopper and later)
     pdl = cfg.get("pdl")
     p.pdl = (bool(int(pdl)) if pdl is not None else _cuda.pdl_default(q.device)) and combine_kernel

@@ -891,6 +891,13 @@ def _compile(func, target, fast_math: bool = False):
     return tilelang.compile(func, target=target, pass_configs=_pass_configs(fast_math))
 
 
+def combine_follows(split: bool, last_cta: bool, balanced: int = 0, bal_combine: bool = False) -> bool:
+    """Whether a plan's split partials are merged by the combine kernel (build_combine), not by the last CTA of each
+    (batch, kv head) row in the split kernel: the plans that pdl and comb_smem apply to. A balanced plan merges in
+    its last CTAs unless bal_combine; a uniform split plan unless last_cta."""
+    return bool(split) and (bool(bal_combine) if balanced else not last_cta)
+
+
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
                bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
@@ -903,7 +910,7 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     last_cta = bool(last_cta and split)
     fused = bool(fused and split and not last_cta)
     eager = bool(eager)
-    pdl = bool(pdl and split and (bal_combine if balanced else not last_cta))  # only where a combine kernel follows
+    pdl = bool(pdl and combine_follows(split, last_cta, balanced, bal_combine))
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
            comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math), bool(tile_page),
@@ -960,12 +967,15 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
     if d not in (64, 128):
         raise ValueError(f"head_dim must be 64 or 128, got {d}")
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    last = bool((last_cta and split) or balanced)
     return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
                 num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
                 fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
-                last_cta=bool((last_cta and split) or balanced), balanced=int(balanced),
+                last_cta=last, balanced=int(balanced),
                 q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
-                bal_combine=bool(bal_combine and balanced), pdl=bool(pdl), comb_unroll=int(comb_unroll or 0),
+                bal_combine=bool(bal_combine and balanced),
+                pdl=bool(pdl and combine_follows(split or balanced, last, balanced, bal_combine)),
+                comb_unroll=int(comb_unroll or 0),
                 v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
                 tile_page=bool(tile_page), even_split=bool(even_split),
                 comb_smem=bool(comb_smem)), arch
