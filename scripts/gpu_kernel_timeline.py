@@ -1,9 +1,10 @@
 """Where a call's time goes between its kernels: each kernel's start and end inside the call, cold, on the device.
 
 For each case, the candidate's call is run cold (kopt's read flush before every call) and launched on the stream
-behind a spin kernel, so the host is far ahead and no kernel waits for its launch; kopt's own profiler session
-(CUPTI through kineto) records every kernel. Per call, its kernels in start order: start and end relative to the
-call's first start. Printed per case and kernel (medians over the calls): start, end, duration; then the span.
+behind a spin kernel (a new one every CHUNK calls), so the host is far ahead and no kernel waits for its launch;
+kopt's own profiler session (CUPTI through kineto) records every kernel. Per call, its kernels in start order: start
+and end relative to the call's first start. Printed per case and kernel (medians over the calls): start, end,
+duration; then the span.
 
 For a plan with a combine kernel, what the merge adds to the call is `handoff_us`: the combine's end past the split
 kernel's end. Beside it, the floor of that design (--floor): the same bytes read in the plan's shape by a Triton
@@ -26,7 +27,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALLS = 400      # calls timed per case (one profiler session)
-HOLD_US = 4000   # the spin kernel ahead of them
+HOLD_US = 4000   # the spin kernel ahead of each chunk of them (~2 GHz: 2000 cycles a µs)
+CHUNK = 20       # calls launched behind one hold (a call's launches cost the host up to ~100 µs)
 
 
 @functools.cache
@@ -72,8 +74,10 @@ def timeline(fn, flush, n: int = CALLS) -> tuple[list[list[tuple[str, float, flo
     torch.cuda.synchronize()
     prof = profiler()
     with prof:
-        torch.cuda._sleep(HOLD_US * 2000)
-        for _ in range(n):
+        for i in range(n):
+            if i % CHUNK == 0:  # a fresh hold every CHUNK calls: the host stays ahead of the device
+                torch.cuda.synchronize()
+                torch.cuda._sleep(HOLD_US * 2000)
             flush()
             with rf(CALL_RANGE):
                 fn()
@@ -162,14 +166,19 @@ def main(argv=None) -> int:
         tail = (f"case={case.id} limit_us={limit_us:.2f} plan=block_N {plan['block_N']} x {plan['num_splits']} splits "
                 f"span_us={nums.get('span_us', nan):.2f} handoff_us={nums.get('handoff_us', nan):.2f}")
         two = plan["num_splits"] > 1 and not plan["last_cta"] and not plan["balanced"] and not plan["paged"]
+        if two and plan.get("pdl"):  # the same call with the combine launched plainly: what the dependent launch buys
+            pin = {k: int(v) for k, v in plan.items() if k not in ("path", "paged", "page_size")} | {"pdl": 0}
+            plain = rotating(lambda w: mod.run(*w.args(), **w.kwargs(pin)), ws)
+            got, np_ = summarize(f"{case.id} candidate, pdl 0", *timeline(plain, flush, a.calls))
+            lines += got
+            print("\n".join(got), flush=True)
+            tail += f" pdl0_span_us={np_.get('span_us', nan):.2f} pdl0_handoff_us={np_.get('handoff_us', nan):.2f}"
         if a.floor and two:
             w = ws[0]
             kc, vc = w.k_cache, w.v_cache
             bsz, seq, hkv, d = kc.shape
             hq, ns, bn = w.q.shape[2], plan["num_splits"], plan["block_N"]
-            tiles = (-(-seq // bn) + ns - 1) // ns
-            load_n = min(bn, 64) if bn & (bn - 1) == 0 else 64  # [64, D] tiles: fp32 sums in registers
-            tiles, bn = tiles * (bn // load_n), load_n
+            tiles = (-(-seq // bn) + ns - 1) // ns  # a split's tiles of the plan's block_N keys
             opart = torch.empty((bsz, hq, ns, d), dtype=torch.float32, device="cuda")
             lse = torch.empty((bsz, hq, ns), dtype=torch.float32, device="cuda")
             out = torch.empty((bsz, hq, d), dtype=w.q.dtype, device="cuda")
@@ -178,9 +187,20 @@ def main(argv=None) -> int:
             comb = tdc.get_combine(dtype, hq, d, tdc.cuda_target(w.q.device), False, plan["comb_unroll"],
                                    plan["fast_math"], plan["comb_smem"])
 
-            def read():
-                kern[(ns, hkv, bsz)](kc, vc, opart, lse, seq, kc.stride(0), kc.stride(1), kc.stride(2), ns, tiles,
-                                     G=hq // hkv, BLOCK_N=bn, D=d, num_warps=4, num_stages=2)
+            def read_as(st, wp, rows):  # the plan's tiles loaded as [rows, D] blocks (a power of two)
+                return lambda: kern[(ns, hkv, bsz)](kc, vc, opart, lse, seq, kc.stride(0), kc.stride(1), kc.stride(2),
+                                                    ns, tiles * (bn // rows), G=hq // hkv, BLOCK_N=rows, D=d,
+                                                    num_warps=wp, num_stages=st)
+
+            # the fastest read of the Triton configs (by its kernel's median duration over a short timeline each)
+            durs = {}
+            for rows in {r for r in (bn, 64) if r & (r - 1) == 0 and bn % r == 0}:
+                for st, wp in ((1, 4), (2, 4), (3, 4), (1, 8), (2, 8), (3, 8)):
+                    c, _ = timeline(read_as(st, wp, rows), flush, 40)
+                    durs[(st, wp, rows)] = statistics.median(x[0][2] - x[0][1] for x in c) if c else float("inf")
+            st, wp, rows = min(durs, key=durs.get)
+            read = read_as(st, wp, rows)
+            tail += f" read_config=stages{st}_warps{wp}_rows{rows}"
 
             def read_combine():
                 read()
