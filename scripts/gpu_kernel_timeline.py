@@ -10,7 +10,9 @@ For a plan with a combine kernel, what the merge adds to the call is `handoff_us
 kernel's end. Beside it, the floor of that design (--floor): the same bytes read in the plan's shape by a Triton
 kernel (no math) that writes the plan's partial rows (Opart, LSE) as the split kernel does, followed by the plan's own
 combine kernel (without the programmatic dependent launch: Triton does not trigger one): how early a split + combine
-call could end if the split kernel did nothing but read.
+call could end if the split kernel did nothing but read. After the same read, the floor of any merge kernel: a
+kernel that only stores a word (what a second kernel costs by itself), and Triton combines of 32, 64 and 128 columns a
+program (every split's LSE and partial O loaded at once; each first checked against the plan's combine).
 
 These spans are stream launches (not graph replays): read them against each other, not against RUNTIME.
 
@@ -59,6 +61,34 @@ def _partials_kernel():
             tl.store(lse + row, 0.0)
 
     return _partials
+
+
+@functools.cache
+def _merge_kernels():
+    """Second kernels for the floor of a merge kernel: one that only stores a word (what any second kernel costs),
+    and a Triton combine of the partials, program (column block, query head, batch row): the LSE and partial-O values
+    of all splits loaded at once (one round trip), weights 2^(lse - max) / sum, the weighted sum stored."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _empty(flag):
+        tl.store(flag + tl.program_id(0), 1.0)
+
+    @triton.jit
+    def _combine(opart, lse, out, NS, HQ, D: tl.constexpr, NSP: tl.constexpr, COLS: tl.constexpr):
+        cb, hh, b = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        sp = tl.arange(0, NSP)
+        cols = cb * COLS + tl.arange(0, COLS)
+        row = (b * HQ + hh).to(tl.int64) * NS
+        ls = tl.load(lse + row + sp, mask=sp < NS, other=-float("inf"))
+        o = tl.load(opart + (row + sp[:, None]) * D + cols[None, :], mask=sp[:, None] < NS, other=0.0)
+        m = tl.max(ls, axis=0)
+        w = tl.exp2(ls - m)
+        acc = tl.sum(w[:, None] * o, axis=0) / tl.sum(w, axis=0)
+        tl.store(out + (b * HQ + hh).to(tl.int64) * D + cols, acc.to(out.dtype.element_ty))
+
+    return _empty, _combine
 
 
 def timeline(fn, flush, n: int = CALLS) -> tuple[list[list[tuple[str, float, float]]], int]:
@@ -206,13 +236,41 @@ def main(argv=None) -> int:
                 read()
                 comb(opart, lse, out)
 
-            for label, fn in (("read", read), ("read + combine", read_combine)):
+            # the floor of any merge kernel: an empty second kernel, and Triton combines of 32-128 columns a program
+            empty, tcomb = _merge_kernels()
+            flag = torch.zeros(1, dtype=torch.float32, device="cuda")
+            nsp = 1 << max(ns - 1, 0).bit_length()
+
+            def read_then(second):
+                return lambda: (read(), second())
+
+            studies = [("read", read), ("read + combine", read_combine),
+                       ("read + empty kernel", read_then(lambda: empty[(1,)](flag)))]
+            for cols in (32, 64, 128):
+                if d % cols == 0:
+                    studies.append((f"read + triton combine {cols} cols", read_then(
+                        lambda c=cols: tcomb[(d // c, hq, bsz)](opart, lse, out, ns, hq, D=d, NSP=nsp, COLS=c,
+                                                                num_warps=max(1, min(4, c * nsp // 1024))))))
+            read()  # the Triton combines merge as the plan's combine does (else their rows say NA)
+            comb(opart, lse, out)
+            want = out.clone()
+            ok = {}
+            for cols in (32, 64, 128):
+                if d % cols == 0:
+                    out.zero_()
+                    tcomb[(d // cols, hq, bsz)](opart, lse, out, ns, hq, D=d, NSP=nsp, COLS=cols,
+                                                num_warps=max(1, min(4, cols * nsp // 1024)))
+                    ok[cols] = bool(torch.allclose(out.float(), want.float(), rtol=1e-2, atol=1e-2))
+            studies = [(lb, fn) for lb, fn in studies if not lb.endswith(" cols") or ok[int(lb.split()[-2])]]
+            tail += "".join(f" triton_combine_{c}_cols=NA(differs from the plan's combine)" for c in ok if not ok[c])
+            for label, fn in studies:
                 got, fl = summarize(f"{case.id} {label}", *timeline(fn, flush, a.calls))
                 lines += got
                 print("\n".join(got), flush=True)
-                tail += f" {label.replace(' + ', '_')}_span_us={fl.get('span_us', nan):.2f}"
+                key = label.replace(" + ", "_").replace(" ", "_")
+                tail += f" {key}_span_us={fl.get('span_us', nan):.2f}"
                 if "handoff_us" in fl:
-                    tail += f" floor_handoff_us={fl['handoff_us']:.2f}"
+                    tail += f" {key}_handoff_us={fl['handoff_us']:.2f}"
         elif a.floor:
             tail += " floor=NA (not a uniform contiguous split + combine plan)"
         print(tail, flush=True)
