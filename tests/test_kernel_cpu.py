@@ -648,29 +648,3 @@ def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(rk):
     assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
     assert max(info["registers"]) <= 176, info["registers"]
     assert "__syncthreads()" in info["source"] and "LSE[" in info["source"]
-
-
-@pytest.mark.parametrize("d,cols,want", [(128, 0, 128), (128, 32, 32), (128, 64, 64), (64, 32, 32), (64, 0, 64),
-                                         (128, 48, None), (64, 128, None), (128, 16, None)])
-def test_combine_cols_are_whole_warps_that_divide_the_head_dim(rk, d, cols, want):
-    import sys
-
-    tdc = sys.modules["tl_decode_cuda"]
-    if want is None:
-        with pytest.raises(ValueError, match="comb_cols must be a multiple of 32"):
-            tdc.combine_cols(d, cols)
-    else:
-        assert tdc.combine_cols(d, cols) == want
-
-
-@needs_nvcc
-def test_combine_of_32_columns_is_one_warp_a_cta(rk):
-    """comb_cols 32: the combine kernel runs CTAs of one warp (hq x d / 32 of them), compiles for sm_90a without
-    spills at 64 splits a round trip, and a column's index comes from the CTA as well as the thread."""
-    import sys
-
-    info = sys.modules["tl_decode_cuda"].compile_combine_check(unroll=64, smem=True, cols=32)
-    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
-    assert "__launch_bounds__(32" in info["source"], info["source"][:2000]
-    wide = sys.modules["tl_decode_cuda"].compile_combine_check(unroll=64, smem=True)
-    assert "__launch_bounds__(128" in wide["source"]

@@ -287,27 +287,6 @@ def test_combine_lse_in_shared_memory(kernel, cid, seqlens, page, cfg):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("cid,seqlens,page,cfg", [
-    (10, "full", 0, {"comb_cols": 32}), (10, "ragged", 0, {"comb_cols": 64, "fused": 0}),
-    (14, "full", 0, {"comb_cols": 32}), (18, "full", 16, {"comb_cols": 32}),
-    (17, "full", 0, {"comb_cols": 32, "comb_smem": 0}),
-    (13, "full", 64, {"comb_cols": 64, "last_cta": 0}), (14, "ragged", 0, {"comb_cols": 0})])
-def test_combine_cols(kernel, cid, seqlens, page, cfg):
-    """comb_cols: a combine CTA merges that many output columns (a warp of them at 32): fused and separate
-    combine kernels, 32 and 64 splits a round trip, the LSE values through shared memory or not, the balanced
-    plan's combine in 16-token pages, and 0 (a CTA a query head); fp16, bf16 and head dim 64 (where 64 columns are
-    the whole row)."""
-    from kopt.workload import make_workload
-
-    w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
-    plan = kernel.plan_info(*w0.args(), **w0.kwargs(cfg))
-    assert plan["comb_cols"] == (cfg["comb_cols"] or 128), plan
-    for s, dtype in ((81, "fp16"), (82, "bf16")):
-        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=s, config=cfg)
-    _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=83, config=cfg)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("cid,seqlens,page,cfg", [
     (18, "full", 16, {}), (18, "full", 256, {}), (18, "full", 0, {}), (17, "full", 16, {}), (15, "full", 0, {}),
     (16, "full", 64, {}), (13, "full", 0, {}), (14, "ragged", 0, {"eager": 0}), (8, "ragged", 256, {"num_splits": 7}),
     (5, "ragged", 0, {"eager": 0, "num_splits": 3}), (3, "ragged", 16, {"eager": 0, "num_splits": 4, "block_N": 32})])

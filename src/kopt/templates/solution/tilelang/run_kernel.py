@@ -32,7 +32,7 @@ import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and devi
 # config keys understood by the CUDA path
 _CFG_KEYS = ("block_N", "num_splits", "num_stages", "threads", "fused", "eager", "last_cta", "balanced",
              "bal_per_sm", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll", "v_split", "red_batch",
-             "red_once", "fast_math", "tile_page", "even_split", "comb_smem", "comb_cols")
+             "red_once", "fast_math", "tile_page", "even_split", "comb_smem")
 
 
 #: configs() offers even split ranges (not eager) for split counts from this one on
@@ -83,7 +83,7 @@ def _check_config(config):
 class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
                  "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll",
-                 "v_split", "red_batch", "red_once", "fast_math", "tile_page", "even_split", "comb_smem", "comb_cols", "scale",
+                 "v_split", "red_batch", "red_once", "fast_math", "tile_page", "even_split", "comb_smem", "scale",
                  "target",
                  "main", "comb", "dummy_bt", "opart", "lse", "cnt")
 
@@ -173,9 +173,6 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     p.comb_smem = (bool(int(cs)) if cs is not None else bool(_cuda.COMB_SMEM)) and combine_kernel
     # splits a combine thread loads at once (0: tl_decode_cuda._COMBINE_UNROLL; tl_decode_cuda.comb_unroll_default)
     p.comb_unroll = int(cfg.get("comb_unroll") or _cuda.comb_unroll_default(p.num_splits, p.comb_smem))
-    # output columns a combine CTA merges (tl_decode_cuda.combine_cols; COMB_COLS by default): plans with a combine
-    cc = cfg.get("comb_cols")
-    p.comb_cols = _cuda.combine_cols(D, int(cc) if cc is not None else _cuda.COMB_COLS) if combine_kernel else 0
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
         p.threads = _cuda.default_threads(p.block_N, p.v_split)
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
@@ -254,13 +251,12 @@ def _cuda_kernels(p: "_Plan"):
     main = _cuda.get_decode(p.dtype, p.hq, p.hkv, p.d, p.paged, p.page, p.block_N, p.num_stages, p.threads, split,
                             p.scale, p.target, p.fused, p.eager, p.last_cta, p.balanced, p.q_loop,
                             p.merge_unroll, p.bal_combine, p.pdl, p.comb_unroll, p.v_split, p.red_batch,
-                            p.red_once, p.fast_math, p.tile_page, p.even_split, p.comb_smem, p.comb_cols)
+                            p.red_once, p.fast_math, p.tile_page, p.even_split, p.comb_smem)
     # fused: the combine kernel is launched by the same host call as the split kernel; last_cta: no
     # combine kernel (the last CTA of each (batch, kv head) merges)
     comb = None
     if split and not (p.fused or p.last_cta):
-        comb = _cuda.get_combine(p.dtype, p.hq, p.d, p.target, p.pdl, p.comb_unroll, p.fast_math, p.comb_smem,
-                                 p.comb_cols)
+        comb = _cuda.get_combine(p.dtype, p.hq, p.d, p.target, p.pdl, p.comb_unroll, p.fast_math, p.comb_smem)
     return main, comb
 
 
@@ -311,7 +307,7 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
             "balanced": p.balanced, "q_loop": p.q_loop, "merge_unroll": p.merge_unroll,
             "bal_combine": p.bal_combine, "pdl": p.pdl, "comb_unroll": p.comb_unroll,
             "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once, "fast_math": p.fast_math,
-            "tile_page": p.tile_page, "even_split": p.even_split, "comb_smem": p.comb_smem, "comb_cols": p.comb_cols,
+            "tile_page": p.tile_page, "even_split": p.even_split, "comb_smem": p.comb_smem,
             "page_size": p.page}
 
 

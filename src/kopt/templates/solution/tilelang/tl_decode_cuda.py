@@ -130,7 +130,6 @@ def build_decode(
     tile_page: bool = False,
     even_split: bool = False,
     comb_smem: bool = False,
-    comb_cols: int = 0,
 ):
     """TileLang prim_func of the main decode kernel (split or direct-output variant).
 
@@ -174,9 +173,7 @@ def build_decode(
     the splits differ by at most one tile and none is empty while n >= ns; without it each takes ceil(n / ns) tiles and
     the last ones may be short or empty (R4 in 16-token pages: 481 tiles in 60 splits, 54 of 9 tiles and 6 empty).
 
-    ``comb_smem``: the combine kernel's LSE values through shared memory (_combine_macro's lse_smem).
-    ``comb_cols``: output columns a combine CTA merges, a thread each (0: d, one CTA per (batch, query head);
-    combine_cols)."""
+    ``comb_smem``: the combine kernel's LSE values through shared memory (_combine_macro's lse_smem)."""
     import tilelang.language as T
 
     G = hq // hkv
@@ -212,8 +209,7 @@ def build_decode(
     eager = bool(eager)
     tile_page = bool(tile_page) and tile_page_applies(paged, page_size, block_N, False)
     policy = T.GemmWarpPolicy.FullCol
-    cc = combine_cols(d, comb_cols)
-    combine_body = _combine_macro(T, accum, dtype, comb_unroll, lse_smem=comb_smem, nthreads=cc)
+    combine_body = _combine_macro(T, accum, dtype, comb_unroll, lse_smem=comb_smem, nthreads=d)
 
     balanced = int(balanced)
     if balanced:
@@ -401,8 +397,8 @@ def build_decode(
                 ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
                 # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
                 body(Q, K, V, L, BT, T.if_then_else(rb >= 0, rs, ns), h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
-            if bal_combine:  # rows too large for one CTA's merge: CTAs of cc columns per (batch, query head)
-                with T.Kernel(hq * (d // cc), batch, threads=cc) as (hc, b2):
+            if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
+                with T.Kernel(hq, batch, threads=d) as (hh, b2):
                     tot2 = T.alloc_var("int32")
                     tot2 = 0
                     for i in T.serial(batch):
@@ -412,8 +408,7 @@ def build_decode(
                     if pdl:  # the plan comes from L alone: made before the wait for the split grid
                         T.pdl_sync()
                     if ns2 * G > LAST_CTA_MAX_ROWS:
-                        tx = T.get_thread_binding()
-                        combine_body(Opart, LSE, Out, hc // (d // cc), b2, ns2, tx, hc % (d // cc) * cc + tx)
+                        combine_body(Opart, LSE, Out, hh, b2, ns2, T.get_thread_binding())
 
         return decode_balanced
 
@@ -453,11 +448,10 @@ def build_decode(
                 if pdl:
                     T.pdl_trigger()
                 body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
-            with T.Kernel(hq * (d // cc), batch, threads=cc) as (hc, b2):
+            with T.Kernel(hq, batch, threads=d) as (hh, b2):
                 if pdl:
                     T.pdl_sync()
-                tx = T.get_thread_binding()
-                combine_body(Opart, LSE, Out, hc // (d // cc), b2, num_splits, tx, hc % (d // cc) * cc + tx)
+                combine_body(Opart, LSE, Out, hh, b2, num_splits, T.get_thread_binding())
 
         return decode_split_combine
 
@@ -575,8 +569,8 @@ def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
 
 
 def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = False, nthreads: int = 0):
-    """Body of the combine kernel for one (batch, query head): thread tx of the CTA owns output column col
-    (a CTA of d threads per head, or of combine_cols columns each). One pass over the splits in chunks of _COMBINE_UNROLL: a chunk's LSE and
+    """Body of the combine kernel, one CTA of d threads per (batch, query head); thread tx owns
+    output column tx. One pass over the splits in chunks of _COMBINE_UNROLL: a chunk's LSE and
     partial-O values are all loaded before any is used (independent loads in flight instead of one
     dependent load per split), then merged with a running max (online softmax). Indices past the
     last split are clamped and get weight 0.
@@ -590,7 +584,7 @@ def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = 
         raise ValueError("lse_smem needs the CTA's thread count (nthreads)")
 
     @T.macro
-    def combine_body(Opart, LSE, Out, hh, b, num_splits, tx, col):
+    def combine_body(Opart, LSE, Out, hh, b, num_splits, tx):
         if lse_smem:
             lse_c = T.alloc_shared([U], accum)
         else:
@@ -615,7 +609,7 @@ def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = 
                 if not lse_smem:
                     lse_c[u] = T.if_then_else(c * U + u < num_splits, LSE[b, hh, T.min(c * U + u, num_splits - 1)],
                                               -T.infinity(accum))
-                o_c[u] = Opart[b, hh, T.min(c * U + u, num_splits - 1), col]
+                o_c[u] = Opart[b, hh, T.min(c * U + u, num_splits - 1), tx]
             if lse_smem:
                 T.sync_threads()
             m_new = m
@@ -631,7 +625,7 @@ def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = 
                 m = m_new
             if lse_smem:
                 T.sync_threads()  # every thread has read this chunk's LSE before the next one is stored
-        Out[b, hh, col] = T.cast(T.if_then_else(lsum > 0, acc / lsum, 0.0), dtype)
+        Out[b, hh, tx] = T.cast(T.if_then_else(lsum > 0, acc / lsum, 0.0), dtype)
 
     return combine_body
 
@@ -654,23 +648,22 @@ def build_combine_serial(hq: int, d: int, unroll: int = 0):
     ):
         with T.Kernel(hq, batch) as (hh, b):
             for tx in T.serial(d):
-                combine_body(Opart, LSE, Out, hh, b, num_splits, tx, tx)
+                combine_body(Opart, LSE, Out, hh, b, num_splits, tx)
 
     return combine_serial
 
 
-def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 0, smem: bool = False, cols: int = 0):
+def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 0, smem: bool = False):
     """Merge split partials: O = sum_s 2^(lse_s - lse) * O_s with lse = log2 sum_s 2^lse_s. ``pdl``: launched
     as a programmatic dependent of the split kernel (build_decode), it waits for it before the first read.
     ``unroll``: splits loaded at once per thread (0: _COMBINE_UNROLL). ``smem``: the LSE values through shared
-    memory (_combine_macro's lse_smem). ``cols``: output columns a CTA merges (combine_cols)."""
+    memory (_combine_macro's lse_smem)."""
     import tilelang.language as T
 
     accum = "float32"
     batch = T.dynamic("batch")
     num_splits = T.dynamic("num_splits")
-    cc = combine_cols(d, cols)
-    combine_body = _combine_macro(T, accum, dtype, unroll, lse_smem=smem, nthreads=cc)
+    combine_body = _combine_macro(T, accum, dtype, unroll, lse_smem=smem, nthreads=d)
 
     @T.prim_func
     def combine(
@@ -678,11 +671,10 @@ def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 
         LSE: T.Tensor([batch, hq, num_splits], accum),
         Out: T.Tensor([batch, hq, d], dtype),
     ):
-        with T.Kernel(hq * (d // cc), batch, threads=cc) as (hc, b):
+        with T.Kernel(hq, batch, threads=d) as (hh, b):
             if pdl:
                 T.pdl_sync()
-            tx = T.get_thread_binding()
-            combine_body(Opart, LSE, Out, hc // (d // cc), b, num_splits, tx, hc % (d // cc) * cc + tx)
+            combine_body(Opart, LSE, Out, hh, b, num_splits, T.get_thread_binding())
 
     return combine
 
@@ -793,22 +785,6 @@ def comb_unroll_default(num_splits: int, comb_smem: bool) -> int:
     1.020 (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; over at most 32 splits it only costs
     (case 10 0.942, case 14 0.996)."""
     return COMB_WIDE_UNROLL if comb_smem and num_splits >= COMB_WIDE_MIN_SPLITS else 0
-
-
-#: output columns a combine CTA merges by default (comb_cols; 0: the head dim, a CTA per (batch, query head)): one
-#: warp a CTA, hq x d / 32 CTAs. H200, iteration 43 (scripts/gpu_kernel_timeline.py, Triton combines of the same
-#: partials after the same read): case 10's merge 1.25 us at 32 columns a program against 1.82 for the shipped
-#: 128-thread CTA a head; case 14 (64 splits) 2.05 / 1.92 at 32 / 64 columns against 3.14
-COMB_COLS = 32
-
-
-def combine_cols(d: int, cols: int = 0) -> int:
-    """A combine CTA's columns (and threads): ``cols``, or d for 0. It must divide d and be a multiple of 32 (whole
-    warps: a thread a column)."""
-    cc = int(cols or d)
-    if cc % 32 or d % cc:
-        raise ValueError(f"comb_cols must be a multiple of 32 that divides head_dim {d}, got {cols}")
-    return cc
 
 
 #: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
@@ -925,7 +901,7 @@ def combine_follows(split: bool, last_cta: bool, balanced: int = 0, bal_combine:
 def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
                fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
                bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
-               fast_math=False, tile_page=False, even_split=False, comb_smem=False, comb_cols=0):
+               fast_math=False, tile_page=False, even_split=False, comb_smem=False):
     balanced = int(balanced)
     comb_unroll = int(comb_unroll or 0)
     q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
@@ -935,11 +911,10 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
     fused = bool(fused and split and not last_cta)
     eager = bool(eager)
     pdl = bool(pdl and combine_follows(split, last_cta, balanced, bal_combine))
-    comb_cols = int(comb_cols or 0) if combine_follows(split, last_cta, balanced, bal_combine) else 0
     key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
            float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
            comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math), bool(tile_page),
-           bool(even_split), bool(comb_smem), comb_cols)
+           bool(even_split), bool(comb_smem))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
@@ -948,22 +923,21 @@ def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads
                 f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
                                  fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
                                  comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(tile_page),
-                                 bool(even_split), bool(comb_smem), comb_cols)
+                                 bool(even_split), bool(comb_smem))
                 k = _compile(f, target, bool(fast_math))
                 _KERNELS[key] = k
     return k
 
 
-def get_combine(dtype, hq, d, target, pdl=False, unroll=0, fast_math=False, smem=False, cols=0):
-    key = ("combine", dtype, hq, d, str(target), bool(pdl), int(unroll or 0), bool(fast_math), bool(smem),
-           int(cols or 0))
+def get_combine(dtype, hq, d, target, pdl=False, unroll=0, fast_math=False, smem=False):
+    key = ("combine", dtype, hq, d, str(target), bool(pdl), int(unroll or 0), bool(fast_math), bool(smem))
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
-                k = _compile(build_combine(dtype, hq, d, bool(pdl), int(unroll or 0), bool(smem), int(cols or 0)),
-                             target, bool(fast_math))
+                k = _compile(build_combine(dtype, hq, d, bool(pdl), int(unroll or 0), bool(smem)), target,
+                             bool(fast_math))
                 _KERNELS[key] = k
     return k
 
@@ -987,8 +961,7 @@ def _pass_configs(fast_math: bool = False):
 def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
                 threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
                 balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, comb_smem=False,
-                comb_cols=0):
+                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, comb_smem=False):
     if hq % hkv:
         raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
     if d not in (64, 128):
@@ -1005,9 +978,7 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 comb_unroll=int(comb_unroll or 0),
                 v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
                 tile_page=bool(tile_page), even_split=bool(even_split),
-                comb_smem=bool(comb_smem),
-                comb_cols=int(comb_cols or 0) if combine_follows(split or balanced, last, balanced, bal_combine) else 0
-                ), arch
+                comb_smem=bool(comb_smem)), arch
 
 
 def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
@@ -1035,8 +1006,7 @@ def _lowered(args: dict, arch: str, which: str) -> tuple:
         if which == "main":
             func = build_decode(**args)
         else:
-            func = build_combine(args["dtype"], args["hq"], args["d"], args["pdl"], args["comb_unroll"], args["comb_smem"],
-                                 args["comb_cols"])
+            func = build_combine(args["dtype"], args["hq"], args["d"], args["pdl"], args["comb_unroll"], args["comb_smem"])
         r = _lower_source(func, arch)
         _LOWERED[key] = r
     return r
@@ -1085,10 +1055,10 @@ def _nvcc_cubin(source: str, arch: str) -> dict:
 
 
 def compile_combine_check(dtype: str = "float16", hq: int = 32, d: int = 128, pdl: bool = True, unroll: int = 0,
-                          smem: bool = False, arch: str = "sm_90a", cols: int = 0) -> dict:
+                          smem: bool = False, arch: str = "sm_90a") -> dict:
     """Lower the standalone combine kernel for `arch` and nvcc-compile it (no GPU): cubin_bytes, registers,
     spill_bytes, ptxas_log, dyn_smem_bytes, source."""
-    src, dyn = _lower_source(build_combine(dtype, hq, d, pdl, unroll, smem, cols), arch)
+    src, dyn = _lower_source(build_combine(dtype, hq, d, pdl, unroll, smem), arch)
     return dict(_nvcc_cubin(src, arch), dyn_smem_bytes=dyn, source=src)
 
 
