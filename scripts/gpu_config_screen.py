@@ -41,6 +41,14 @@ def parse_configs(text: str) -> list[tuple[str, dict, bool]]:
     return out
 
 
+def resolved_config(mod, plan: dict) -> dict:
+    """A resolved plan (the candidate's plan_info) as the config that pins it: what '+{..}' is laid over. A plan field
+    that is no config key of the candidate (derived) is left out."""
+    keys = getattr(mod, "_CFG_KEYS", None)
+    return {k: int(v) if isinstance(v, bool) else v for k, v in plan.items()
+            if k not in PLAN_ONLY and (keys is None or k in keys)}
+
+
 def same_plan(plan: dict, default_plan: dict) -> bool:
     """Whether a config's resolved plan is the default plan: then the kernels are the same and the pair an A/A."""
     return plan == default_plan
@@ -95,9 +103,7 @@ def main(argv=None) -> int:
         case = case.with_variant(page_size=a.page_size)
         ws = [make_workload(case, seed, "cuda") for seed in (0, 1, 2)]
         base_plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
-        keys = getattr(mod, "_CFG_KEYS", None)  # a plan field that is no config key (derived) is left out
-        resolved = {k: int(v) if isinstance(v, bool) else v for k, v in base_plan.items()
-                    if k not in PLAN_ONLY and (keys is None or k in keys)}
+        resolved = resolved_config(mod, base_plan)
         default = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
         default()
         for label, cfg, over in configs:

@@ -4,7 +4,9 @@ For each case, the candidate's call is run cold (kopt's read flush before every 
 behind a spin kernel (a new one every CHUNK calls), so the host is far ahead and no kernel waits for its launch;
 kopt's own profiler session (CUPTI through kineto) records every kernel. Per call, its kernels in start order: start
 and end relative to the call's first start. Printed per case and kernel (medians over the calls): start, end,
-duration; then the span.
+duration; then the span. Beside it, each of --configs in place (laid over the plan with '+{..}', as
+gpu_config_screen.py does): by default the plan with its combine launched plainly (pdl 0). Time a merge or launch
+change this way, not as a standalone kernel: a combine that ran faster alone did not in place (iteration 43).
 
 For a plan with a combine kernel, what the merge adds to the call is `handoff_us`: the combine's end past the split
 kernel's end. Beside it, the floor of that design (--floor): the same bytes read in the plan's shape by a Triton
@@ -31,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALLS = 400      # calls timed per case (one profiler session)
 HOLD_US = 4000   # the spin kernel ahead of each chunk of them (~2 GHz: 2000 cycles a µs)
 CHUNK = 20       # calls launched behind one hold (a call's launches cost the host up to ~100 µs)
+DEFAULT_CONFIGS = 'pdl0=+{"pdl": 0}'  # the same plan with its combine launched plainly: what the dependent launch buys
 
 
 @functools.cache
@@ -153,10 +156,20 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default="10", help="case ids: 10,14 or 4-14")
     ap.add_argument("--floor", action="store_true", help="also the plan-shaped read + the plan's combine kernel")
     ap.add_argument("--calls", type=int, default=CALLS, help=f"calls a timeline (default {CALLS})")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS,
+                    help="';'-separated label=JSON timed beside the candidate's own plan (label=+JSON: laid over its "
+                         f"resolved plan, as gpu_config_screen.py does; default {DEFAULT_CONFIGS!r}; '' for none)")
     ap.add_argument("--out", help="also write the table (markdown) here")
     a = ap.parse_args(argv)
     if a.calls < 20:
         print(f"error: --calls must be at least 20, got {a.calls}", file=sys.stderr)
+        return 2
+    from gpu_config_screen import parse_configs, resolved_config  # this script's folder is on sys.path
+
+    try:
+        configs = parse_configs(a.configs)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt import hardware
@@ -196,13 +209,13 @@ def main(argv=None) -> int:
         tail = (f"case={case.id} limit_us={limit_us:.2f} plan=block_N {plan['block_N']} x {plan['num_splits']} splits "
                 f"span_us={nums.get('span_us', nan):.2f} handoff_us={nums.get('handoff_us', nan):.2f}")
         two = plan["num_splits"] > 1 and not plan["last_cta"] and not plan["balanced"] and not plan["paged"]
-        if two and plan.get("pdl"):  # the same call with the combine launched plainly: what the dependent launch buys
-            pin = {k: int(v) for k, v in plan.items() if k not in ("path", "paged", "page_size")} | {"pdl": 0}
-            plain = rotating(lambda w: mod.run(*w.args(), **w.kwargs(pin)), ws)
-            got, np_ = summarize(f"{case.id} candidate, pdl 0", *timeline(plain, flush, a.calls))
+        for label, cfg, over in configs:  # each config in place: its plan, launched as the candidate launches it
+            full = {**resolved_config(mod, plan), **cfg} if over else cfg
+            fn = rotating(lambda w, c=full: mod.run(*w.args(), **w.kwargs(c)), ws)
+            got, cn = summarize(f"{case.id} candidate, {label}", *timeline(fn, flush, a.calls))
             lines += got
             print("\n".join(got), flush=True)
-            tail += f" pdl0_span_us={np_.get('span_us', nan):.2f} pdl0_handoff_us={np_.get('handoff_us', nan):.2f}"
+            tail += f" {label}_span_us={cn.get('span_us', nan):.2f} {label}_handoff_us={cn.get('handoff_us', nan):.2f}"
         if a.floor and two:
             w = ws[0]
             kc, vc = w.k_cache, w.v_cache

@@ -139,8 +139,9 @@ for s in $steps; do case $s in
                --ledger candidates.jsonl --out "$log/graph-check.md" ${BENCH_CANDIDATE:+--candidate "$BENCH_CANDIDATE"} ;;
   readbound) run read_bound 420 python3 scripts/gpu_read_bound.py --cases "${READBOUND_CASES:-4-18}" \
                --out "$log/read-bound.md" ${READBOUND_LAYOUTS:+--layouts "$READBOUND_LAYOUTS"} ;;
-  timeline)  run timeline 300 python3 scripts/gpu_kernel_timeline.py --cases "${TIMELINE_CASES:-10,14,5,4}" --floor \
-               --out "$log/timeline.md" ;;
+  timeline)  # TIMELINE_CONFIGS: configs timed in place beside each case's plan (--configs; unset: pdl 0)
+             run timeline 300 python3 scripts/gpu_kernel_timeline.py --cases "${TIMELINE_CASES:-10,14,5,4}" --floor \
+               --out "$log/timeline.md" ${TIMELINE_CONFIGS+--configs "$TIMELINE_CONFIGS"} ;;
   codewarm)  run code_warm 300 python3 scripts/gpu_code_warm.py --cases "${CODEWARM_CASES:-4,5,6,10}" \
                ${CODEWARM_CONFIG:+--config "$CODEWARM_CONFIG"} ;;
   aa)        run aa 300 python3 -m kopt calibrate --case "${AA_CASES:-5,10,15}" --json ;;

@@ -254,6 +254,25 @@ def test_kernel_timeline_too_few_calls_exits_2_in_one_line():
     assert r.returncode == 2 and r.stdout == "" and r.stderr.strip() == "error: --calls must be at least 20, got 5"
 
 
+def test_kernel_timeline_bad_configs_exit_2_in_one_line():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_kernel_timeline.py"), "--configs", "nolabel"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.strip() == "error: config 'nolabel': want label=JSON"
+
+
+def test_config_screen_lays_configs_over_the_plan_as_config_keys():
+    """resolved_config: a plan as the config that pins it (what '+{..}' is laid over): booleans as 0/1, the fields that
+    describe the call (path, paged, page_size) and any field that is no config key of the candidate left out."""
+    cs = _script("gpu_config_screen")
+
+    class Mod:
+        _CFG_KEYS = ("block_N", "pdl", "fused")
+
+    plan = {"path": "cuda", "paged": False, "page_size": 0, "block_N": 128, "pdl": True, "fused": False, "scale": 0.1}
+    assert cs.resolved_config(Mod, plan) == {"block_N": 128, "pdl": 1, "fused": 0}
+    assert cs.resolved_config(object(), plan) == {"block_N": 128, "pdl": 1, "fused": 0, "scale": 0.1}
+
+
 def test_config_screen_bad_configs_exit_2():
     r = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu_config_screen.py"),
                         "--cases", "10", "--configs", "nolabel"], capture_output=True, text=True)
