@@ -116,16 +116,11 @@ def timeline(fn, flush, n: int = CALLS) -> tuple[list[list[tuple[str, float, flo
                 fn()
         torch.cuda.synchronize()
     tr = kineto_trace(prof.events())
-    per: list[list] = [[] for _ in range(len(tr.ranges))]
-    for r, i in zip(tr.records, tr.call_of):
-        if i >= 0:
-            per[i].append(r)
     calls, missing = [], 0
-    for recs in per:
+    for recs in tr.by_call(len(tr.ranges)):
         if not recs:
             missing += 1
             continue
-        recs.sort(key=lambda r: r.start)
         t0 = recs[0].start
         calls.append([(r.name, (r.start - t0) / 1e3, (r.end - t0) / 1e3) for r in recs])
     return calls, missing
@@ -138,13 +133,12 @@ def summarize(label: str, calls: list, missing: int) -> tuple[list[str], dict]:
     if len(shapes) != 1:
         return [f"| {label} | NA: the calls launched different kernel counts ({sorted(shapes)}) | | | |"], {}
     k = shapes.pop()
-    med = lambda xs: statistics.median(xs)  # noqa: E731
-    nums = {"span_us": med([max(e for _, _, e in c) for c in calls]), "calls": len(calls), "missing": missing}
+    med = statistics.median
+    nums = {"span_us": med([max(e for _, _, e in c) for c in calls]), "missing": missing}
     for j in range(k):
         name = calls[0][j][0]
         s, e = med([c[j][1] for c in calls]), med([c[j][2] for c in calls])
         d = med([c[j][2] - c[j][1] for c in calls])
-        nums[f"k{j}_end_us"] = e
         lines.append(f"| {label} | {j}: `{name[:48]}` | {s:.2f} | {e:.2f} | {d:.2f} |")
     if k == 2:
         nums["handoff_us"] = med([c[1][2] - c[0][2] for c in calls])
@@ -164,7 +158,7 @@ def main(argv=None) -> int:
     if a.calls < 20:
         print(f"error: --calls must be at least 20, got {a.calls}", file=sys.stderr)
         return 2
-    from gpu_config_screen import parse_configs, resolved_config  # this script's folder is on sys.path
+    from gpu_config_screen import parse_configs, resolved_config, same_plan  # this script's folder is on sys.path
 
     try:
         configs = parse_configs(a.configs)
@@ -208,9 +202,16 @@ def main(argv=None) -> int:
         nan = float("nan")
         tail = (f"case={case.id} limit_us={limit_us:.2f} plan=block_N {plan['block_N']} x {plan['num_splits']} splits "
                 f"span_us={nums.get('span_us', nan):.2f} handoff_us={nums.get('handoff_us', nan):.2f}")
-        two = plan["num_splits"] > 1 and not plan["last_cta"] and not plan["balanced"] and not plan["paged"]
+        if nums.get("missing"):
+            tail += f" calls_without_records={nums['missing']}"
+        # a uniform contiguous split plan whose partials a combine kernel merges: the plans --floor models
+        split = plan["num_splits"] > 1
+        two = not plan["balanced"] and not plan["paged"] and tdc.combine_follows(split, plan["last_cta"])
         for label, cfg, over in configs:  # each config in place: its plan, launched as the candidate launches it
             full = {**resolved_config(mod, plan), **cfg} if over else cfg
+            if same_plan(mod.plan_info(*ws[0].args(), **ws[0].kwargs(full)), plan):
+                tail += f" {label}=same_plan(not timed again)"  # e.g. pdl 0 where no combine kernel follows
+                continue
             fn = rotating(lambda w, c=full: mod.run(*w.args(), **w.kwargs(c)), ws)
             got, cn = summarize(f"{case.id} candidate, {label}", *timeline(fn, flush, a.calls))
             lines += got

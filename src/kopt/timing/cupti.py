@@ -96,6 +96,16 @@ class Trace:
     def __post_init__(self):
         self.call_of = call_indices(self.ranges, [r.launch for r in self.records])
 
+    def by_call(self, n: int) -> list[list[DeviceRecord]]:
+        """Per call 0..n-1: the device records it launched, in start order."""
+        per: list[list[DeviceRecord]] = [[] for _ in range(n)]
+        for r, i in zip(self.records, self.call_of):
+            if 0 <= i < n:
+                per[i].append(r)
+        for recs in per:
+            recs.sort(key=lambda r: r.start)
+        return per
+
 
 @dataclass
 class CallFacts:
@@ -117,14 +127,9 @@ def call_facts(tr: Trace, n: int, main_stream: Optional[int], lead: Optional[Seq
     the harness launched its own work on (flush, hold); None skips the side-stream test. lead[i]: the
     harness's own records that open call i's range (the flush inside a replayed graph of [flush, call]:
     they run first, and are dropped by their place, never by name)."""
-    per: list[list[DeviceRecord]] = [[] for _ in range(n)]
-    for r, i in zip(tr.records, tr.call_of):
-        if 0 <= i < n:
-            per[i].append(r)
     joins = sorted(tr.joins)
     out = []
-    for i, recs in enumerate(per):
-        recs.sort(key=lambda r: r.start)
+    for i, recs in enumerate(tr.by_call(n)):
         if lead:
             recs = recs[lead[i]:]
         if not recs:
