@@ -57,7 +57,8 @@ def _eval(name: str, case: Case = TINY, timing: bool = False, timeout_s: float =
 
 def test_suite_is_complete():
     files = {p.stem for p in ADV.glob("*.py") if not p.stem.startswith("_")}
-    others = {"honest", "infinite_loop", "shape_table", "side_stream_gpu", "side_stream_shipped", "side_stream_joined"}
+    others = {"honest", "infinite_loop", "shape_table", "side_stream_gpu", "side_stream_shipped", "side_stream_joined",
+              "overfit_named"}
     assert files == set(EXPECTED) | others
     assert len(files) - 1 >= 15
 

@@ -9,13 +9,24 @@ SEED_C500 = [0.036, 0.035, 0.042, 0.050, 0.043, 0.048, 0.302, 0.105, 0.316, 0.06
 
 
 def test_fourteen_cases_with_fixed_ids():
-    cases = [c for c in load_cases() if c.kind != "ragged"]
+    cases = [c for c in load_cases() if c.kind in ("edge", "perf")]
     assert [c.id for c in cases] == list(range(1, 15))
     c10 = select(cases, [10])[0]
     assert (c10.batch, c10.seqlen_k, c10.kv_heads, c10.gqa, c10.q_heads) == (1, 8192, 4, 8, 32)
     assert [c.c500_ref_ms for c in cases] == SEED_C500
     assert {c.kind for c in cases[:3]} == {"edge"} and {c.kind for c in cases[3:]} == {"perf"}
     assert all(c.variant.head_dim == 128 and c.variant.dtype == DType.fp16 for c in cases)
+
+
+def test_seed_cases_have_their_own_variants_over_the_defaults():
+    by_id = {c.id: c for c in load_cases()}
+    assert [i for i, c in by_id.items() if c.kind == "seed"] == [19, 20, 21]
+    for i in (19, 20):
+        c = by_id[i]
+        assert (c.q_heads, c.kv_heads, c.seqlen_k, c.variant.head_dim, c.variant.dtype, c.variant.page_size) == \
+            (32, 4, 1536, 64, DType.bf16, 256)
+    assert (by_id[21].q_heads, by_id[21].kv_heads, by_id[21].variant.head_dim) == (16, 1, 128)
+    assert by_id[21].variant.dtype == DType.fp16, "fields a case does not set come from the file's defaults"
 
 
 def test_ragged_cases_carry_their_lengths():

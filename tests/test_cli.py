@@ -35,11 +35,11 @@ def test_cases_table_and_json():
     r = CliRunner().invoke(app, ["cases", "--json"])
     assert r.exit_code == 0
     rows = json.loads(r.stdout)
-    assert len(rows) == 18 and rows[9]["c500_ref_ms"] == 0.062 and rows[9]["q_heads"] == 32
+    assert len(rows) == 21 and rows[9]["c500_ref_ms"] == 0.062 and rows[9]["q_heads"] == 32
     assert rows[14]["kind"] == "ragged" and rows[14]["lengths"][:2] == [32768, 512]
     r = CliRunner().invoke(app, ["cases", "--case", "12"])
     assert r.exit_code == 0 and "32768" in r.stdout and "0.595" in r.stdout
-    r = CliRunner().invoke(app, ["cases", "--case", "19"])
+    r = CliRunner().invoke(app, ["cases", "--case", "99"])
     assert r.exit_code == 2
 
 

@@ -39,8 +39,8 @@ def test_report_html(workspace):
     imgs = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
     assert len(imgs) == 3 and all(base64.b64decode(i)[:8] == PNG for i in imgs)
     assert "http" not in html.replace("http-equiv", "")            # self-contained: nothing fetched
-    assert "<meta name='kopt-candidate' content='bbbbbbbbbbbb'>" in html and "name='kopt-cases' content='18'" in html
-    assert html.count("class='case' data-case=") == 18             # every case of the matrix has a row
+    assert "<meta name='kopt-candidate' content='bbbbbbbbbbbb'>" in html and "name='kopt-cases' content='21'" in html
+    assert html.count("class='case' data-case=") == 21             # every case of the matrix has a row
     assert "C500 ref ms" in html and "reference data from another device" in html
     assert "not measured: rows before the limit was recorded" in html
     assert "case 10" in html and "tail effect" in html           # the newest summary is the one shown
@@ -76,7 +76,7 @@ def test_report_without_data(workspace, tmp_path):
     assert r.exit_code == 0, r.output
     html = out.read_text()
     assert "No candidate rows" in html and "No profile yet" in html and html.count("data:image/png;base64,") == 3
-    assert html.count("class='case' data-case=") == 18 and "content='none'" in html
+    assert html.count("class='case' data-case=") == 21 and "content='none'" in html
 
 
 def test_screenshot_without_a_browser_is_a_usage_error(workspace, monkeypatch):

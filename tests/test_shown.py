@@ -65,9 +65,9 @@ def test_shipped_is_shown_and_the_noisy_older_best_beside_it(workspace, shipped)
     assert s.verdict_run == "v-new" and s.verdict_timed == 11 and s.verdict_rows == 13
     assert s.verdict_geomean == pytest.approx(1.52)
     basis = {c.case: c.basis for c in s.cases}
-    assert [c.case for c in s.cases] == list(range(1, 19))
+    assert [c.case for c in s.cases] == list(range(1, 22))
     assert s.by_basis("bench") == [1, 2, 3] and s.by_basis("verdict") == list(PERF)
-    assert s.by_basis(None) == [15, 16, 17, 18]          # the CPU bench of case 15 is another device's
+    assert s.by_basis(None) == [15, 16, 17, 18, 19, 20, 21]  # the CPU bench of case 15 is another device's
     assert basis[4] == "verdict"                         # the verdict beats an earlier bench row
     views = {c.case: c for c in s.cases}
     assert views[1].row["run_id"] == "b-edge" and "the verdict times perf cases only" in views[1].note
@@ -78,7 +78,7 @@ def test_shipped_is_shown_and_the_noisy_older_best_beside_it(workspace, shipped)
     assert "case 5 3.000x vs 1.520x" in b.reason and "its baseline timing noisy, rel IQR 25.0%" in b.reason
     assert "every case it leads on rests on a noisy timing" in b.reason
     assert s.commits == ["abc1234"]
-    assert "shipped candidate" in s.summary() and "cases 15-18 not measured" in s.summary()
+    assert "shipped candidate" in s.summary() and "cases 15-21 not measured" in s.summary()
     assert s.verdict_timing == "eager spans" and "verdict v-new (eager spans)" in s.summary()
     json.dumps(s.brief())                                # JSON-ready, without the raw rows
     assert "row" not in s.brief()["cases"][0]
@@ -113,7 +113,7 @@ def test_a_stopped_verify_is_named_and_not_shown_as_the_verdict(workspace, shipp
 def test_shipped_without_rows_is_still_shown(workspace, shipped):
     ledger.append(ledger_file(workspace), [row("0ld0ld0ld0ld", c, 1.2, run="v-old") for c in PERF])
     s = shown_candidate(workspace)
-    assert s.candidate_id == shipped and s.verdict_run is None and s.by_basis(None) == list(range(1, 19))
+    assert s.candidate_id == shipped and s.verdict_run is None and s.by_basis(None) == list(range(1, 22))
     assert s.best_by_rule.candidate_id == "0ld0ld0ld0ld" and "no verdict geomean" in s.best_by_rule.reason
 
 

@@ -77,7 +77,13 @@ class Case(BaseModel):
     seqlen_k: int = Field(ge=1)
     kv_heads: int = Field(ge=1)
     gqa: int = Field(ge=1)
-    kind: Literal["edge", "perf", "ragged"]
+    kind: Literal["edge", "perf", "ragged", "seed", "heldout", "custom"]
+    """edge / perf / ragged / seed: the named cases (seed: the seed projects' own model shapes, a group of their
+    own); heldout: a draw from the workload library (kopt.workloads); custom: a shape given on the command line."""
+    model: Optional[str] = None
+    """The workload library's model a held-out or custom case comes from (None for the named cases)."""
+    dist: Optional[str] = None
+    """How a held-out or custom case's lengths were drawn (equal, uniform, lognormal, fewlong, list)."""
     c500_ref_ms: Optional[float] = Field(default=None, gt=0)
     """The seed's C500 baseline time: reference data, never used as a measurement."""
     lengths: Optional[Lengths] = None
@@ -98,8 +104,10 @@ class Case(BaseModel):
 
     @model_validator(mode="after")
     def _check_lengths(self) -> Case:
-        if (self.kind == "ragged") != (self.lengths is not None):
-            raise ValueError("a ragged case needs lengths, and only a ragged case may have them")
+        if self.kind == "ragged" and self.lengths is None:
+            raise ValueError("a ragged case needs lengths")
+        if self.lengths is not None and self.kind not in ("ragged", "heldout", "custom"):
+            raise ValueError("only ragged, held-out and custom cases may have lengths")
         if isinstance(self.lengths, list):
             if len(self.lengths) != self.batch:
                 raise ValueError(f"lengths has {len(self.lengths)} entries, batch is {self.batch}")
@@ -133,6 +141,12 @@ class Case(BaseModel):
     def q_heads(self) -> int:
         """Number of query heads."""
         return self.kv_heads * self.gqa
+
+    def shape_label(self) -> str:
+        """Heads, head dim, batch and longest length as one token, e.g. `hq32-hkv4-d64-b8-s1536-uniform`."""
+        dist = f"-{self.dist}" if self.dist else ""
+        return (f"hq{self.q_heads}-hkv{self.kv_heads}-d{self.variant.head_dim}-b{self.batch}-s{self.seqlen_k}"
+                f"{dist}")
 
     def with_variant(self, **overrides) -> Case:
         """A copy with some variant fields replaced (None values are ignored; page_size 0 means contiguous)."""
@@ -174,6 +188,8 @@ class VerifySpec(BaseModel):
     seeds: int = Field(3, ge=1, le=16)
     matrix: list[MatrixEntry] = Field(default_factory=list)
     hidden: int = Field(4, ge=0, le=64)
+    heldout: int = Field(12, ge=0, le=256)
+    """Shapes drawn from the workload library (bench/workloads.yaml) and timed at every verdict."""
 
 
 class CaseFile(BaseModel):
@@ -223,8 +239,9 @@ def load_file(path: Path | None = None) -> CaseFile:
     try:
         defaults = Variant.model_validate(raw.get("defaults") or {})
         for c in raw.get("cases") or []:
-            if isinstance(c, dict) and "variant" not in c:
-                c["variant"] = defaults.model_dump()
+            if isinstance(c, dict):  # a case's own variant fields over the file's defaults
+                own = c.get("variant") or {}
+                c["variant"] = defaults.model_dump() | (own if isinstance(own, dict) else {})
         cf = CaseFile.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
@@ -252,6 +269,10 @@ def select(cases: list[Case], ids: list[int] | None = None, kind: str | None = N
     return [c for c in cases if kind is None or c.kind == kind]
 
 
+#: Kinds of named case the Verdict times: the uniform perf cases, the ragged batches and the seed shapes.
+TIMED_KINDS = ("perf", "ragged", "seed")
+
+
 def hidden_variant(case: Case) -> Case:
     """A shape the candidate has never been shown: 3 more sequences, 13 more cache slots, ragged lengths."""
     return reshaped(case, case.batch + 3, case.seqlen_k + 13).with_variant(seqlens="ragged")
@@ -259,9 +280,10 @@ def hidden_variant(case: Case) -> Case:
 
 def reshaped(case: Case, batch: int, seqlen_k: int) -> Case:
     """The case at another batch and cache length. A ragged case's own lengths fit only its own shape,
-    so its reshaped copy drops them and becomes a perf case (callers ask for seeded ragged lengths);
+    so its reshaped copy drops them and becomes a perf case (callers ask for seeded ragged lengths), as does
+    a reshaped seed, held-out or custom case (its group names its own shape);
     the copy is validated, never a silently inconsistent model_copy."""
     data = case.model_dump() | {"batch": batch, "seqlen_k": seqlen_k}
-    if case.kind == "ragged":
-        data |= {"kind": "perf", "lengths": None}
+    if case.lengths is not None or case.kind not in ("edge", "perf"):
+        data |= {"kind": "perf", "lengths": None, "model": None, "dist": None}
     return Case.model_validate(data)

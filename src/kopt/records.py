@@ -137,7 +137,7 @@ class CaseResult(BaseModel):
     run_id: Optional[str] = None
     """Shared by every row of one `kopt bench` / `kopt verify` invocation."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    mode: Literal["signal", "verdict", "calibrate", "tune", "peers"] = "signal"
+    mode: Literal["signal", "verdict", "calibrate", "tune", "peers", "heldout"] = "signal"
     verdict_rows: Optional[int] = Field(default=None, ge=1)
     """mode=verdict: the rows its `kopt verify` run writes in all (perf, matrix, hidden). A run with fewer rows
     in the ledger was stopped before its end and is no verdict (kopt.workspace.ranking.latest_verdict)."""
@@ -152,9 +152,18 @@ class CaseResult(BaseModel):
     plan: Optional[dict] = None
     """What the candidate says it ran (its optional `plan_info` hook): tuned or heuristic config."""
     case: int = 0
-    case_kind: Optional[Literal["edge", "perf", "ragged"]] = None
-    """The case's kind when it was measured: ragged rows are judged apart from the uniform ones
-    (GEOMEAN_SPEEDUP_RAGGED); None in rows written before ragged cases existed (all uniform)."""
+    case_kind: Optional[Literal["edge", "perf", "ragged", "seed", "heldout", "custom"]] = None
+    """The case's kind when it was measured: ragged, seed and held-out rows are judged apart from the uniform
+    ones (kopt.eval.verdict's groups); None in rows written before ragged cases existed (all uniform)."""
+    model: Optional[str] = None
+    """A held-out or custom row: the workload library's model (or `shape-HQ-HKV-D`) it measured."""
+    shape: Optional[str] = None
+    """A held-out or custom row: its heads, head dim, batch, longest length and length distribution
+    (kopt.cases.Case.shape_label): case ids of draws are positions in a draw, not shapes."""
+    heldout_seed: Optional[int] = None
+    """A verdict's held-out draw seed (kopt.workloads.draw): `kopt verify --heldout-seed` draws the same shapes."""
+    paired_run: Optional[str] = None
+    """mode=heldout rows: the verify run whose held-out draws this reigning candidate was timed on."""
     variant: str = ""
     backend: str = "NA"
     compiled: bool = False
@@ -243,6 +252,8 @@ def machine_line(r: CaseResult) -> str:
     fields.append(f"COMPILE_S:{fmt_na(r.compile_s, '{:.2f}')}")
     fields.append(f"VARIANT:{_token(r.variant)}")
     fields.append(f"CANDIDATE:{r.candidate_id or 'NA'}")
+    if r.model:  # held-out and custom rows name their shape
+        fields += [f"MODEL:{_token(r.model)}", f"SHAPE:{_token(r.shape or '')}"]
     return " ".join(fields)
 
 

@@ -41,6 +41,14 @@ def command(
                                                             "fa2-paged | fa3 | flashinfer | torch: a named peer is NA "
                                                             "where it cannot run, never replaced."),
     config: options.Config = None,
+    model: Optional[str] = typer.Option(None, "--model", help="Bench a model of bench/workloads.yaml at your own "
+                                                              "batch and lengths (`kopt workloads` lists them)."),
+    shape: Optional[str] = typer.Option(None, "--shape", help="Bench your own heads and head dim: "
+                                                              "QUERY_HEADS,KV_HEADS,HEAD_DIM (e.g. 28,4,128)."),
+    batch: int = typer.Option(1, "--batch", help="With --model / --shape: sequences in the batch."),
+    lengths: Optional[str] = typer.Option(None, "--lengths", help="With --model / --shape: N (all at N), a comma "
+                                                                  "list, or uniform:MAX, lognormal:MAX[:SIGMA], "
+                                                                  "fewlong:MAX[:EVERY]."),
     hidden: bool = typer.Option(False, "--hidden", help="Also check an unseen shape per case (batch+3, seqlen+13, "
                                                         "ragged; untimed)."),
 ) -> None:
@@ -53,7 +61,10 @@ def command(
     from kopt.records import FLUSH_KINDS, REPLAYS
 
     t0 = time.perf_counter()
-    cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
+    if model or shape:
+        cases = [_custom(model, shape, batch, lengths, page_size, dtype, head_dim, seqlens, case, all_)]
+    else:
+        cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
     path = resolve(candidate or default_candidate())
     opts = BenchOptions(device=device, cold=cold_cache, flush=options.choice(flush, FLUSH_KINDS, "--flush"),
                         graph=graph, replay=options.choice(replay, REPLAYS, "--replay"), timeout_s=timeout,
@@ -67,3 +78,20 @@ def command(
     results = emit_results(go, machine, as_json, total=len(cases), wall_start=t0)
     if not all(r.compiled and r.correct for r in results):
         raise typer.Exit(1)
+
+
+def _custom(model, shape, batch, lengths, page_size, dtype, head_dim, seqlens, case, all_):
+    """The case of --model / --shape (usage errors name the flag at fault)."""
+    from kopt import workloads
+    from kopt.errors import UsageError
+
+    if model and shape:
+        raise UsageError("--model and --shape are exclusive")
+    if case or all_:
+        raise UsageError("--model / --shape bench one shape of their own: leave out --case and --all")
+    if head_dim is not None or seqlens is not None:
+        raise UsageError("--head-dim and --seqlens come from --model / --shape and --lengths")
+    if not lengths:
+        raise UsageError("--model / --shape need --lengths (e.g. --lengths 2048 or --lengths uniform:32768)")
+    m = workloads.load().model(model) if model else workloads.parse_shape(shape)
+    return workloads.custom_case(m, batch, lengths, page_size, dtype or "fp16")

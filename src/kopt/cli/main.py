@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "trace": "trace",
     "tune": "tune",
     "verify": "verify",
+    "workloads": "workloads",
 }
 
 

@@ -29,11 +29,21 @@ def command(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the runs over N GPUs of this host (or 'all')."),
     baseline: str = typer.Option("auto", "--baseline", help="auto | fa2 | fa2-paged | fa3 | flashinfer | torch (kopt "
                                                             "bench --baseline)."),
+    heldout: Optional[int] = typer.Option(None, "--heldout", min=0, max=256,
+                                          help="Held-out shapes drawn from bench/workloads.yaml and timed "
+                                               "(default: verify.heldout of bench/cases.yaml, 12)."),
+    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0,
+                                               help="Seed of the held-out draw (default: a fresh one, recorded); "
+                                                    "the same seed draws the same shapes."),
+    against: Optional[Path] = typer.Option(None, "--against", help="Reigning candidate to time on the same held-out "
+                                                                   "draws (default: the best's source from git)."),
+    no_pair: bool = typer.Option(False, "--no-pair", help="Do not time the reigning candidate on the held-out draws."),
     executor: str = ExecutorOpts.executor,
     ray_address: Optional[str] = ExecutorOpts.ray_address,
     ray_shared: bool = ExecutorOpts.ray_shared,
 ) -> None:
-    """Time every perf and ragged case cold, run the correctness matrix and hidden variants; record verdict rows."""
+    """Time every named perf case cold, run the correctness matrix and hidden variants, time held-out draws from the
+    workload library (and the reigning candidate on the same draws); record verdict rows."""
     from kopt import executor as executors
     from kopt.baselines import BASELINE_CHOICES
     from kopt.candidate import resolve
@@ -41,6 +51,8 @@ def command(
     from kopt.cli.common import err_console, parse_ids
     from kopt.eval import verdict
     from kopt.eval.bench import BenchOptions
+    from kopt.eval.jobs import fresh_seed
+    from kopt.hardware import resolve_device
     from kopt.paths import default_candidate, ledger_file
     from kopt.records import machine_line
 
@@ -50,9 +62,13 @@ def command(
     if ids:
         select(cf.cases, ids)  # unknown ids -> usage error listing the valid ones
     p = resolve(path or default_candidate())
+    reigning = resolve(against) if against else None
+    seed = fresh_seed() if heldout_seed is None else heldout_seed
+    best = _current_best(ledger_file())
     opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick, config=options.config_json(config),
                         baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
-                        parent_id=parent or _current_best(ledger_file()), technique=technique, hypothesis=hypothesis)
+                        parent_id=parent or best, technique=technique, hypothesis=hypothesis, heldout_seed=seed)
+    held = verdict.heldout_draw(cf.verify.heldout if heldout is None else heldout, seed, resolve_device(device))
     err = err_console()
 
     def on_result(r):
@@ -62,12 +78,20 @@ def command(
             err.print(f"[dim]case {r.case} {r.variant}: {r.status.value}[/dim]")
 
     with executors.make(executor, device, gpus, ray_address, ray_shared) as ex:
-        v = verdict.run_on(p, cf, opts, ids, on_result, ex)
+        v = verdict.run_on(p, cf, opts, ids, on_result, ex, held)
+    ref_rows = []
+    if v.heldout and not no_pair:
+        ref_rows = _time_reigning(p, reigning, best, v, held, opts, err, on_result if machine else None)
     if as_json:
         print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
                           "geomean_speedup_ragged": v.geomean_ragged, "geomean_pct_limit": v.geomean_pct_limit,
                           "geomean_pct_limit_ragged": v.geomean_pct_limit_ragged,
+                          "geomean_speedup_seed": v.geomean_seed, "geomean_speedup_heldout": v.geomean_heldout,
+                          "geomean_pct_limit_heldout": v.geomean_pct_limit_heldout,
+                          "min_speedup_heldout": v.min_speedup_heldout, "heldout_seed": v.heldout_seed,
+                          "heldout_vs_best": v.vs_best, "best": v.best_id,
                           "min_speedup": v.min_speedup, "rows": [r.model_dump(mode="json") for r in v.rows],
+                          "reigning_rows": [r.model_dump(mode="json") for r in ref_rows],
                           "wall_s": round(time.perf_counter() - t0, 2)}))
     else:
         if not machine:
@@ -77,6 +101,36 @@ def command(
         print(v.line(), flush=True)
     if not v.passed:
         raise typer.Exit(1)
+
+
+def _time_reigning(p: Path, reigning: Optional[Path], best: Optional[str], v, held, opts, err, on_result) -> list:
+    """The reigning candidate timed on the verdict's held-out draws; sets v.vs_best / v.best_id (NA with a
+    reason on stderr when it cannot be had)."""
+    import tempfile
+
+    from kopt import candidate
+    from kopt.eval import verdict
+    from kopt.paths import workspace
+    from kopt.workspace import ranking
+    from kopt.workspace.vcs import export_candidate
+
+    me = candidate.candidate_id(p)
+    if reigning is None:
+        if not best or best == me:
+            err.print("held-out pairing: NA (" + ("this candidate is the best" if best else "no best candidate yet")
+                      + ")")
+            return []
+        reigning = export_candidate(workspace(), best, Path(tempfile.mkdtemp(prefix="kopt-reigning-")))
+        if reigning is None:
+            err.print(f"held-out pairing: NA (no commit holds the best candidate {best}; pass --against PATH)")
+            return []
+    err.print(f"held-out pairing: timing the reigning candidate {candidate.candidate_id(reigning)} on the same "
+              f"{len(v.heldout)} draws")
+    rows = verdict.time_reigning(reigning, held, opts, v.heldout[0].run_id or "", on_result)
+    v.best_id = candidate.candidate_id(reigning)
+    v.vs_best = ranking.heldout_ratio([r.model_dump(mode="json") for r in v.heldout],
+                                      [r.model_dump(mode="json") for r in rows])
+    return rows
 
 
 def _current_best(ledger: Path) -> Optional[str]:

@@ -64,6 +64,10 @@ class BenchOptions:
     kept_child: bool = True
     """Take a started child a previous run left (kopt.eval.warm) and leave one for the next. The Verdict turns
     it off: it runs only in children started by its own run, never in a process that waited between runs."""
+    heldout_seed: Optional[int] = None
+    """The seed of the held-out draw a run's held-out cases came from (kept on their rows)."""
+    paired_run: Optional[str] = None
+    """mode=heldout: the verify run whose held-out draws the reigning candidate is timed on."""
 
 
 def _preload(device: str) -> None:
@@ -148,6 +152,8 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions, device: str,
                        candidate_hash=chash, candidate_id=candidate.short_id(chash), parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
                        case=case.id, case_kind=case.kind, variant=row_label(case, opts.tag),
+                       model=case.model, shape=case.shape_label() if case.model else None,
+                       heldout_seed=opts.heldout_seed if case.kind == "heldout" else None, paired_run=opts.paired_run,
                        commit=commit, device=device, static_warnings=warns, verdict_rows=opts.verdict_rows)
             for case in cases]
     if errors:

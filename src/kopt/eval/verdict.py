@@ -1,8 +1,13 @@
-"""The Verdict: every perf case timed cold, a correctness matrix with fresh seeds, hidden variants.
+"""The Verdict: every named perf case timed cold, a correctness matrix with fresh seeds, hidden variants, and
+held-out shapes drawn from the workload library and timed like the perf cases.
 
-Two aggregates: GEOMEAN_SPEEDUP over the uniform perf cases (every sequence at full length, the
-seed's cases) and GEOMEAN_SPEEDUP_RAGGED over the ragged ones, each with its PCT_LIMIT geomean. They
-are kept apart so a gain on one kind cannot hide a loss on the other (kopt.workspace.status's rule reads both).
+Aggregates per group: GEOMEAN_SPEEDUP over the uniform perf cases (every sequence at full length, the
+seed's cases), GEOMEAN_SPEEDUP_RAGGED over the ragged ones, GEOMEAN_SPEEDUP_SEED over the seed projects'
+model shapes, and GEOMEAN_SPEEDUP_HELDOUT over the held-out draws (the number to move: the named cases are
+a sample), each with its PCT_LIMIT geomean. They are kept apart so a gain on one kind cannot hide a loss
+on another (kopt.workspace.iterations' rule reads them). The held-out geomeans are over the draws that ran
+correctly, beside HELDOUT_CORRECT (k/n): a draw is random, so one failure must not hide the other eleven;
+any failed row still fails the verdict, and FAILED names it.
 """
 
 from __future__ import annotations
@@ -10,17 +15,17 @@ from __future__ import annotations
 import random
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from kopt.cases import Case, CaseFile, reshaped
+from kopt.cases import TIMED_KINDS, Case, CaseFile, reshaped
 from kopt.eval.bench import BenchOptions, evaluate
 from kopt.records import CaseResult, Status, fmt_na
 from kopt.timing.stats import geomean
 
-#: Kinds of case the Verdict times by default: the uniform perf cases and the ragged ones.
-PERF_KINDS = ("perf", "ragged")
+#: Kinds of named case the Verdict times by default: uniform perf cases, ragged batches, seed shapes.
+PERF_KINDS = TIMED_KINDS
 
 
 @dataclass
@@ -30,16 +35,28 @@ class Verdict:
     perf: list[CaseResult]
     matrix: list[CaseResult]
     hidden: list[CaseResult]
+    heldout: list[CaseResult] = field(default_factory=list)
+    heldout_seed: Optional[int] = None
+    vs_best: Optional[float] = None
+    """Geomean over the held-out draws of this candidate's SPEEDUP / the reigning candidate's on the same draw
+    (kopt.workspace.ranking.heldout_ratio); None when the reigning candidate was not timed."""
+    best_id: Optional[str] = None
+    """The reigning candidate timed on the same draws."""
 
     @property
     def rows(self) -> list[CaseResult]:
         """Every row, perf first."""
-        return self.perf + self.matrix + self.hidden
+        return self.perf + self.matrix + self.hidden + self.heldout
 
     @property
     def uniform(self) -> list[CaseResult]:
         """The timed rows of uniform cases (every sequence at full length): GEOMEAN_SPEEDUP's set."""
-        return [r for r in self.perf if r.case_kind != "ragged"]
+        return [r for r in self.perf if r.case_kind in (None, "edge", "perf")]
+
+    @property
+    def seed(self) -> list[CaseResult]:
+        """The timed rows of the seed projects' model shapes: GEOMEAN_SPEEDUP_SEED's set."""
+        return [r for r in self.perf if r.case_kind == "seed"]
 
     @property
     def ragged(self) -> list[CaseResult]:
@@ -73,6 +90,37 @@ class Verdict:
         return min(sp) if sp else None
 
     @property
+    def geomean_seed(self) -> Optional[float]:
+        """Geometric-mean SPEEDUP over the seed cases (NA if any is missing or none was timed)."""
+        return _all_or_none(self.seed, "speedup")
+
+    @property
+    def geomean_pct_limit_seed(self) -> Optional[float]:
+        """Geometric mean of PCT_LIMIT over the seed cases (NA if any is missing)."""
+        return _all_or_none(self.seed, "pct_limit")
+
+    @property
+    def geomean_heldout(self) -> Optional[float]:
+        """Geometric-mean SPEEDUP over the held-out draws that ran correctly (module docstring)."""
+        return geomean([r.speedup for r in self.heldout if r.correct and r.speedup])
+
+    @property
+    def geomean_pct_limit_heldout(self) -> Optional[float]:
+        """Geometric mean of PCT_LIMIT over the held-out draws that ran correctly."""
+        return geomean([r.pct_limit for r in self.heldout if r.correct and r.pct_limit])
+
+    @property
+    def min_speedup_heldout(self) -> Optional[float]:
+        """The slowest held-out draw's SPEEDUP."""
+        sp = [r.speedup for r in self.heldout if r.correct and r.speedup]
+        return min(sp) if sp else None
+
+    @property
+    def failed_rows(self) -> list[CaseResult]:
+        """Rows that did not compile or were not correct (each fails the verdict)."""
+        return [r for r in self.rows if not (r.compiled and r.correct)]
+
+    @property
     def passed(self) -> bool:
         """Every row compiled and correct."""
         return bool(self.rows) and all(r.compiled and r.correct for r in self.rows)
@@ -87,7 +135,23 @@ class Verdict:
                 f"MIN_SPEEDUP:{x(self.min_speedup)} CORRECT:{n_ok}/{len(self.rows)} "
                 f"PERF_CASES:{len(self.perf)} MATRIX:{len(self.matrix)} HIDDEN:{len(self.hidden)} "
                 f"GEOMEAN_SPEEDUP_RAGGED:{x(self.geomean_ragged)} GEOMEAN_PCT_LIMIT:{pct(self.geomean_pct_limit)} "
-                f"GEOMEAN_PCT_LIMIT_RAGGED:{pct(self.geomean_pct_limit_ragged)}")
+                f"GEOMEAN_PCT_LIMIT_RAGGED:{pct(self.geomean_pct_limit_ragged)} "
+                f"GEOMEAN_SPEEDUP_SEED:{x(self.geomean_seed)} "
+                f"GEOMEAN_PCT_LIMIT_SEED:{pct(self.geomean_pct_limit_seed)} "
+                f"HELDOUT:{len(self.heldout)} HELDOUT_SEED:{fmt_na(self.heldout_seed, '{}')} "
+                f"HELDOUT_CORRECT:{sum(r.correct for r in self.heldout)}/{len(self.heldout)} "
+                f"GEOMEAN_SPEEDUP_HELDOUT:{x(self.geomean_heldout)} "
+                f"GEOMEAN_PCT_LIMIT_HELDOUT:{pct(self.geomean_pct_limit_heldout)} "
+                f"MIN_SPEEDUP_HELDOUT:{x(self.min_speedup_heldout)} HELDOUT_VS_BEST:{x(self.vs_best)} "
+                f"BEST:{self.best_id or 'NA'} FAILED:{failed_names(self.failed_rows)}")
+
+
+def failed_names(rows: list[CaseResult]) -> str:
+    """The failed rows as one token: `case/variant-or-model=status`, comma-joined (NA when none failed)."""
+    if not rows:
+        return "NA"
+    names = [f"{r.case}/{r.model or r.variant}={r.status.value}" for r in rows]
+    return ",".join(n.replace(" ", "_").replace(":", "_") for n in names)
 
 
 def _all_or_none(rows: list[CaseResult], attr: str) -> Optional[float]:
@@ -108,9 +172,16 @@ def hidden_cases(perf: list[Case], n: int, rng: random.Random) -> list[Case]:
     return out
 
 
-def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None) -> list[list[tuple[Case,
-                                                                                                    BenchOptions]]]:
-    """The Verdict's three groups (perf, matrix, hidden) as (case, options) pairs, all under one run_id."""
+def heldout_draw(n: int, seed: int, device: str) -> list[Case]:
+    """The verdict's held-out cases: n draws of the workload library from `seed` (cut to CPU size on a CPU)."""
+    from kopt import workloads
+
+    return workloads.draw(workloads.load(), n, seed, cpu=device == "cpu") if n else []
+
+
+def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
+         heldout: Optional[list[Case]] = None) -> list[list[tuple[Case, BenchOptions]]]:
+    """The Verdict's four groups (perf, matrix, hidden, held-out) as (case, options) pairs, all under one run_id."""
     import uuid
 
     by_id = {c.id: c for c in cf.cases}
@@ -119,28 +190,30 @@ def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None)
                                           seqlens=m.seqlens) for m in cf.verify.matrix for i in m.cases]
     rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
     hidden_shapes = hidden_cases(perf, cf.verify.hidden, rng)
+    heldout = heldout or []
     # every row says how many the run writes, so a run stopped before its end is seen as one
-    n = len(perf) + len(matrix_cases) + len(hidden_shapes)
+    n = len(perf) + len(matrix_cases) + len(hidden_shapes) + len(heldout)
     base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12], verdict_rows=n, kept_child=False)
     check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
     matrix = replace(check, tag="matrix")
     hidden = replace(check, tag="hidden-b{batch}-s{seqlen_k}")  # one options object: one child for all
-    return [[(c, base) for c in perf], [(c, matrix) for c in matrix_cases], [(h, hidden) for h in hidden_shapes]]
+    return [[(c, base) for c in perf], [(c, matrix) for c in matrix_cases], [(h, hidden) for h in hidden_shapes],
+            [(c, base) for c in heldout]]
 
 
 def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
-        on_result: Optional[Callable[[CaseResult], None]] = None) -> Verdict:
+        on_result: Optional[Callable[[CaseResult], None]] = None, heldout: Optional[list[Case]] = None) -> Verdict:
     """Run the whole Verdict; every row goes to the ledger with mode=verdict."""
     from itertools import groupby
 
     rows: list[list[CaseResult]] = []
-    for group in plan(cf, opts, perf_ids):
+    for group in plan(cf, opts, perf_ids, heldout):
         out: list[CaseResult] = []
         # Consecutive cases with the same options share one evaluation (one child process).
         for o, items in groupby(group, key=lambda it: it[1]):
             out += evaluate(path, [c for c, _ in items], o, on_result)
         rows.append(out)
-    return Verdict(*rows)
+    return Verdict(*rows, heldout_seed=opts.heldout_seed)
 
 
 # ---------------------------------------------------------------- the Verdict on an executor (kopt.executor)
@@ -157,7 +230,7 @@ def verify_row(path: str, item):
     return r
 
 
-def run_spread(path, cf, opts, perf_ids, on_result, ex):
+def run_spread(path, cf, opts, perf_ids, on_result, ex, heldout=None):
     """`run` with every row (perf, matrix, hidden) a shard of the executor `ex`: same rows, same order;
     this process appends each row to the ledger as it arrives (one writer)."""
     import uuid
@@ -167,7 +240,7 @@ def run_spread(path, cf, opts, perf_ids, on_result, ex):
     from kopt.executor import PoolResult
     from kopt.workspace import ledger
 
-    groups = plan(cf, opts, perf_ids)
+    groups = plan(cf, opts, perf_ids, heldout)
     items = [it for g in groups for it in g]
     led = paths.ledger_file()
     if opts.record:
@@ -187,7 +260,9 @@ def run_spread(path, cf, opts, perf_ids, on_result, ex):
             rows[r.index] = row_ = CaseResult(
                 row_id=uuid.uuid4().hex[:16], run_id=o.run_id, mode="verdict", candidate_path=paths.relative(path),
                 candidate_hash=chash, candidate_id=candidate.short_id(chash), case=case.id, case_kind=case.kind,
-                variant=row_label(case, o.tag),
+                variant=row_label(case, o.tag), model=case.model,
+                shape=case.shape_label() if case.model else None,
+                heldout_seed=o.heldout_seed if case.kind == "heldout" else None,
                 status=Status.crash, message=f"{ex.label}: {r.error.splitlines()[0]}"[:500], host=r.host)
         return row_
 
@@ -198,21 +273,34 @@ def run_spread(path, cf, opts, perf_ids, on_result, ex):
             on_result(row(r))
 
     out = [row(r) for r in ex.run(verify_row, Path(path), items, arrived)]
-    a, b = len(groups[0]), len(groups[0]) + len(groups[1])
-    return Verdict(out[:a], out[a:b], out[b:])
+    cut = [0]
+    for g in groups:
+        cut.append(cut[-1] + len(g))
+    return Verdict(*(out[a:b] for a, b in zip(cut, cut[1:])), heldout_seed=opts.heldout_seed)
 
 
-def run_on(path, cf, opts, perf_ids, on_result, ex):
+def run_on(path, cf, opts, perf_ids, on_result, ex, heldout=None):
     """The Verdict on an executor (kopt.executor): `run` in this host's order when it runs serially, else spread."""
     opts = replace(opts, device=ex.device)   # what the executor reserved (a GPU per task, or a CPU)
     if not ex.parallel:
-        return run(path, cf, opts, perf_ids, on_result)
-    return run_spread(path, cf, opts, perf_ids, on_result, ex)
+        return run(path, cf, opts, perf_ids, on_result, heldout)
+    return run_spread(path, cf, opts, perf_ids, on_result, ex, heldout)
 
 
-def run_on_gpus(path, cf, opts, perf_ids, on_result, gpus):
-    """`run` with every row (perf, matrix, hidden) spread over these GPUs of this host; same rows, same order."""
+def run_on_gpus(path, cf, opts, perf_ids, on_result, gpus, heldout=None):
+    """`run` with every row (perf, matrix, hidden, held-out) spread over these GPUs of this host; same rows,
+    same order."""
     from kopt.executor.base import LocalExecutor
     from kopt.hardware import resolve_device
 
-    return run_spread(path, cf, opts, perf_ids, on_result, LocalExecutor(gpus, resolve_device(opts.device)))
+    return run_spread(path, cf, opts, perf_ids, on_result, LocalExecutor(gpus, resolve_device(opts.device)),
+                      heldout)
+
+
+def time_reigning(reigning: Path, cases: list[Case], opts: BenchOptions, run_id: str,
+                  on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
+    """The reigning candidate timed on a verdict's held-out cases (mode=heldout, paired_run=the verdict's run):
+    the improvement rule compares the two on the same draws (kopt.workspace.iterations: overfit)."""
+    o = replace(opts, mode="heldout", run_id=None, verdict_rows=None, kept_child=False, paired_run=run_id,
+                parent_id=None, technique=None, hypothesis=None)
+    return evaluate(reigning, cases, o, on_result)

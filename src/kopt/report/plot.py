@@ -166,6 +166,7 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
             floor = min(floor, min(ys))
     for outcome, style in (("improved", dict(marker="o", color="tab:green")),
                            ("not improved", dict(marker="s", color="tab:orange")),
+                           ("overfit", dict(marker="D", color="tab:purple")),
                            ("failed", dict(marker="x", color="tab:red"))):
         sel = [p for p in pts if p.outcome == outcome]
         if sel:  # a failed iteration has no geomean: drawn on the lowest best so far

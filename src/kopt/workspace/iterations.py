@@ -15,9 +15,13 @@ iteration's: a finished verdict of the best's candidate on the same device, time
 PAIR_WINDOW_S of the iteration's (the two ends of one `verifyat verify` campaign call) is compared instead,
 the closest in time, and the reason names that run. Verdicts of different sessions differ by about 1% on
 the same code (H200, iteration 31), so a pair timed together settles a gain the threshold leaves open.
-When either verdict has no ragged geomean (rows older than the ragged cases, or a verdict without
-them) the uniform rule alone decides, G >= G_best * (1 + threshold), and the reason says so. The
-first iteration with a correct verdict on a device improves by definition, and so does the first one
+A rule on the named cases alone can be won by fitting them, so a verdict also times held-out draws from the
+workload library and the reigning candidate on the same draws (rows of mode heldout, paired_run = the
+verdict's run): an iteration the rule above calls improved whose held-out SPEEDUPs lose to the reigning
+candidate's beyond the threshold (kopt.workspace.ranking.heldout_ratio < 1 - threshold) is `overfit`, not
+improved, and does not become the best. When either verdict has no ragged geomean (rows older than the
+ragged cases, or a verdict without them) the uniform rule alone decides, G >= G_best * (1 + threshold),
+and the reason says so. The first iteration with a correct verdict on a device improves by definition, and so does the first one
 timed device-only there: verdicts timed device-only are judged only against each other
 (timing_generation). aa_spread is the `spread`
 of results/calibration-<device>.json (`kopt calibrate`; device of the latest verdict row), else
@@ -49,7 +53,7 @@ class Iteration:
     geomean: Optional[float]
     n_cases: int
     outcome: str
-    """improved | not improved | failed"""
+    """improved | not improved | overfit | failed"""
     best_before: Optional[float] = None
     snapshot: str = ""
     device: Optional[str] = None
@@ -211,12 +215,14 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     thr: dict = {}
     out = []
     verdicts = None
+    every = None
     for path, m in snapshots(ws):
         g = ranking.Geomeans(m.geomean, m.n_cases, m.geomean_ragged, m.n_ragged, m.pct_limit, m.pct_limit_ragged)
         failed, dev, gen, late = m.failed, m.device, "eager", None
         if m.candidate_id:  # the candidate's latest verdict in the ledger (on the snapshot's device) wins
             if verdicts is None:
-                verdicts = [r for r in (_rows(ws) if rows is None else rows) if r.get("mode") == "verdict"]
+                every = _rows(ws) if rows is None else rows
+                verdicts = [r for r in every if r.get("mode") == "verdict"]
             late = ranking.latest_verdict(verdicts, m.candidate_id, dev if m.verdict_rows else None)
             if late:
                 g, failed, dev = ranking.geomeans(late), ranking.failed(late), ranking.verdict_device(late)
@@ -230,6 +236,8 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
         j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
         if pair:
             j = Judgement(j.outcome, f"{j.reason}; {pair.note()}")
+        if j.outcome == "improved" and late:
+            j = overfit(j, late, every or [], thr[dev])
         if prev is None and j.outcome == "improved" and gen != "eager" and any(k[0] == dev for k in best):
             j = Judgement("improved", f"the first verdict on this device timed {GENERATIONS[gen]}: a new baseline "
                                       "(earlier verdicts were timed another way and are not compared with it)")
@@ -239,6 +247,23 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
         if j.outcome == "improved":
             best[(dev, gen)] = (g.uniform, g.ragged, m.candidate_id)
     return out
+
+
+def overfit(j: Judgement, late: list[dict], rows: list[dict], thr: float) -> Judgement:
+    """An improved judgement turned `overfit` when the verdict's held-out draws lose to the reigning candidate
+    timed on the same draws beyond the threshold; the reason says the held-out ratio either way."""
+    from kopt.workspace import ranking
+
+    run_id = next((r.get("run_id") for r in late if r.get("run_id")), None)
+    theirs = ranking.reigning_rows(rows, run_id)
+    ratio = ranking.heldout_ratio(late, theirs)
+    if ratio is None:
+        return j
+    who = ranking.row_cid(theirs[0]) if theirs else "the reigning candidate"
+    held = f"held-out {(ratio - 1) * 100:+.1f}% against {who} on the same draws"
+    if ratio < 1 - thr:
+        return Judgement("overfit", f"{j.reason}; but {held}: the named cases gain, the deployed shapes lose")
+    return Judgement(j.outcome, f"{j.reason}; {held}")
 
 
 #: How a verdict's perf rows were timed, oldest first, as the status and the reasons say it.
@@ -279,7 +304,7 @@ class IterPoint:
     candidate_id: Optional[str]
     geomean: Optional[float]
     outcome: str
-    """improved | not improved | failed"""
+    """improved | not improved | overfit | failed"""
     device: Optional[str] = None
     ragged: Optional[float] = None
     """Geomean speedup of the verdict over the ragged cases (None: none timed)."""

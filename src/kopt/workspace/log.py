@@ -38,8 +38,9 @@ def bench_section(ws: Path) -> str:
     out = ["| case | runtime ms | ref ms | speedup | % limit | noisy | status |", "|---:|---:|---:|---:|---:|---|---|"]
     noisy_cases = []
     for r in latest:
-        case = " ".join(str(x) for x in (r.get("case"), "ragged" if ranking.is_ragged(r) else "",
-                                         r.get("variant")) if x)
+        group = ranking.group_of(r)
+        case = " ".join(str(x) for x in (r.get("case"), "" if group == "uniform" else group, r.get("model"),
+                                         r.get("shape"), r.get("variant")) if x)
         s = ranking.row_speedup(r)
         noisy = ranking.noisy_sides(r)
         if noisy:
@@ -56,6 +57,10 @@ def bench_section(ws: Path) -> str:
         line += f", ragged {fmt_na(g.ragged, '{:.3f}')}x over {g.n_ragged}"
     if g.pct_limit is not None or g.pct_limit_ragged is not None:
         line += f"; % of limit {fmt_na(g.pct_limit, '{:.1f}')} (ragged {fmt_na(g.pct_limit_ragged, '{:.1f}')})"
+    if g.n_heldout or g.seed is not None:
+        line += (f"; held-out {fmt_na(g.heldout, '{:.3f}')}x over {g.n_heldout} draw(s) at "
+                 f"{fmt_na(g.pct_limit_heldout, '{:.1f}')}% of limit (the number to move), seed cases "
+                 f"{fmt_na(g.seed, '{:.3f}')}x")
     if cid and got != cid:
         line += f" (the current solution is `{cid}`, which has no verdict yet)"
     dev = ranking.verdict_device(latest)
@@ -74,6 +79,8 @@ def bench_section(ws: Path) -> str:
         bg, br, pair = iterations.best_side(rows, best.candidate_id, got, dev, gen, latest, best.geomean,
                                             best.geomean_ragged)
         j = iterations.judge(gm, g.ragged, False, bg, br, thr)
+        if j.outcome == "improved":
+            j = iterations.overfit(j, latest, rows, thr)
         prev = f"{bg:.3f}x" + (f" (ragged {br:.3f}x)" if br else "")
         line += (f"; previous best {prev} (iter {best.iteration}, `{best.candidate_id}`): "
                  f"{j.reason}{'; ' + pair.note() if pair else ''} -> {j.outcome} (threshold +{thr * 100:.1f}%).")

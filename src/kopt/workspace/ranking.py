@@ -114,10 +114,26 @@ def is_ragged(row: dict) -> bool:
     return row.get("case_kind") == "ragged"
 
 
+#: The groups a verdict's timed rows are judged in, each with its own geomeans (kopt.eval.verdict).
+GROUPS = ("uniform", "ragged", "seed", "heldout", "custom")
+
+
+def group_of(row: dict) -> str:
+    """The group of a raw row: uniform (edge and perf cases, and rows older than case kinds), ragged, seed,
+    heldout (a draw from the workload library) or custom (a shape given on the command line)."""
+    kind = row.get("case_kind")
+    return "uniform" if kind in (None, "edge", "perf") else str(kind)
+
+
+def is_uniform(row: dict) -> bool:
+    """Whether a raw row counts toward the uniform geomean (GEOMEAN_SPEEDUP)."""
+    return group_of(row) == "uniform"
+
+
 def geomean_of(rows: Iterable[dict]) -> tuple[Optional[float], int]:
     """(geomean speedup over the correct uniform rows, number of such rows); (None, 0) when there are none.
     Ragged rows are left out: they have their own geomean (`geomeans`)."""
-    sp = [s for r in rows if r.get("correct") is True and not is_ragged(r) and (s := row_speedup(r))]
+    sp = [s for r in rows if r.get("correct") is True and is_uniform(r) and (s := row_speedup(r))]
     return geomean(sp), len(sp)
 
 
@@ -132,20 +148,48 @@ class Geomeans:
     pct_limit: Optional[float] = None
     """Geomean of PCT_LIMIT over the correct uniform rows that have one."""
     pct_limit_ragged: Optional[float] = None
+    heldout: Optional[float] = None
+    """Geomean speedup over the correct held-out rows (draws from the workload library)."""
+    n_heldout: int = 0
+    pct_limit_heldout: Optional[float] = None
+    seed: Optional[float] = None
+    """Geomean speedup over the seed cases (the seed projects' own model shapes)."""
+    pct_limit_seed: Optional[float] = None
 
 
 def geomeans(rows: Iterable[dict]) -> Geomeans:
-    """Speedup and PCT_LIMIT geomeans over the correct rows, uniform and ragged cases apart."""
+    """Speedup and PCT_LIMIT geomeans over the correct rows, each group (GROUPS) apart."""
     ok = [r for r in rows if r.get("correct") is True]
-    uni = [r for r in ok if not is_ragged(r)]
-    rag = [r for r in ok if is_ragged(r)]
-    g, n = geomean_of(uni)
-    gr = [s for r in rag if (s := row_speedup(r))]
+    by = {g: [r for r in ok if group_of(r) == g] for g in GROUPS}
+    g, n = geomean_of(by["uniform"])
+
+    def sp(rs: list[dict]) -> list[float]:
+        return [s for r in rs if (s := row_speedup(r))]
 
     def pct(rs: list[dict]) -> Optional[float]:
         return geomean([p for r in rs if isinstance(p := r.get("pct_limit"), (int, float))])
 
-    return Geomeans(g, n, geomean(gr), len(gr), pct(uni), pct(rag))
+    return Geomeans(g, n, geomean(sp(by["ragged"])), len(sp(by["ragged"])), pct(by["uniform"]), pct(by["ragged"]),
+                    geomean(sp(by["heldout"])), len(sp(by["heldout"])), pct(by["heldout"]),
+                    geomean(sp(by["seed"])), pct(by["seed"]))
+
+
+def heldout_ratio(mine: Iterable[dict], theirs: Iterable[dict]) -> Optional[float]:
+    """Geomean over the held-out draws both candidates ran correctly (matched by case id within one draw) of
+    my SPEEDUP / theirs: above 1, this candidate is faster where it will be deployed; None when none match.
+    Each SPEEDUP is against the same baseline on the same shape, so the ratio is the two candidates' time
+    ratio with the baseline's session drift divided out."""
+    def by_case(rows: Iterable[dict]) -> dict:
+        return {r.get("case"): s for r in rows if group_of(r) == "heldout" and r.get("correct") is True
+                and (s := row_speedup(r))}
+
+    a, b = by_case(mine), by_case(theirs)
+    return geomean([a[c] / b[c] for c in a if c in b])
+
+
+def reigning_rows(rows: Iterable[dict], run_id: Optional[str]) -> list[dict]:
+    """The reigning candidate's rows timed on the held-out draws of verify run `run_id` (mode=heldout)."""
+    return [r for r in rows if run_id and r.get("mode") == "heldout" and r.get("paired_run") == run_id]
 
 
 def failed(rows: Iterable[dict]) -> bool:
@@ -235,16 +279,19 @@ def rank(df):
 
     d = _basis_rows(df)
     rag = d["case_kind"].eq("ragged")
-    g = _log_mean(d[~rag], "speedup", "geomean", "n_cases").join(
+    uni = d["case_kind"].isna() | d["case_kind"].isin(["edge", "perf"])
+    held = d["case_kind"].eq("heldout")
+    g = _log_mean(d[uni], "speedup", "geomean", "n_cases").join(
         [_log_mean(d[rag], "speedup", "geomean_ragged", "n_ragged"),
-         _log_mean(d[~rag], "pct_limit", "pct_limit"), _log_mean(d[rag], "pct_limit", "pct_limit_ragged")],
+         _log_mean(d[uni], "pct_limit", "pct_limit"), _log_mean(d[rag], "pct_limit", "pct_limit_ragged"),
+         _log_mean(d[held], "speedup", "geomean_heldout", "n_heldout")],
         how="outer")
     info = d.groupby("candidate_id").agg(basis=("basis", "first"), n_rows=("case", "size"),
                                          n_correct=("correct", "sum"), last_seq=("seq", "max"))
     info["n_incorrect"] = info["n_rows"] - info["n_correct"]
     tech = df[df["technique"].notna()].drop_duplicates("candidate_id", keep="last").set_index("candidate_id")
     out = info.join(g, how="left").join(tech[["technique"]], how="left")
-    for col in ("n_cases", "n_ragged"):
+    for col in ("n_cases", "n_ragged", "n_heldout"):
         out[col] = out[col].fillna(0).astype(int)
     parent_of = parents(df)
     out["parent_id"] = [parent_of.get(c) for c in out.index]
@@ -254,7 +301,7 @@ def rank(df):
                                         na_position="last", kind="stable")
     out.insert(0, "rank", range(1, len(out) + 1))
     cols = ["rank", "candidate_id", "geomean", "n_cases", "geomean_ragged", "n_ragged", "pct_limit",
-            "pct_limit_ragged", "n_incorrect", "basis", "parent_id", "technique"]
+            "pct_limit_ragged", "geomean_heldout", "n_heldout", "n_incorrect", "basis", "parent_id", "technique"]
     return out[cols].reset_index(drop=True)
 
 
@@ -284,6 +331,7 @@ def records(df) -> list[dict]:
 def best_per_case(df, case: Optional[int] = None):
     """The fastest correct row of each (case, variant), any mode but calibrate."""
     d = df[df["mode"].isin(CANDIDATE_MODES) & df["correct"] & (df["runtime_ms"] > 0)]
+    d = d[~d["case_kind"].isin(["heldout", "custom"])]  # a draw's id names another shape in every draw
     if case is not None:
         d = d[d["case"] == case]
     best = d.sort_values(["runtime_ms", "seq"]).drop_duplicates(["case", "variant"], keep="first")

@@ -342,3 +342,38 @@ def head_short(start: Path) -> Optional[str]:
     if git("status", "--porcelain", "--", "."):
         head += "-dirty"
     return head
+
+
+def export_candidate(ws: Path, cid: str, dst: Path, rel: str = "solution/tilelang/run_kernel.py",
+                     limit: int = 200) -> Optional[Path]:
+    """Candidate `cid` as git holds it: the newest of the last `limit` commits touching solution/ whose `rel`
+    (with the sibling modules it imports) hashes to `cid`, written under dst with that commit's tuning
+    tables (results/*/tuning.csv, which the candidate reads two folders above its own); the path of its
+    file there, or None when no such commit is found (outside git too)."""
+    import io
+    import subprocess
+    import tarfile
+
+    try:
+        repo = open_repo(ws)
+    except WorkspaceError:
+        return None
+    root = Path(repo.working_tree_dir)
+    sol, res = pathspecs(repo, ws, ["solution", "results"])
+    if not repo.head.is_valid():
+        return None
+    for sha in repo.git.log(f"-{limit}", "--format=%H", "HEAD", "--", sol).splitlines():
+        out = Path(dst) / sha[:12]
+        names = [n for n in repo.git.ls_tree("-r", "--name-only", sha, "--", sol, res).splitlines()
+                 if n.startswith(sol + "/") or n.endswith("/tuning.csv")]
+        tar = subprocess.run(["git", "archive", "--format=tar", sha, "--", *names], cwd=root, capture_output=True)
+        if tar.returncode != 0:
+            continue
+        with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
+            t.extractall(out, filter="data")
+        prefix = Path(sol).parent  # the workspace's folder inside the repository
+        path = out / prefix / rel
+        if path.is_file() and candidate_hash(path)[1] == cid:
+            return path
+        shutil.rmtree(out, ignore_errors=True)
+    return None
