@@ -21,8 +21,8 @@ verdict's run): an iteration the rule above calls improved whose held-out SPEEDU
 candidate's beyond the threshold (kopt.workspace.ranking.heldout_ratio < 1 - threshold) is `overfit`, not
 improved, and does not become the best. When either verdict has no ragged geomean (rows older than the
 ragged cases, or a verdict without them) the uniform rule alone decides, G >= G_best * (1 + threshold),
-and the reason says so. The first iteration with a correct verdict on a device improves by definition, and so does the first one
-timed device-only there: verdicts timed device-only are judged only against each other
+and the reason says so. The first iteration with a correct verdict on a device improves by definition, and
+so does the first one timed device-only there: verdicts timed device-only are judged only against each other
 (timing_generation). aa_spread is the `spread`
 of results/calibration-<device>.json (`kopt calibrate`; device of the latest verdict row), else
 kopt.eval.noise.DEFAULT_SPREAD (0.01, so +3% without a calibration). An iteration fails when its
