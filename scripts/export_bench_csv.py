@@ -3,7 +3,8 @@
     python3 scripts/export_bench_csv.py RUN_ID [RUN_ID ...] [--ledger candidates.jsonl] [--out FILE] [--markdown]
 
 RUN_ID: a run_id of the ledger (a prefix is enough; `kopt candidates --json` lists them). One CSV row
-per case row, in ledger order: device, date, commit, candidate id, case, variant, runtime, FA2 (or
+per case row, in ledger order: device, date, commit, candidate id, case, its group (uniform, ragged, seed,
+heldout; heldout-reigning for the reigning candidate timed on a verdict's draws), model and shape, variant, runtime, FA2 (or
 named baseline) runtime, speedup with its 95% CI, GB/s, % of the read ceiling, the limit and % of it, the
 eager figures, the noisy flag, timing method, how the device-only calls ran (replay: graph | stream), cold
 flush kind, samples, the CUDA-event cross-check and the mean SM clock. Values not measured are written NA.
@@ -25,12 +26,12 @@ from kopt.cases import load_cases, select  # noqa: E402
 from kopt.errors import CaseError  # noqa: E402
 from kopt.records import fmt_na  # noqa: E402
 from kopt.workspace.ledger import load_dicts  # noqa: E402
-from kopt.workspace.ranking import is_ragged  # noqa: E402
+from kopt.workspace.ranking import group_of, is_ragged  # noqa: E402
 
-COLUMNS = ["device", "date", "commit", "candidate_id", "case", "variant", "runtime_ms", "ref_runtime_ms", "ref",
+COLUMNS = ["device", "date", "commit", "candidate_id", "case", "group", "model", "shape", "variant", "runtime_ms", "ref_runtime_ms", "ref",
            "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_peak", "limit_ms", "pct_limit", "eager_ms",
            "ref_eager_ms", "noisy", "method", "replay", "flush", "samples",
-           "events_median_ms", "mean_clock_mhz", "status", "correct", "run_id"]
+           "events_median_ms", "mean_clock_mhz", "status", "correct", "compile_s", "heldout_seed", "run_id"]
 
 
 def rows_for(ledger: Path, run_ids: list[str]) -> list[dict]:
@@ -50,7 +51,9 @@ def to_csv(rows: list[dict]) -> str:
         t = r.get("timing") or {}
         ci = r.get("speedup_ci") or [None, None]
         w.writerow([r.get("device") or "NA", (r.get("timestamp") or "NA")[:10], r.get("commit") or "NA",
-                    r.get("candidate_id") or "NA", r.get("case"), r.get("variant") or "NA",
+                    r.get("candidate_id") or "NA", r.get("case"),
+                    "heldout-reigning" if r.get("mode") == "heldout" else group_of(r), r.get("model") or "NA",
+                    r.get("shape") or "NA", r.get("variant") or "NA",
                     fmt_na(r.get("runtime_ms"), "{:.6f}"), fmt_na(r.get("ref_runtime_ms"), "{:.6f}"),
                     r.get("ref") or "NA",
                     fmt_na(r.get("speedup"), "{:.4f}"), fmt_na(ci[0], "{:.4f}"), fmt_na(ci[1], "{:.4f}"),
@@ -61,7 +64,7 @@ def to_csv(rows: list[dict]) -> str:
                     t.get("method") or "NA", t.get("replay") or "NA", t.get("flush_kind") or "NA", t.get("n", "NA"),
                     fmt_na(t.get("events_median_ms"), "{:.6f}"),
                     fmt_na(t.get("mean_clock_mhz"), "{:.1f}"), r.get("status") or "NA", r.get("correct"),
-                    r.get("run_id")])
+                    fmt_na(r.get("compile_s"), "{:.2f}"), fmt_na(r.get("heldout_seed"), "{}"), r.get("run_id")])
     return buf.getvalue()
 
 

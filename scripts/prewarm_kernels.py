@@ -24,19 +24,21 @@ from multiprocessing import get_context
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOL = os.path.join(ROOT, "solution", "tilelang")
 
-def _verify_shapes(bf16: bool = False):
+def _verify_shapes(bf16: bool = False, heldout: int = 0, heldout_seed: int | None = None):
     """What `kopt bench --all` and `kopt verify` time and check: every case as the table defines it, and
     each verify-matrix entry's variants (hidden shapes are drawn at verdict time and compile on demand);
-    with bf16, every case in bf16 too (what `kopt peers --all --dtype bf16` times)."""
+    with bf16, every case in bf16 too (what `kopt peers --all --dtype bf16` times); with a held-out seed, the
+    held-out draws `kopt verify --heldout-seed` times."""
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt.cases import load_file
     from kopt.eval.bench import BenchOptions
-    from kopt.eval.verdict import plan
+    from kopt.eval.verdict import heldout_draw, plan
 
     cf = load_file(os.path.join(ROOT, "bench", "cases.yaml"))
-    _perf, matrix, _hidden = plan(cf, BenchOptions())  # the Verdict's own expansion of the matrix
+    matrix = plan(cf, BenchOptions())[1]  # the Verdict's own expansion of the matrix
     extra = [c.with_variant(dtype="bf16") for c in cf.cases] if bf16 else []
-    return list(cf.cases) + [c for c, _ in matrix] + extra
+    held = heldout_draw(heldout or cf.verify.heldout, heldout_seed, "cuda") if heldout_seed is not None else []
+    return list(cf.cases) + [c for c, _ in matrix] + extra + held
 
 
 def _shapes(ids: list[int] | None = None, page_size: int = 0):
@@ -94,7 +96,7 @@ def _over(rk, own) -> dict:
 
 
 def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = None, verify: bool = False,
-          bf16: bool = False, page_size: int = 0) -> list[tuple]:
+          bf16: bool = False, page_size: int = 0, heldout: int = 0, heldout_seed: int | None = None) -> list[tuple]:
     """Distinct kernels the shapes resolve to: the plan fields run_kernel._cuda_kernels reads (with
     `verify`, only what `kopt verify` needs: no tuning configs beside each case's own plan). `extra`:
     (config, over) pairs, over: laid over the case's own plan (gpu_config_screen's '+{..}'); with `ids`
@@ -106,7 +108,7 @@ def specs(extra: list[tuple[dict, bool]] | None = None, ids: list[int] | None = 
 
     fields = _kernel_fields(rk)
     seen = {}
-    for case in (_verify_shapes(bf16) if verify else _shapes(ids, page_size)):
+    for case in (_verify_shapes(bf16, heldout, heldout_seed) if verify else _shapes(ids, page_size)):
         v = case.variant
         dt = torch.float16 if v.dtype == "fp16" else torch.bfloat16
         b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
@@ -172,13 +174,17 @@ def main(argv=None) -> int:
     ap.add_argument("--bf16", action="store_true", help="with --verify: every case in bf16 too (kopt peers)")
     ap.add_argument("--page-size", type=int, default=0, help="with --cases: those cases in pages of this size "
                                                              "(a screen's --page-size)")
+    ap.add_argument("--heldout-seed", type=int, default=None, help="with --verify: also the held-out draws of "
+                                                                   "this seed (kopt verify --heldout-seed)")
+    ap.add_argument("--heldout", type=int, default=0, help="with --heldout-seed: how many draws (default: the "
+                                                           "case file's verify.heldout)")
     a = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(ROOT, "src"))
     from kopt import hardware as _hw
 
     _hw.exit_unless_cuda(os.path.basename(__file__))  # a GPU tool on a host without one: one line, exit 2
     ids = [int(x) for x in a.cases.split(",") if x.strip()]
-    todo = specs(parse_configs(a.configs), ids or None, a.verify, a.bf16, a.page_size)
+    todo = specs(parse_configs(a.configs), ids or None, a.verify, a.bf16, a.page_size, a.heldout, a.heldout_seed)
     if a.list:
         for s in todo:
             print(_label(s))
