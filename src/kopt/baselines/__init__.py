@@ -1,7 +1,8 @@
 """Baselines and peers: the decode kernels a candidate is timed against, each labelled with its version.
 
-`pick(case, device, "auto")` is the default baseline: flash_attn_with_kvcache where it runs, else a
-torch implementation labelled as such. Named peers (`fa2`, `fa2-paged`, `fa3`, `flashinfer`, `torch`)
+`pick(case, device, "auto")` is the default baseline: flash_attn_with_kvcache where it runs (a cache in
+pages FA2 cannot take re-laid in its pages of 256, outside the timed call), else a torch implementation
+labelled as such. Named peers (`fa2`, `fa2-paged`, `fa3`, `flashinfer`, `torch`)
 never fall back: a peer that cannot run a case is returned with `na` set to the reason, and calling
 it raises NotAvailable. The Hopper peers (FA3, FlashInfer) live in kopt.baselines.hopper.
 """
@@ -56,6 +57,11 @@ def pick(case: Case, device: str, prefer: str = "auto") -> Baseline:
         if device == "cpu":
             return Baseline("torch-cpu", torch_attention, "CPU run: torch reference implementation")
         fa2 = _fa2(case, device)
+        if fa2.na is not None and case.variant.page_size:
+            # FA2 pages only by 256: a serving engine running FA2 lays its cache so; timing torch instead would
+            # flatter a candidate in pages of 16-64 by 3-12x (H200, held-out draws of 2026-12-04)
+            paged = _fa2_paged(case, device)
+            fa2 = paged if paged.na is None else fa2
         return fa2 if fa2.na is None else Baseline("torch-sdpa", torch_attention, fa2.na)
     make = _ADAPTERS.get(prefer)
     if make is None:

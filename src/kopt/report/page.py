@@ -107,6 +107,41 @@ def _cases_section(c) -> str:
             "source: the shown candidate's verdict row, else its latest bench row on the verdict's device.</p>")
 
 
+def _heldout_section(c) -> str:
+    """The shown candidate's verdict by group, and its held-out draws one row each (the number to move)."""
+    from kopt.records import fmt_na
+    from kopt.workspace import ranking
+
+    s = c.shown
+    run = s.verdict_run if s else None
+    rows = [r for r in c.ledger.rows if run and r.get("run_id") == run and r.get("mode") == "verdict"]
+    held = [r for r in rows if ranking.group_of(r) == "heldout"]
+    head = "<h2>Held-out draws</h2>"
+    if not held:
+        return head + ("<p>The shown verdict has no held-out rows (verdicts before the workload library, or "
+                       "<code>--heldout 0</code>): run <code>kopt verify</code>.</p>")
+    g = ranking.geomeans(rows)
+    theirs = ranking.reigning_rows(c.ledger.rows, run)
+    vs = ranking.heldout_ratio(held, theirs)
+    x = lambda v: fmt_na(v, "{:.3f}x")  # noqa: E731
+    p = lambda v: fmt_na(v, "{:.1f}")  # noqa: E731
+    groups = [["uniform", x(g.uniform), p(g.pct_limit)], ["ragged", x(g.ragged), p(g.pct_limit_ragged)],
+              ["seed", x(g.seed), p(g.pct_limit_seed)], ["held-out", x(g.heldout), p(g.pct_limit_heldout)]]
+    body = [[_e(r.get("case")), _e(r.get("model")), _e(r.get("shape")), _e(r.get("variant")),
+             _e(fmt_na(r.get("runtime_ms"))), _e(fmt_na(r.get("ref_runtime_ms"))),
+             _e(fmt_na(ranking.row_speedup(r), "{:.3f}x")), _e(fmt_na(r.get("pct_limit"), "{:.1f}")),
+             _e(fmt_na(r.get("compile_s"), "{:.1f}")), _e(r.get("status"))] for r in held]
+    seed = held[0].get("heldout_seed")
+    pair = (f" Against the reigning candidate <code>{_e(ranking.row_cid(theirs[0]))}</code> timed on the same draws: "
+            f"{_e(x(vs))} (above 1: this candidate is faster where it will be deployed)." if theirs else
+            " The reigning candidate was not timed on these draws.")
+    return (head + f"<p>Verdict {_e(run)}, draw seed {_e(seed)} (<code>kopt verify --heldout-seed {_e(seed)}</code> "
+            "draws the same shapes): the named cases are a sample; the held-out geomean is the number to move."
+            + pair + "</p>" + _table(["group", "geomean speedup", "geomean % limit"], groups, 1)
+            + _table(["case", "model", "shape", "variant", "runtime ms", "ref ms", "speedup", "% limit", "compile s",
+                      "status"], body, 4))
+
+
 def _shown_section(c, ranked: list[dict]) -> str:
     s = c.shown
     if not s or not s.candidate_id:
@@ -210,6 +245,7 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
     body = (f"<h1>kopt campaign report</h1><p class='note'>device {_e(device or 'all')}, ledger rows up to "
             f"{_e(newest)}; ledger lines skipped as unreadable: {c.skipped}. "
             f"{_e(c.stamp())}.</p>" + _shown_section(c, _ranked(ws, c, device)) + _cases_section(c)
+            + _heldout_section(c)
             + imgs["speedup"] + imgs["roofline"] + _peers_section(c, imgs)
             + _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{meta}<title>kopt report</title>"
