@@ -380,3 +380,12 @@ def test_bench_baseline_peer_na_is_baseline_error(workspace):
     for args in (["bench", "--candidate", honest], ["verify", honest]):
         r = kopt(*args, "--case", "2", "--baseline", "fa9")
         assert r.exit_code == 2 and "--baseline must be one of" in str(r.exception) + r.output, args
+
+
+def test_auto_times_fa2_in_its_own_pages_where_the_case_pages_by_less(fake_fa2):
+    c = _case(5, seqlens="ragged").with_variant(page_size=16)
+    base = baselines.pick(c, "cuda")
+    assert base.name == "flash_attn-2.8.3-paged256" and base.prepare is not None  # re-laid outside the timed call
+    w = make_workload(c, 3)
+    assert _ok(base.fn(w), w)
+    assert baselines.pick(c.with_variant(page_size=256), "cuda").name == "flash_attn-2.8.3"
