@@ -236,3 +236,23 @@ def test_verify_times_the_reigning_candidate_on_the_same_draws(tmp_path, monkeyp
     for line in lines[:-1]:
         parse_line(line)
     assert ranking.heldout_ratio(mine, theirs) == pytest.approx(float(f["HELDOUT_VS_BEST"][:-1]), rel=1e-3)
+
+
+def test_the_report_shows_the_groups_and_each_held_out_draw():
+    from types import SimpleNamespace
+
+    from kopt.report.page import _heldout_section
+
+    rows = [row(4, "perf", 1.6, run_id="v1", mode="verdict").model_dump(mode="json"),
+            row(1001, "heldout", 1.2, run_id="v1", mode="verdict", model="qwen2.5-7b", heldout_seed=9,
+                shape="hq28-hkv4-d128-b16-s2048-equal").model_dump(mode="json"),
+            row(1002, "heldout", None, correct=False, run_id="v1", mode="verdict", model="smollm2-360m",
+                status="runtime_error").model_dump(mode="json"),
+            row(1001, "heldout", 1.5, mode="heldout", paired_run="v1", candidate_id="reign0").model_dump(mode="json")]
+    c = SimpleNamespace(shown=SimpleNamespace(verdict_run="v1"), ledger=SimpleNamespace(rows=rows))
+    html = _heldout_section(c)
+    assert "qwen2.5-7b" in html and "hq28-hkv4-d128-b16-s2048-equal" in html and "runtime_error" in html
+    assert "--heldout-seed 9" in html and "reign0" in html and "0.800x" in html  # 1.2 / 1.5 on the same draw
+    assert "held-out" in html and "1.200x" in html
+    c.shown.verdict_run = "v0"
+    assert "has no held-out rows" in _heldout_section(c)
