@@ -4,8 +4,8 @@
 
 RUN_ID: a run_id of the ledger (a prefix is enough; `kopt candidates --json` lists them). One CSV row
 per case row, in ledger order: device, date, commit, candidate id, case, its group (uniform, ragged, seed,
-heldout; heldout-reigning for the reigning candidate timed on a verdict's draws), model and shape, variant, runtime, FA2 (or
-named baseline) runtime, speedup with its 95% CI, GB/s, % of the read ceiling, the limit and % of it, the
+heldout; heldout-reigning for the reigning candidate timed on a verdict's draws), model and shape, variant,
+runtime, FA2 (or named baseline) runtime, speedup with its 95% CI, GB/s, % of the read ceiling, the limit and % of it, the
 eager figures, the noisy flag, timing method, how the device-only calls ran (replay: graph | stream), cold
 flush kind, samples, the CUDA-event cross-check and the mean SM clock. Values not measured are written NA.
 
@@ -28,7 +28,8 @@ from kopt.records import fmt_na  # noqa: E402
 from kopt.workspace.ledger import load_dicts  # noqa: E402
 from kopt.workspace.ranking import group_of, is_ragged  # noqa: E402
 
-COLUMNS = ["device", "date", "commit", "candidate_id", "case", "group", "model", "shape", "variant", "runtime_ms", "ref_runtime_ms", "ref",
+COLUMNS = ["device", "date", "commit", "candidate_id", "case", "group", "model", "shape", "variant", "runtime_ms",
+           "ref_runtime_ms", "ref",
            "speedup", "speedup_ci_lo", "speedup_ci_hi", "gbps", "pct_peak", "limit_ms", "pct_limit", "eager_ms",
            "ref_eager_ms", "noisy", "method", "replay", "flush", "samples",
            "events_median_ms", "mean_clock_mhz", "status", "correct", "compile_s", "heldout_seed", "run_id"]
