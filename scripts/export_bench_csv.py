@@ -5,7 +5,8 @@
 RUN_ID: a run_id of the ledger (a prefix is enough; `kopt candidates --json` lists them). One CSV row
 per case row, in ledger order: device, date, commit, candidate id, case, its group (uniform, ragged, seed,
 heldout; heldout-reigning for the reigning candidate timed on a verdict's draws), model and shape, variant,
-runtime, FA2 (or named baseline) runtime, speedup with its 95% CI, GB/s, % of the read ceiling, the limit and % of it, the
+runtime, FA2 (or named baseline) runtime, speedup with its 95% CI, GB/s, % of the read ceiling, the limit and % of
+it, the
 eager figures, the noisy flag, timing method, how the device-only calls ran (replay: graph | stream), cold
 flush kind, samples, the CUDA-event cross-check and the mean SM clock. Values not measured are written NA.
 

@@ -122,15 +122,18 @@ def _script(name):
     return mod
 
 
-def _bench_rows(run_id, runtime, ref=0.010, cases=range(1, 19), replay="graph"):
+def _bench_rows(run_id, runtime, ref=0.010, cases=None, replay="graph"):
     import json
 
+    from kopt.cases import load_cases
+
+    label = {c.id: c.variant.label() for c in load_cases(ROOT / "bench" / "cases.yaml")}
     return [json.dumps({"mode": "signal", "candidate_id": "abcdef012345", "run_id": run_id, "case": c,
-                        "variant": "fp16-d128-contig-full", "runtime_ms": runtime(c), "ref_runtime_ms": ref,
+                        "variant": label[c], "runtime_ms": runtime(c), "ref_runtime_ms": ref,
                         "commit": "deadbee", "timestamp": "2026-12-01T11:31:00+00:00", "device": "H200",
                         "kind": "case", "status": "ok", "correct": True,
                         "timing": {"method": "cupti", "replay": replay, "flush_kind": "read", "n": 5004}})
-            for c in cases]
+            for c in (cases or sorted(label))]
 
 
 def test_bench_repeat_check_flags_the_case_a_run_moves(tmp_path):
