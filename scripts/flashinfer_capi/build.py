@@ -65,6 +65,23 @@ _SCALARS = [("double", "logits_soft_cap"), ("double", "sm_scale"), ("double", "r
             ("double", "rope_rcp_theta"), ("int64_t", "token_pos_in_items_len")]
 
 
+README = """# FlashInfer {flashinfer}'s batch decode for kopt's `flashinfer` peer (no flashinfer package needed)
+
+- `{library}` ({mb:.2f} MB): FlashInfer's own scheduler and FA2 batch-prefill paged kernels (what
+  `BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)` runs for fp16/bf16), sm_90a only, variants
+  {variants}, behind a C ABI; the CUDA runtime, libstdc++ and libgcc are linked in statically (the host needs
+  glibc >= 2.36 and a driver for CUDA 13).
+- `{src_tarball}`: the FlashInfer files that build read (headers, the vendored CCCL headers, two templates),
+  for a rebuild where no wheel can be downloaded.
+- `BUILD.json`: where it came from ({from}), nvcc, flags, sizes, hashes.
+
+Built by `scripts/flashinfer_capi/build.py` (see results/peers-flashinfer.md). kopt finds the library here
+(`.gpu-fi/` in the workspace) or where `KOPT_FLASHINFER_LIB` says; `kopt peers --peers flashinfer` then labels
+the peer `flashinfer-{flashinfer}-capi`. Check it on a GPU with `python3 scripts/gpu_flashinfer_check.py`;
+rebuild it there with `python3 scripts/flashinfer_capi/build.py --src .gpu-fi/{src_tarball} --out DIR`.
+"""
+
+
 def log(msg: str) -> None:
     print(f"[build] {msg}", file=sys.stderr, flush=True)
 
@@ -231,6 +248,9 @@ def main(argv=None) -> int:
         manifest |= {"src_tarball": SRC_TARBALL, "src_files": len(files),
                      "src_tarball_bytes": (out / SRC_TARBALL).stat().st_size}
     (out / "BUILD.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    (out / "README.md").write_text(README.format(**(manifest | {"variants": ", ".join(manifest["variants"]),
+                                                                 "src_tarball": SRC_TARBALL}),
+                                                 mb=manifest["library_bytes"] / 1e6))
     log(f"wrote {lib} ({lib.stat().st_size / 1e6:.2f} MB)")
     print(lib)
     return 0
