@@ -70,7 +70,7 @@ README = """# FlashInfer {flashinfer}'s batch decode for kopt's `flashinfer` pee
 - `{library}` ({mb:.2f} MB): FlashInfer's own scheduler and FA2 batch-prefill paged kernels (what
   `BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)` runs for fp16/bf16), sm_90a only, variants
   {variants}, behind a C ABI; the CUDA runtime, libstdc++ and libgcc are linked in statically (the host needs
-  glibc >= 2.36 and a driver for CUDA 13).
+  glibc >= 2.35 and a driver for CUDA 13).
 - `{src_tarball}`: the FlashInfer files that build read (headers, the vendored CCCL headers, two templates),
   for a rebuild where no wheel can be downloaded.
 - `BUILD.json`: where it came from ({from}), nvcc, flags, sizes, hashes.

@@ -16,6 +16,16 @@
 #define KOPT_FI_VARIANTS ""
 #endif
 
+#include <sys/random.h>
+
+// The static libstdc++ of a glibc >= 2.36 build system refers to arc4random (std::random_device, which nothing
+// here calls): a local definition keeps the library loadable on glibc 2.35 hosts (it still needs >= 2.35).
+extern "C" __attribute__((visibility("hidden"))) uint32_t arc4random(void) {
+  uint32_t r = 0;
+  if (getrandom(&r, sizeof(r), 0) != sizeof(r)) r = 0;
+  return r;
+}
+
 static thread_local std::string kopt_fi_error;
 
 void kopt_fi_set_error(const std::string& message) { kopt_fi_error = message; }
