@@ -68,14 +68,14 @@ def check(case_id: int, dtype: str, head_dim: int, page, seqlens: str) -> tuple[
 
 
 def main() -> int:
+    from kopt import hardware
+
+    hardware.exit_unless_cuda("gpu_flashinfer_check.py")
     import torch
 
     from kopt import baselines
     from kopt.cases import load_cases
 
-    if not torch.cuda.is_available():
-        print("no CUDA device", file=sys.stderr)
-        return 2
     print(f"device {torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}, "
           f"torch {torch.__version__}", flush=True)
     failed = na = 0
