@@ -11,7 +11,7 @@ compiles them with the flags its JIT uses, plus kopt's two glue files beside thi
 
     python3 scripts/flashinfer_capi/build.py                       # pip download the pinned wheel, build
     python3 scripts/flashinfer_capi/build.py --wheel flashinfer_python-0.7.2.post1-py3-none-any.whl
-    python3 scripts/flashinfer_capi/build.py --src .gpu-fi/flashinfer-0.7.2.post1-capi-src.tar.xz --out /tmp/fi
+    python3 scripts/flashinfer_capi/build.py --src .gpu-fi/flashinfer-0.7.2.post1-capi-src.tar.xz --out /tmp/kopt-fi
 
 Needs nvcc (CUDA >= 12.8; built and tested with 13.0), a host C++17 compiler and jinja2; no GPU, no torch.
 """
