@@ -125,6 +125,8 @@ def test_unknown_peer_is_a_usage_error():
 def test_missing_libraries_are_na_not_a_substitute(monkeypatch):
     for mod in ("flash_attn", "flash_attn_interface", "fa3_fwd_interface", "flashinfer"):
         monkeypatch.setitem(sys.modules, mod, None)
+    monkeypatch.delenv("KOPT_FLASHINFER_LIB", raising=False)  # nor FlashInfer's C build (the workspace has none)
+    monkeypatch.setattr("kopt.baselines.flashinfer_capi._LOADED", {})
     c = _case(7)
     assert baselines.pick(c, "cuda", "fa2").na == "flash-attn not importable"
     assert baselines.pick(c, "cuda", "fa2-paged").na == "flash-attn not importable"
@@ -197,9 +199,10 @@ def test_flashinfer_pages_plan_outside_the_call(fake_flashinfer, page):
     assert len(fake_flashinfer) == 1 and out.shape == w.q.shape and _ok(out, w)
     p = fake_flashinfer[0]
     assert (p["hq"], p["hkv"], p["d"], p["pos"]) == (c.q_heads, c.kv_heads, 128, "NONE")
-    assert p["page"] == (page or c.seqlen_k)  # contiguous: one page per sequence, no copy
-    page_size, indptr, indices, last = baselines_hopper.flashinfer_pages(w)
-    assert int(indptr[-1]) == len(indices) and bool((last >= 1).all()) and bool((last <= page_size).all())
+    assert p["page"] == (page or baselines_hopper.contiguous_page(c.seqlen_k))  # contiguous: viewed as pages
+    fp = baselines_hopper.flashinfer_pages(w)
+    assert int(fp.indptr[-1]) == len(fp.indices) and bool((fp.last_page_len >= 1).all())
+    assert bool((fp.last_page_len <= fp.page_size).all()) and fp.k.data_ptr() == w.k_cache.data_ptr()  # no copy
 
 
 def test_timed_calls_rotate_prepared_inputs():

@@ -220,9 +220,9 @@ def test_config_screen_marks_a_config_the_plan_ignores():
     assert not cs.same_plan(base | {"num_splits": 32}, base)
 
 
-GPU_TOOLS = ["gpu_child_startup.py", "gpu_code_warm.py", "gpu_config_screen.py", "gpu_flush_study.py",
-             "gpu_graph_check.py", "gpu_kernel_timeline.py", "gpu_read_bound.py", "gpu_timing_check.py",
-             "gpu_timing_overhead.py", "prewarm_kernels.py"]
+GPU_TOOLS = ["gpu_child_startup.py", "gpu_code_warm.py", "gpu_config_screen.py", "gpu_flashinfer_check.py",
+             "gpu_flush_study.py", "gpu_graph_check.py", "gpu_kernel_timeline.py", "gpu_read_bound.py",
+             "gpu_timing_check.py", "gpu_timing_overhead.py", "prewarm_kernels.py"]
 
 
 @pytest.mark.parametrize("tool", GPU_TOOLS)

@@ -8,6 +8,7 @@ the library is missing, was built without what the case needs, or the device is 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Optional
 
 from kopt.baselines.base import Baseline, dist_version, prepared, unavailable
@@ -19,6 +20,8 @@ FA3_MODULES = (("flash_attn_interface", "flash_attn_3", ("flash_attn_3", "flash-
                ("fa3_fwd_interface", "fa3_fwd", ("fa3-fwd", "fa3_fwd")))
 #: FlashInfer's recommended scratch buffer for its split-KV plan (its docs and benchmarks use 128 MiB).
 FLASHINFER_WORKSPACE = 128 << 20
+#: The page a contiguous cache is handed to FlashInfer in (kopt.baselines.hopper.contiguous_page).
+FLASHINFER_CONTIG_PAGE = 16
 
 
 def _capability() -> Optional[tuple[int, int]]:
@@ -87,38 +90,66 @@ def fa3(case: Case, device: str) -> Baseline:
     return Baseline(label, fn)
 
 
-def flashinfer_pages(w: Workload):
-    """(page_size, indptr, indices, last_page_len) describing w's cache as FlashInfer's paged NHD cache.
+@dataclass
+class FlashInferPages:
+    """A cache as FlashInfer's paged NHD cache: page size, indptr / indices / last_page_len (int32, on the
+    cache's device), and K and V as [pages, page, Hkv, D] (views of the workload's own tensors)."""
 
-    A contiguous [B, S, Hkv, D] cache is already B pages of S tokens (one per sequence): no copy, the
-    memory the candidate reads. A paged cache keeps its pages: sequence i owns its first
-    ceil(len_i / page) block-table entries, its last page holding len_i - (n_i - 1) * page tokens."""
+    page_size: int
+    indptr: object
+    indices: object
+    last_page_len: object
+    k: object
+    v: object
+
+
+def contiguous_page(seqlen_k: int) -> int:
+    """The page a contiguous cache is described in: 16 (vLLM's default page) or, where sequences of seqlen_k rows
+    do not start on a 16-row boundary, the largest power of two that divides seqlen_k (1 at worst, SGLang's page).
+    FlashInfer's scheduler splits the KV at page granularity, so one page per sequence would forbid split-KV."""
+    page = FLASHINFER_CONTIG_PAGE
+    while seqlen_k % page:
+        page //= 2
+    return page
+
+
+def flashinfer_pages(w: Workload) -> FlashInferPages:
+    """w's cache as FlashInfer's paged NHD cache, without a copy.
+
+    A contiguous [B, S, Hkv, D] cache is viewed as B * S / P pages of P = contiguous_page(S) rows (sequence i owns
+    pages i * S / P, ...): the memory the candidate reads. A paged cache keeps its pages. Sequence i owns its first
+    n_i = ceil(len_i / page) pages, its last one holding len_i - (n_i - 1) * page tokens."""
     import torch
 
     lens = w.cache_seqlens.to(torch.int32)
     b = lens.shape[0]
     dev = w.k_cache.device
     if w.block_table is None:
-        ar = torch.arange(b + 1, dtype=torch.int32, device=dev)
-        return int(w.k_cache.shape[1]), ar, ar[:-1].contiguous(), lens.contiguous()
-    page = int(w.k_cache.shape[1])
+        s, rest = int(w.k_cache.shape[1]), tuple(w.k_cache.shape[2:])
+        page = contiguous_page(s)
+        per = s // page
+        table = torch.arange(b * per, dtype=torch.int32, device=dev).view(b, per)
+        k, v = (x.view(b * per, page, *rest) for x in (w.k_cache, w.v_cache))
+    else:
+        page, table, k, v = int(w.k_cache.shape[1]), w.block_table, w.k_cache, w.v_cache
     n = (lens + page - 1) // page
     indptr = torch.zeros(b + 1, dtype=torch.int32, device=dev)
     indptr[1:] = torch.cumsum(n, 0)
-    used = torch.arange(w.block_table.shape[1], device=dev)[None, :] < n[:, None]
-    indices = w.block_table[used].to(torch.int32).contiguous()  # row-major: each sequence's pages in order
-    return page, indptr, indices, (lens - (n - 1) * page).to(torch.int32)
+    used = torch.arange(table.shape[1], device=dev)[None, :] < n[:, None]
+    indices = table[used].to(torch.int32).contiguous()  # row-major: each sequence's pages in order
+    return FlashInferPages(page, indptr, indices, (lens - (n - 1) * page).to(torch.int32), k, v)
 
 
 def flashinfer(case: Case, device: str) -> Baseline:
     """FlashInfer's BatchDecodeWithPagedKVCacheWrapper (tensor cores, as for GQA); plan() in the
-    preparation, run() the timed call."""
+    preparation, run() the timed call. Without the flashinfer package: the same kernels and scheduler through
+    kopt's small C build of them (kopt.baselines.flashinfer_capi), labelled ...-capi."""
     if device != "cuda":
         return unavailable("flashinfer", "needs CUDA")
     try:
         fi = importlib.import_module("flashinfer")
     except Exception as e:
-        return unavailable("flashinfer", f"flashinfer not importable ({type(e).__name__})")
+        return _flashinfer_capi(case, f"flashinfer not importable ({type(e).__name__})")
     label = f"flashinfer-{dist_version('flashinfer-python', 'flashinfer') or getattr(fi, '__version__', 'unknown')}"
     wrapper_cls = getattr(fi, "BatchDecodeWithPagedKVCacheWrapper", None)
     if wrapper_cls is None or not hasattr(wrapper_cls, "plan"):
@@ -128,12 +159,37 @@ def flashinfer(case: Case, device: str) -> Baseline:
     def prepare(w: Workload):
         import torch
 
-        page, indptr, indices, last = flashinfer_pages(w)
+        p = flashinfer_pages(w)
         scratch = torch.empty(FLASHINFER_WORKSPACE, dtype=torch.uint8, device=w.q.device)
         dec = wrapper_cls(scratch, "NHD", use_tensor_cores=True)
-        dec.plan(indptr, indices, last, hq, hkv, d, page, pos_encoding_mode="NONE",
+        dec.plan(p.indptr, p.indices, p.last_page_len, hq, hkv, d, p.page_size, pos_encoding_mode="NONE",
                  q_data_type=w.q.dtype, kv_data_type=w.k_cache.dtype, sm_scale=w.softmax_scale)
-        q, kv = w.q[:, 0], (w.k_cache, w.v_cache)  # q [B, Hq, D]: a view, the decode step's one token
+        q, kv = w.q[:, 0], (p.k, p.v)  # q [B, Hq, D]: a view, the decode step's one token
         return lambda: dec.run(q, kv).unsqueeze(1)
 
     return prepared(label, prepare)
+
+
+def _flashinfer_capi(case: Case, why: str) -> Baseline:
+    """FlashInfer's decode through the C build, or NA saying why neither it nor the package is there."""
+    from kopt.baselines import flashinfer_capi as capi
+
+    lib, reason = capi.load()
+    if lib is None:
+        return unavailable("flashinfer", f"{why}; {reason}")
+    v = case.variant
+    if capi.variant(v.dtype.value, v.head_dim) not in lib.variants:
+        return unavailable(lib.label, f"{v.dtype.value} head_dim {v.head_dim} not in this FlashInfer C build "
+                                      f"({', '.join(lib.variants)})")
+    cap = _capability()
+    if cap is not None and cap[0] != 9:
+        return unavailable(lib.label, f"the FlashInfer C build is for sm_90a; this device is sm_{cap[0]}{cap[1]}")
+    hq, hkv, d = case.q_heads, case.kv_heads, v.head_dim
+
+    def prepare(w: Workload):
+        run = capi.Decoder(lib, FLASHINFER_WORKSPACE).plan(flashinfer_pages(w), hq, hkv, d, w.q.dtype,
+                                                           w.softmax_scale)
+        q = w.q[:, 0]  # [B, Hq, D]: a view, as for the package
+        return lambda: run(q).unsqueeze(1)
+
+    return prepared(lib.label, prepare, note=f"FlashInfer {lib.version}'s own kernels and scheduler, C build")
