@@ -49,13 +49,17 @@ def command(
     lengths: Optional[str] = typer.Option(None, "--lengths", help="With --model / --shape: N (all at N), a comma "
                                                                   "list, or uniform:MAX, lognormal:MAX[:SIGMA], "
                                                                   "fewlong:MAX[:EVERY]."),
+    budget: Optional[float] = typer.Option(None, "--budget", min=1.0,
+                                           help="Stop after SECONDS (wall time of the whole run): no case starts "
+                                                "after it and the one running is stopped; a STOPPED line names the "
+                                                "cases not run. Exit 1 only when a case that ran failed."),
     hidden: bool = typer.Option(False, "--hidden", help="Also check an unseen shape per case (batch+3, seqlen+13, "
                                                         "ragged; untimed)."),
 ) -> None:
     """Compile, check and time a candidate against flash_attn_with_kvcache on one or more cases."""
     from kopt.baselines import BASELINE_CHOICES
     from kopt.candidate import resolve
-    from kopt.cli.output import emit_results
+    from kopt.cli.output import deadline, emit_results
     from kopt.eval.bench import BenchOptions, evaluate
     from kopt.paths import default_candidate
     from kopt.records import FLUSH_KINDS, REPLAYS
@@ -70,12 +74,13 @@ def command(
                         graph=graph, replay=options.choice(replay, REPLAYS, "--replay"), timeout_s=timeout,
                         record=not no_record, seeds=seeds, timing_sets=timing_sets, quick=quick,
                         baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
-                        config=options.config_json(config), hidden=hidden)
+                        config=options.config_json(config), hidden=hidden, deadline=deadline(budget, t0))
+
     def go(on_result, on_progress):
         opts.progress = on_progress
         return evaluate(path, cases, opts, on_result=on_result)
 
-    results = emit_results(go, machine, as_json, total=len(cases), wall_start=t0)
+    results = emit_results(go, machine, as_json, total=len(cases), wall_start=t0, cases=cases, budget=budget)
     if not all(r.compiled and r.correct for r in results):
         raise typer.Exit(1)
 

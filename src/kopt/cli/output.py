@@ -6,14 +6,19 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import Optional
 
 from kopt.records import CaseResult, fmt_na, machine_line
 
 
-def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_start: float) -> list[CaseResult]:
-    """Run `run(on_result, on_progress)`; machine lines as results come, else a table/JSON at the end.
+def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_start: float,
+                 cases: Optional[list] = None, budget: Optional[float] = None,
+                 command: str = "bench") -> list[CaseResult]:
+    """Run `run(on_result, on_progress)`; each machine line printed (and flushed) as its case finishes, else a
+    table/JSON at the end. A run stopped by `budget` (seconds) ends with a STOPPED line naming the cases not run.
 
-    A progress bar goes to stderr for people (never in --machine or --json mode).
+    A progress bar goes to stderr for people in a terminal; otherwise a progress line per finished case goes
+    to stderr when the run has several cases (stdout stays machine lines only).
     """
     from kopt.cli.common import err_console
 
@@ -39,12 +44,12 @@ def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_s
         done.append(r)
         if machine:
             print(machine_line(r), flush=True)
-        else:
-            err.print(f"[dim]case {r.case}: {r.status.value} ({len(done)}/{total})[/dim]")
+        if not bar and total > 1:
+            progress_line(command, r, len(done), total, wall_start)
         if r.message and r.status.value != "ok":
-            err.print(f"[yellow]case {r.case}: {r.message}[/yellow]", highlight=False)
+            err.print(f"[yellow]case {r.case}: {r.message}[/yellow]", highlight=False, soft_wrap=True)
         if note := replay_note(r):
-            err.print(f"[yellow]case {r.case}: {note}[/yellow]", highlight=False)
+            err.print(f"[yellow]case {r.case}: {note}[/yellow]", highlight=False, soft_wrap=True)
 
     if not machine and not as_json and not bar:
         err.print(f"[dim]evaluating {total} case(s)...[/dim]")
@@ -54,15 +59,45 @@ def emit_results(run: Callable, machine: bool, as_json: bool, total: int, wall_s
     else:
         results = run(on_result, on_progress)
     wall = time.perf_counter() - wall_start
+    not_run = list(cases[len(results):]) if cases is not None else []
     if as_json:
         print(json.dumps({"results": [r.model_dump(mode="json") for r in results],
                           "lines": [machine_line(r) for r in results],
+                          "not_run": [c.id for c in not_run], "stopped": "budget" if not_run else None,
                           "overhead_s": {"wall_total": round(wall, 3)}}, indent=None))
-    elif not machine:
-        table(results)
-        err.print(f"[dim]wall time {wall:.1f} s[/dim]")
+    else:
+        if not machine:
+            table(results)
+            err.print(f"[dim]wall time {wall:.1f} s[/dim]")
+        if not_run:
+            print(stopped_line(len(results), [c.id for c in not_run], budget, wall), flush=True)
+    if not_run:
+        print(f"kopt {command}: the budget of {budget:g} s was spent after {len(results)} of {total} case(s); "
+              f"not run: {ids_text([c.id for c in not_run])} (run them with --case)", file=sys.stderr)
     sys.stdout.flush()
     return results
+
+
+def ids_text(ids: list[int]) -> str:
+    """Case ids as one token: comma-joined, in order, each once (NA when none)."""
+    return ",".join(str(i) for i in dict.fromkeys(ids)) or "NA"
+
+
+def stopped_line(ran: int, not_run: list[int], budget: Optional[float], wall: float) -> str:
+    """The stdout line of a run the budget stopped: what ran, what did not."""
+    return (f"STOPPED:budget BUDGET_S:{fmt_na(budget, '{:g}')} RAN:{ran} NOT_RUN:{ids_text(not_run)} "
+            f"WALL_S:{wall:.1f}")
+
+
+def progress_line(command: str, r: CaseResult, n: int, total: int, wall_start: float) -> None:
+    """One stderr line per finished case of a long run: what finished, how far, how long so far."""
+    print(f"kopt {command}: case {r.case} {r.variant} {r.status.value} ({n}/{total}, "
+          f"{time.perf_counter() - wall_start:.1f} s)", file=sys.stderr, flush=True)
+
+
+def deadline(budget: Optional[float], wall_start: float) -> Optional[float]:
+    """The perf_counter deadline of a --budget counted from the command's start (None: no budget)."""
+    return None if budget is None else wall_start + budget
 
 
 def replay_note(r: CaseResult) -> str:

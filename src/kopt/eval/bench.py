@@ -68,6 +68,9 @@ class BenchOptions:
     """The seed of the held-out draw a run's held-out cases came from (kept on their rows)."""
     paired_run: Optional[str] = None
     """mode=heldout: the verify run whose held-out draws the reigning candidate is timed on."""
+    deadline: Optional[float] = None
+    """A time.perf_counter() time (`--budget`): no case starts after it and the case running at it is stopped;
+    the cases not run get no row (evaluate returns the rows of the cases that ran, in order)."""
 
 
 def _preload(device: str) -> None:
@@ -156,19 +159,22 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions, device: str,
                        heldout_seed=opts.heldout_seed if case.kind == "heldout" else None, paired_run=opts.paired_run,
                        commit=commit, device=device, static_warnings=warns, verdict_rows=opts.verdict_rows)
             for case in cases]
-    if errors:
-        for r in rows:
-            r.status, r.message = Status.static_violation, "; ".join(f"{f.code}: {f.message}" for f in errors)[:500]
-    else:
-        _run_cases(path, cases, device, opts, rows, child)
-    for case, r in zip(cases, rows):
+
+    def done(case: Case, r: CaseResult) -> None:  # a case's row is final: record it and print its line now
         if not errors and opts.hidden and r.correct:
             _check_hidden(path, case, device, opts, r)  # records overhead_s["hidden"]
         if opts.record:
             ledger.append(led, [r])
         if on_result:
             on_result(r)
-    return rows
+
+    if errors:
+        for case, r in zip(cases, rows):
+            r.status, r.message = Status.static_violation, "; ".join(f"{f.code}: {f.message}" for f in errors)[:500]
+            done(case, r)
+        return rows
+    ran = _run_cases(path, cases, device, opts, rows, child, done)
+    return rows[:ran]
 
 
 def row_label(case: Case, tag: str) -> str:
@@ -185,35 +191,48 @@ def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseRe
                do_timing=opts.timing, cold=opts.cold, flush=opts.flush, graph=opts.graph, replay=opts.replay,
                quick=opts.quick,
                baseline=opts.baseline, pair=opts.pair, config=opts.config, out_dir=str(work),
-               peers=list(opts.peers))
+               peers=list(opts.peers), gate=opts.timing)
 
 
 def _run_cases(path: Path, cases: list[Case], device: str, opts: BenchOptions, rows: list[CaseResult],
-               child: Optional[Child] = None) -> None:
-    """Children evaluate the cases (`child`, started early, for all unless one dies); then each is verified here."""
+               child: Optional[Child] = None,
+               done: Optional[Callable[[Case, CaseResult], None]] = None) -> int:
+    """Children evaluate the cases (`child`, started early, for all unless one dies); each case's outputs are
+    verified here as soon as the child has finished it, while the child waits before its next timing (so no
+    check runs beside a timed call), then `done(case, row)`. Returns how many cases ran: fewer than all when
+    opts.deadline stopped the run (the rows of the others are not filled)."""
     import threading
 
     jobs = [_make_job(path, c, device, opts, r) for c, r in zip(cases, rows)]
-    try:
-        outcomes = run_jobs(jobs, opts.timeout_s, opts.progress, child=child,
-                            on_start=lambda: threading.Thread(target=_preload, args=(device,), daemon=True).start())
-        for case, r, job, oc in zip(cases, rows, jobs, outcomes):
-            t0 = time.perf_counter()
-            r.overhead_s["child_wall"] = round(oc.wall_s, 3)
-            if child is not None and child.kept and oc is outcomes[0]:
-                r.overhead_s["child_kept"] = 1  # started by the previous run's supervisor: no start-up in this run
-            _fill_from_child(r, oc, device)
-            if oc.result and oc.failure() is None:
-                _verify_outputs(r, case, device, Path(job.out_dir), oc.result.outputs, opts.baseline)
-                if job.peers:  # each peer's output checked too; the best correct one sets REF and SPEEDUP
-                    from kopt.eval.peers import settle
+    preload = threading.Thread(target=_preload, args=(device,), daemon=True)
 
-                    settle(r, case, device, Path(job.out_dir))
-            _derive(r, case, device)
-            r.overhead_s["verify"] = round(time.perf_counter() - t0, 3)
+    def settle(i: int, oc: Outcome) -> None:
+        case, r, job = cases[i], rows[i], jobs[i]
+        t0 = time.perf_counter()
+        r.overhead_s["child_wall"] = round(oc.wall_s, 3)
+        if child is not None and child.kept and i == 0:
+            r.overhead_s["child_kept"] = 1  # started by the previous run's supervisor: no start-up in this run
+        _fill_from_child(r, oc, device)
+        if oc.result and oc.failure() is None:
+            preload.join()  # the imports the check needs
+            _verify_outputs(r, case, device, Path(job.out_dir), oc.result.outputs, opts.baseline)
+            if job.peers:  # each peer's output checked too; the best correct one sets REF and SPEEDUP
+                from kopt.eval.peers import settle as settle_peers
+
+                settle_peers(r, case, device, Path(job.out_dir))
+        _derive(r, case, device)
+        r.overhead_s["verify"] = round(time.perf_counter() - t0, 3)
+        shutil.rmtree(job.out_dir, ignore_errors=True)  # a long run keeps no case's saved outputs after it
+        if done:
+            done(case, r)
+
+    try:
+        outcomes = run_jobs(jobs, opts.timeout_s, opts.progress, child=child, on_outcome=settle,
+                            on_start=preload.start, ready=lambda: not preload.is_alive(), deadline=opts.deadline)
     finally:
         for job in jobs:
             shutil.rmtree(job.out_dir, ignore_errors=True)
+    return sum(oc is not None for oc in outcomes)
 
 
 def _check_hidden(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> None:
@@ -222,7 +241,7 @@ def _check_hidden(path: Path, case: Case, device: str, opts: BenchOptions, r: Ca
 
     hc = hidden_variant(case)
     h = CaseResult(row_id=r.row_id, case=case.id, variant=hc.variant.label())
-    _run_cases(path, [hc], device, replace(opts, timing=False), [h])  # its own child
+    _run_cases(path, [hc], device, replace(opts, timing=False, deadline=None), [h])  # its own child
     r.overhead_s["hidden"] = round(h.overhead_s.get("child_wall", 0.0) + h.overhead_s.get("verify", 0.0), 3)
     if not h.correct:
         r.status, r.correct, r.improvement = h.status, False, None

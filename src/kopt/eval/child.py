@@ -12,7 +12,7 @@ from typing import Optional
 
 from kopt import proc
 from kopt.eval import warm as kept_children
-from kopt.eval.jobs import ENV_WARM, Job, Outcome, WorkerResult, read_result
+from kopt.eval.jobs import ENV_WARM, GATE_FILE, Job, Outcome, WorkerResult, read_result
 
 
 class Child:
@@ -78,7 +78,10 @@ class Child:
 def run_jobs(jobs: list[Job], timeout_s: float,
              on_done: Optional[Callable[[int], None]] = None,
              on_start: Optional[Callable[[], None]] = None,
-             child: Optional[Child] = None) -> list[Outcome]:
+             child: Optional[Child] = None,
+             on_outcome: Optional[Callable[[int, Outcome], None]] = None,
+             ready: Optional[Callable[[], bool]] = None,
+             deadline: Optional[float] = None) -> list[Optional[Outcome]]:
     """Evaluate jobs in as few children as possible, each job within `timeout_s`.
 
     One child runs the jobs in order (imports and compile caches are paid once): `child` when the
@@ -86,13 +89,20 @@ def run_jobs(jobs: list[Job], timeout_s: float,
     the failure and the jobs after it run in a fresh child. `on_start` is called once, right after
     the first child was given its jobs (work to overlap with it). Each child is closed when its
     batch ends.
+
+    `on_outcome(i, outcome)` is called as soon as job i has its outcome, while the child goes on (the
+    caller checks its outputs and prints its line then, not after the last job). A job with `gate` set
+    waits, before its timed calls, for its release (`jobs.GATE_FILE` in its folder): the next job is
+    released only once `on_outcome` of the one before has returned (and, for the first, once `ready()`
+    is true), so no work of this process runs beside a timing. `deadline` (a perf_counter time): no job
+    is released after it, and the job running at it is stopped; jobs not run have no outcome (None).
     """
     outcomes: list[Optional[Outcome]] = [None] * len(jobs)
     start = 0
     while start < len(jobs):
         start = _run_batch(jobs, start, timeout_s, outcomes, on_done, on_start if start == 0 else None,
-                           child if start == 0 else None)
-    return outcomes  # type: ignore[return-value]
+                           child if start == 0 else None, on_outcome, ready, deadline)
+    return outcomes
 
 
 def _done(job: Job) -> Optional[WorkerResult]:
@@ -100,15 +110,32 @@ def _done(job: Job) -> Optional[WorkerResult]:
     return r if r and r.phase == "done" else None
 
 
+def over(deadline: Optional[float]) -> bool:
+    """Whether a perf_counter deadline (None: none) has passed."""
+    return deadline is not None and time.perf_counter() >= deadline
+
+
 def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
                on_done: Optional[Callable[[int], None]] = None,
                on_start: Optional[Callable[[], None]] = None,
-               child: Optional[Child] = None) -> int:
-    """Run jobs[start:] in one child (`child`, else a fresh one); fill outcomes; return the index to restart from."""
+               child: Optional[Child] = None,
+               on_outcome: Optional[Callable[[int, Outcome], None]] = None,
+               ready: Optional[Callable[[], bool]] = None,
+               deadline: Optional[float] = None) -> int:
+    """Run jobs[start:] in one child (`child`, else a fresh one); fill outcomes; return the index to restart from
+    (len(jobs) when done or stopped by the deadline)."""
     child = child or Child()
     p = child.popen
     batch = jobs[start:]
-    cur, timed_out = 0, False
+    cur, timed_out, stopped, released = 0, False, False, -1
+
+    def finish(i: int, oc: Outcome) -> None:
+        outcomes[start + i] = oc
+        if on_outcome:
+            on_outcome(start + i, oc)
+        if on_done:
+            on_done(start + i + 1)  # jobs finished so far
+
     try:  # whatever happens here (Ctrl-C, SIGTERM, a timeout), `close` ends the child's whole session
         for j in batch:
             Path(j.out_dir).mkdir(parents=True, exist_ok=True)
@@ -120,13 +147,19 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
             on_start()
         while p.poll() is None:
             time.sleep(0.02)
-            while cur < len(batch) and _done(batch[cur]):
+            while cur < len(batch) and (res := _done(batch[cur])):
+                finish(cur, Outcome(res, None, False, time.perf_counter() - child.started, ""))
                 cur, t_job = cur + 1, time.perf_counter()
-                if on_done:
-                    on_done(start + cur)  # jobs finished so far (progress only; results come at the end)
             if cur == len(batch):  # every result is written: its interpreter's exit (CUDA teardown) is nobody's wait
                 proc.kill_group(p)
                 break
+            if over(deadline):  # the budget is spent: the job in progress and the rest are not run
+                stopped = True
+                proc.kill_group(p)
+                break
+            if released < cur and (cur > 0 or ready is None or ready()):
+                (Path(batch[cur].out_dir) / GATE_FILE).touch()  # its timed calls may start
+                released, t_job = cur, time.perf_counter()
             if time.perf_counter() - t_job > timeout_s:
                 timed_out = True
                 proc.kill_group(p)
@@ -136,11 +169,12 @@ def _run_batch(jobs: list[Job], start: int, timeout_s: float, outcomes: list,
         tail = child.tail()
     finally:
         child.close()
-    for i, j in enumerate(batch):
-        res = _done(j)
-        if res is not None:
-            outcomes[start + i] = Outcome(res, rc, False, wall, tail)
-            continue
-        outcomes[start + i] = Outcome(read_result(Path(j.out_dir)), rc, timed_out, wall, tail)
-        return start + i + 1
-    return len(jobs)
+    for oc in outcomes[start:start + cur]:  # given out while the child still ran: how it ended
+        oc.returncode, oc.stderr_tail = rc, tail
+    while cur < len(batch) and (res := _done(batch[cur])):  # written just before it exited
+        finish(cur, Outcome(res, rc, False, wall, tail))
+        cur += 1
+    if cur == len(batch) or stopped:
+        return len(jobs)
+    finish(cur, Outcome(read_result(Path(batch[cur].out_dir)), rc, timed_out, wall, tail))
+    return start + cur + 1

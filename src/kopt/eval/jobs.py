@@ -19,6 +19,9 @@ ENV_WARM = "KOPT_CHILD_WARM"
 #: The parent's wall clock when it started the child (the child reports its start-up from it).
 ENV_T0 = "KOPT_CHILD_T0"
 
+#: The file in a job's folder that releases its timed calls (kopt.eval.child.run_jobs: the parent is idle then).
+GATE_FILE = "go"
+
 #: Text of a CUDA fault in an exception or a child's stderr (a crash, whatever raised it).
 CUDA_FAULTS = ("illegal memory access", "CUDA error", "device-side assert")
 
@@ -50,6 +53,9 @@ class Job(BaseModel):
     out_dir: str
     peers: list[str] = Field(default_factory=list)
     """kopt peers: time the candidate against each of these (kopt.baselines.PEERS) instead of the baseline."""
+    gate: bool = False
+    """Wait for GATE_FILE in out_dir before the timed calls: the parent checks the previous job's outputs
+    meanwhile, and its work must not run beside a timing (on a 2-core CPU, or on the same GPU)."""
 
 
 class SavedOutput(BaseModel):

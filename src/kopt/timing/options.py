@@ -28,6 +28,36 @@ MAX_BATCH = 1000
 MAX_MISSING = 0.1
 FLOOR_MS = 1e-6          # TimingStats wants > 0; a host call can read 0 ns
 
+#: Threads of a CPU evaluation (torch's intra-op pool, so the torch reference, and OpenMP in a candidate's
+#: compiled code): $KOPT_CPU_THREADS, else 1. One, because the two sides of a CPU pair must run under the
+#: same setting and the C kernel is serial; and because a 2-thread torch reference on a 2-core host swings
+#: with whatever else runs there (case 10's torch-cpu reference read 85-419 ms; an OpenMP region waits for
+#: its slowest thread), while a one-thread call loses a core only when the host has none to spare.
+ENV_CPU_THREADS = "KOPT_CPU_THREADS"
+
+
+def cpu_threads() -> int:
+    """The thread count CPU evaluations run under ($KOPT_CPU_THREADS, else 1; a bad value: 1)."""
+    import os
+
+    try:
+        return max(1, int(os.environ.get(ENV_CPU_THREADS, "1")))
+    except ValueError:
+        return 1
+
+
+def pin_cpu_threads() -> int:
+    """Set this process's torch (and OpenMP) thread count to cpu_threads(); returns it."""
+    import os
+
+    import torch
+
+    n = cpu_threads()
+    os.environ["OMP_NUM_THREADS"] = str(n)  # OpenMP runtimes a candidate's library starts later
+    torch.set_num_threads(n)
+    return n
+
+
 # Bound once at import (the worker imports this module before any candidate): a candidate that patches
 # time.perf_counter later cannot change what the harness reads.
 clock, clock_ns = time.perf_counter, time.perf_counter_ns

@@ -59,6 +59,10 @@ class TuneRun:
         info = detect(job.device)
         self.res.device_name, self.res.units = info.name, int(info.units or 0)
         self.res.versions = versions()
+        if job.device == "cpu":  # the same thread setting as every CPU bench (kopt.timing.options.cpu_threads)
+            from kopt.timing.options import pin_cpu_threads
+
+            self.res.versions["cpu_threads"] = str(pin_cpu_threads())
         before = guards.snapshot()
         self.save("import")
         mod = load(Path(job.candidate_path))
