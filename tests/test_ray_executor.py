@@ -144,7 +144,7 @@ def test_verify_on_ray_matches_local(cluster, workspace):
     spec["verify"] = {"seeds": 1, "matrix": [{"cases": [3], "dtype": "bf16", "page_size": 16, "seqlens": "ragged"}],
                       "hidden": 1}   # a small Verdict: one perf row, one matrix row, one hidden row
     cases_yaml.write_text(yaml.safe_dump(spec, sort_keys=False))
-    base = ["verify", "--case", "2", "--device", "cpu", "--quick", "--json"]
+    base = ["verify", "--case", "2", "--device", "cpu", "--quick-timing", "--json"]
     loc = CliRunner().invoke(app, base)
     assert loc.exit_code == 0, loc.output
     r = CliRunner().invoke(app, base + ["--executor", "ray", "--ray-address", cluster.address, "--ray-shared"])

@@ -177,11 +177,12 @@ def test_tune_cli_end_to_end_cpu(workspace, tmp_path):
     assert "--gpus 2: a CPU run; running serially" in r.stderr
     assert "kopt tune: case 2: 3 configs in" in r.stderr                    # the per-case tune time
     obj = json.loads(r.stdout)
-    assert obj["summary"].startswith("TUNE_SUMMARY CASES:1 TUNED:1 GEOMEAN_GAIN:")
+    assert obj["summary"].startswith("TUNE_SUMMARY:ok CASES:1 TUNED:1 NOT_APPLICABLE:0 GEOMEAN_GAIN:")
     (c,) = obj["cases"]
-    f = dict(x.split(":", 1) for x in c["line"].split()[1:])
-    assert f["CASE"] == "2" and f["DEVICE"] == "cpu" and f["CONFIGS"] == "3/3" and f["CORRECT"] == "2"
-    assert json.loads(f["CONFIG"]) == {"passes": 1} and float(f["GAIN"].rstrip("x")) > 1.5
+    f = dict(x.split(":", 1) for x in c["line"].split())
+    assert f["TUNE"] == "ok" and f["CASE"] == "2" and f["DEVICE"] == "cpu" and f["CONFIGS"] == "3/3"
+    assert f["CORRECT"] == "True" and f["CONFIGS_CORRECT"] == "2"
+    assert f["CONFIG"] == "passes=1" and float(f["GAIN"].rstrip("x")) > 1.5
     assert float(f["DEFAULT"]) > float(f["BEST"]) and c["gain"] > 1.5 and f["STATUS"] == "ok"
     lo, hi = map(float, f["GAIN_CI"].split("-"))
     assert 1.0 < lo <= c["gain"] <= hi and c["gain_ci"] == pytest.approx([lo, hi], rel=1e-3)

@@ -25,14 +25,25 @@ def test_line_keeps_the_old_fields_first_and_adds_the_ragged_and_limit_geomeans(
                  row(16, "ragged", 1.5, 10.0)], [], [])
     line = v.line()
     keys = [tok.split(":")[0] for tok in line.split()]
-    assert keys[:10] == ["VERDICT", "GEOMEAN_SPEEDUP", "MIN_SPEEDUP", "CORRECT", "PERF_CASES", "MATRIX", "HIDDEN",
-                         "GEOMEAN_SPEEDUP_RAGGED", "GEOMEAN_PCT_LIMIT", "GEOMEAN_PCT_LIMIT_RAGGED"]
+    assert keys[:11] == ["VERDICT", "GEOMEAN_SPEEDUP", "MIN_SPEEDUP", "CORRECT", "ROWS_CORRECT", "PERF_CASES",
+                         "MATRIX", "HIDDEN", "GEOMEAN_SPEEDUP_RAGGED", "GEOMEAN_PCT_LIMIT", "GEOMEAN_PCT_LIMIT_RAGGED"]
     assert {"GEOMEAN_SPEEDUP_HELDOUT", "GEOMEAN_PCT_LIMIT_HELDOUT", "MIN_SPEEDUP_HELDOUT", "HELDOUT_SEED"} <= set(keys)
     f = fields(line)
     assert f["GEOMEAN_SPEEDUP"] == "1.0000x", "over the uniform cases only"
     assert f["GEOMEAN_SPEEDUP_RAGGED"] == "1.5000x"
     assert f["GEOMEAN_PCT_LIMIT"] == f"{(50 * 80) ** 0.5:.1f}" and f["GEOMEAN_PCT_LIMIT_RAGGED"] == "20.0"
     assert f["MIN_SPEEDUP"] == "0.5000x" and f["PERF_CASES"] == "4"
+    assert f["CORRECT"] == "True" and f["ROWS_CORRECT"] == "4/4", "CORRECT is a bool, the count has its own field"
+
+
+def test_a_failed_row_stopped_run_and_screen_say_so_in_verdict():
+    bad = Verdict([row(4, "perf", 2.0), row(5, "perf", 1.0, correct=False)], [], [])
+    f = fields(bad.line())
+    assert (f["VERDICT"], f["CORRECT"], f["ROWS_CORRECT"]) == ("fail", "False", "1/2")
+    stopped = Verdict([row(4, "perf", 2.0)], [], [], planned={"perf": 3, "matrix": 2, "hidden": 0, "heldout": 0})
+    f = fields(stopped.line())
+    assert f["VERDICT"] == "stopped" and f["NOT_RUN"] == "perf=2,matrix=2" and f["CORRECT"] == "True"
+    assert fields(Verdict([row(4, "perf", 2.0)], [], [], screen=True).line())["VERDICT"] == "screen"
 
 
 @pytest.mark.parametrize("rows, na", [

@@ -217,8 +217,8 @@ def test_verify_times_the_reigning_candidate_on_the_same_draws(tmp_path, monkeyp
     (ws / "bench" / "cases.yaml").write_text(yaml.safe_dump(cf))
     shutil.copy(ADV / "overfit_named.py", ws / "overfit_named.py")
     shutil.copy(ADV / "_ref.py", ws / "_ref.py")
-    p = kopt_cli(ws, "verify", "overfit_named.py", "--device", "cpu", "--quick", "--machine", "--heldout-seed", "3",
-                 "--against", str(HONEST))
+    p = kopt_cli(ws, "verify", "overfit_named.py", "--device", "cpu", "--quick-timing", "--machine",
+                 "--heldout-seed", "3", "--against", str(HONEST))
     assert p.returncode == 0, p.stderr[-2000:]
     lines = p.stdout.strip().splitlines()
     f = parse_kv(lines[-1])

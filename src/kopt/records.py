@@ -137,7 +137,9 @@ class CaseResult(BaseModel):
     run_id: Optional[str] = None
     """Shared by every row of one `kopt bench` / `kopt verify` invocation."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    mode: Literal["signal", "verdict", "calibrate", "tune", "peers", "heldout"] = "signal"
+    mode: Literal["signal", "verdict", "calibrate", "tune", "peers", "heldout", "screen"] = "signal"
+    """signal: kopt bench; verdict: kopt verify; screen: kopt verify --quick (never judged as a verdict); tune,
+    peers, calibrate: those commands; heldout: the reigning candidate timed on a verdict's held-out draws."""
     verdict_rows: Optional[int] = Field(default=None, ge=1)
     """mode=verdict: the rows its `kopt verify` run writes in all (perf, matrix, hidden). A run with fewer rows
     in the ledger was stopped before its end and is no verdict (kopt.workspace.ranking.latest_verdict)."""
@@ -175,6 +177,13 @@ class CaseResult(BaseModel):
     speedup: Optional[float] = None
     speedup_ci: Optional[tuple[float, float]] = None
     improvement: Optional[bool] = None
+    """SPEEDUP over the reference passes the improvement rule (CI above 1, effect >= max(1%, 3 x the A/A spread)):
+    the candidate beats the reference beyond the noise. Never a comparison with another candidate or config
+    (rows run with a one-off --config leave it None; `kopt tune`'s GAIN is that comparison)."""
+    noisy: Optional[bool] = None
+    """The line's NOISY: SPEEDUP is not to be trusted to a few percent: its CI is wider than +-5%, or the ratio of
+    the two pooled medians (REF_RUNTIME / RUNTIME) falls outside SPEEDUP_CI (the rounds disagree: the load
+    changed during the run). None: not computed (older rows; their NOISY is the candidate's rel. IQR > 5%)."""
     gbps: Optional[float] = None
     pct_peak: Optional[float] = None
     """GBPS as % of the measured read ceiling (schema 1 rows: of the copy ceiling)."""
@@ -228,21 +237,23 @@ def fmt_na(v: Optional[float], fmt: str = "{:.4f}") -> str:
 
 def machine_line(r: CaseResult) -> str:
     """The one stdout line: the six seed fields in order, then CASE, DEVICE, REF, STATUS, extras."""
+    # a wrong output has no speed: SPEEDUP (and its CI) are NA whenever CORRECT is False
+    speedup, ci = (r.speedup, r.speedup_ci) if r.correct else (None, None)
     fields = [
         f"COMPILED:{r.compiled}",
         f"CORRECT:{r.correct}",
-        f"BACKEND:{r.backend or 'NA'}",
+        f"BACKEND:{_token(r.backend)}",
         f"RUNTIME:{fmt_na(r.runtime_ms)}",
         f"REF_RUNTIME:{fmt_na(r.ref_runtime_ms)}",
-        f"SPEEDUP:{fmt_na(r.speedup, '{:.4f}x')}",
+        f"SPEEDUP:{fmt_na(speedup, '{:.4f}x')}",
         f"CASE:{r.case}",
         f"DEVICE:{_token(r.device)}",
         f"REF:{_token(r.ref)}",
         f"STATUS:{r.status.value}",
     ]
-    ci = r.speedup_ci
     fields.append(f"SPEEDUP_CI:{ci[0]:.4f}-{ci[1]:.4f}" if ci else "SPEEDUP_CI:NA")
-    fields.append(f"NOISY:{int(r.timing.noisy) if r.timing else 'NA'}")
+    noisy = r.noisy if r.noisy is not None else (r.timing.noisy if r.timing else None)
+    fields.append(f"NOISY:{'NA' if noisy is None else int(noisy)}")
     fields.append(f"GBPS:{fmt_na(r.gbps, '{:.1f}')}")
     fields.append(f"PCT_PEAK:{fmt_na(r.pct_peak, '{:.1f}')}")
     fields.append(f"PCT_LIMIT:{fmt_na(r.pct_limit, '{:.1f}')}")
@@ -257,9 +268,33 @@ def machine_line(r: CaseResult) -> str:
     return " ".join(fields)
 
 
-def _token(s: str) -> str:
+def _token(s: Optional[str]) -> str:
     """Values in the line never contain spaces or colons."""
-    return re.sub(r"[\s:]+", "_", s) if s else "NA"
+    return re.sub(r"[\s:]+", "_", str(s)) if s else "NA"
+
+
+def token(s: Optional[str]) -> str:
+    """Any text as one VALUE of a line: spaces and colons become `_`; empty is NA."""
+    return _token(s)
+
+
+def config_token(cfg: Optional[dict]) -> str:
+    """A config as one VALUE without spaces or colons: `key=value` pairs, comma-joined, sorted by key
+    (`--json` has the JSON object); NA when there is none."""
+    import json
+
+    if not cfg:
+        return "NA"
+    def value(v) -> str:  # numbers and words as they are; anything else as compact JSON, commas as `;`
+        text = v if isinstance(v, str) else json.dumps(v, separators=(";", "="))
+        return _token(text).replace(",", ";")
+
+    return ",".join(f"{_token(k)}={value(v)}" for k, v in sorted(cfg.items()))
+
+
+#: Every line kopt prints on stdout for agents (machine, VERDICT, TUNE, STOPPED, CALIBRATION... lines):
+#: KEY:VALUE fields, one space apart, no value with a space (tests/test_grammar.py).
+ANY_LINE = re.compile(r"^(\w+:\S+)( \w+:\S+)*$")
 
 
 _FIELD = re.compile(r"([A-Z_]+):(\S+)")

@@ -19,12 +19,14 @@ def command(
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     as_json: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
 ) -> None:
-    """Time the baseline and the candidate against themselves; store the A/A spread in results/."""
+    """Time the baseline and the candidate against themselves; store the A/A spread in results/. One `AA:` line per
+    run (SPEEDUP of a function over itself: 1 is no noise), then `CALIBRATION:<device> SPREAD:...`."""
     from kopt.candidate import resolve
-    from kopt.cli.common import out_console
     from kopt.eval import calibrate
     from kopt.eval.bench import BenchOptions
-    from kopt.paths import default_candidate
+    from kopt.eval.noise import calibration_file
+    from kopt.paths import default_candidate, relative
+    from kopt.records import fmt_na, token
     from kopt.timing.stats import min_effect
 
     cases = resolve_cases(CaseSelection(case, False))
@@ -33,9 +35,9 @@ def command(
     if as_json:
         print(cal.model_dump_json(indent=2))
         return
-    c = out_console()
-    for e in cal.entries:
-        sp = "NA" if e.speedup is None else f"{e.speedup:.4f}"
+    for e in cal.entries:  # KEY:VALUE lines, as every line kopt prints for agents
+        sp = "NA" if e.speedup is None else f"{e.speedup:.4f}x"
         ci = "NA" if e.ci is None else f"{e.ci[0]:.4f}-{e.ci[1]:.4f}"
-        c.print(f"case {e.case:>2} {e.pair:<8} A/A speedup {sp} CI {ci}")
-    c.print(f"device {cal.device}: A/A spread {cal.spread:.4f} -> improvements need >= {min_effect(cal.spread):.2%}")
+        print(f"AA:{e.pair} CASE:{e.case} SPEEDUP:{sp} SPEEDUP_CI:{ci} SPREAD:{fmt_na(e.spread)}", flush=True)
+    print(f"CALIBRATION:{token(cal.device)} SPREAD:{cal.spread:.4f} MIN_EFFECT:{min_effect(cal.spread):.4f} "
+          f"FILE:{relative(calibration_file(cal.device))}", flush=True)

@@ -91,7 +91,8 @@ def stopped_line(ran: int, not_run: list[int], budget: Optional[float], wall: fl
 
 def progress_line(command: str, r: CaseResult, n: int, total: int, wall_start: float) -> None:
     """One stderr line per finished case of a long run: what finished, how far, how long so far."""
-    print(f"kopt {command}: case {r.case} {r.variant} {r.status.value} ({n}/{total}, "
+    of = f"/{total}" if total else ""
+    print(f"kopt {command}: case {r.case} {r.variant} {r.status.value} ({n}{of}, "
           f"{time.perf_counter() - wall_start:.1f} s)", file=sys.stderr, flush=True)
 
 

@@ -25,6 +25,7 @@ def command(
     page_size: Optional[int] = VariantOpts.page_size,
     seqlens: Optional[str] = VariantOpts.seqlens,
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (the panel's rows and notes)."),
+    machine: options.Machine = False,
     no_record: bool = typer.Option(False, "--no-record", help="No ledger rows, no files under results/."),
     out: Optional[Path] = typer.Option(None, "--out", help="CSV file (default "
                                                            "results/<backend>/peers-<device>-<date>.csv)."),
@@ -37,6 +38,7 @@ def command(
     from kopt.eval import bench
     from kopt.eval.peers import check_names
     from kopt.paths import default_candidate, workspace
+    from kopt.records import machine_line
     from kopt.report import panel
 
     t0 = time.perf_counter()
@@ -47,7 +49,9 @@ def command(
     opts = bench.BenchOptions(device=device, timeout_s=timeout, record=not no_record, quick=quick)
 
     def on_result(r):
-        if not as_json:
+        if machine:  # the row's line: REF and SPEEDUP are the best peer's
+            print(machine_line(r), flush=True)
+        elif not as_json:
             err.print(f"[dim]case {r.case}: "
                       f"{r.status.value}[/dim]" + (f" [yellow]{r.message}[/yellow]" if r.message else ""),
                       highlight=False, soft_wrap=True)
@@ -59,7 +63,7 @@ def command(
         print(json.dumps({"notes": panel.notes(p), "files": [str(f) for f in files],
                           "rows": [r.model_dump(mode="json") for r in rows],
                           "wall_s": round(time.perf_counter() - t0, 2)}))
-    else:  # markdown: readable in a terminal, and the table results/ keeps
+    elif not machine:  # markdown: readable in a terminal, and the table results/ keeps
         print(panel.markdown(p), end="", flush=True)
         for f in files:
             err.print(f"[dim]wrote {f}[/dim]", highlight=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -41,6 +42,9 @@ def command(
     no_write: bool = typer.Option(False, "--no-write", help="Do not update the tuning table."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not append mode=tune rows to candidates.jsonl."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per tuning child, seconds."),
+    budget: Optional[float] = typer.Option(None, "--budget", min=1.0,
+                                           help="Stop after SECONDS: no case starts after it; TUNE_SUMMARY's NOT_RUN "
+                                                "names the cases not tuned."),
     as_json: options.Json = False,
 ) -> None:
     """Per case: compile, check and quick-time every config of configs(case), pair the fastest against the
@@ -58,12 +62,19 @@ def command(
     opts = tune.TuneOptions(device=device, gpus=gpus, max_configs=max_configs, quick=quick, hot=hot,
                             timeout_s=timeout, csv=csv, write=not no_write, record=not no_record,
                             compile_jobs=compile_jobs, finalists=finalists, executor=executor,
-                            ray_address=ray_address, ray_shared=ray_shared)
+                            ray_address=ray_address, ray_shared=ray_shared,
+                            deadline=None if budget is None else time.time() + budget)
     results = tune.tune(path, cases, opts, on_case=None if as_json else lambda ct: print(ct.line(), flush=True))
     wall = time.perf_counter() - t0
     g = geomean([ct.gain for ct in results if ct.gain])
-    summary = (f"TUNE_SUMMARY CASES:{len(results)} TUNED:{sum(ct.ok for ct in results)} "
-               f"GEOMEAN_GAIN:{'NA' if g is None else f'{g:.4f}x'} WALL:{wall:.1f}s")
+    failed = [ct for ct in results if ct.status == "failed"]
+    tuned = {ct.case.id for ct in results}
+    not_run = [c.id for c in cases if c.id not in tuned]
+    state = "failed" if failed else "stopped" if not_run else "ok"
+    summary = (f"TUNE_SUMMARY:{state} CASES:{len(results)} TUNED:{sum(ct.ok for ct in results)} "
+               f"NOT_APPLICABLE:{sum(bool(ct.not_applicable) for ct in results)} "
+               f"GEOMEAN_GAIN:{'NA' if g is None else f'{g:.4f}x'} WALL:{wall:.1f}s "
+               f"NOT_RUN:{','.join(map(str, not_run)) or 'NA'}")
     if as_json:
         print(json.dumps({"summary": summary, "geomean_gain": g, "wall_s": round(wall, 2),
                           "cases": [_case_json(ct) for ct in results]}))
@@ -71,17 +82,19 @@ def command(
         print(summary, flush=True)
         csvs = sorted({str(ct.csv) for ct in results if ct.csv})
         if csvs:
-            import sys
-
             print(f"kopt tune: table {', '.join(csvs)}", file=sys.stderr)
-    if not all(ct.ok for ct in results):
+    if not_run:
+        print(f"kopt tune: the budget of {budget:g} s was spent; not run: case(s) {','.join(map(str, not_run))}",
+              file=sys.stderr)
+    if failed:
         raise typer.Exit(1)
 
 
 def _case_json(ct) -> dict:
     """A JSON-able summary of one case's tuning."""
     default_ms, best_ms = ct.times_ms()
-    return {"case": ct.case.id, "line": ct.line(), "ok": ct.ok, "gain": ct.gain,
+    return {"case": ct.case.id, "line": ct.line(), "ok": ct.ok, "status": ct.status,
+            "not_applicable": ct.not_applicable or None, "gain": ct.gain,
             "gain_ci": list(ct.gain_ci) if ct.gain_ci else None, "note": ct.note,
             "finalists": [s.finalists for s in ct.shards], "default_ms": default_ms, "best_ms": best_ms,
             "config": ct.winner.config if ct.winner else None,

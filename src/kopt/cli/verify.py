@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Optional
@@ -25,7 +26,17 @@ def command(
     machine: bool = typer.Option(False, "--machine", help="Only machine lines on stdout."),
     as_json: options.Json = False,
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per run, seconds."),
-    quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs only)."),
+    quick: bool = typer.Option(False, "--quick", help="The quick verdict, a screen (<= 3 min on a 2-core CPU, <= 60 s "
+                                                      "on an H200): the named cases and matrix rows that fit "
+                                                      "(on the CPU: caches up to 32 MiB), one seed per matrix row, 2 "
+                                                      "hidden shapes, 4 held-out draws, quick timing, no reigning "
+                                                      "pairing; rows of mode screen, VERDICT:screen. Never judged as "
+                                                      "a verdict: run the full one to log an improvement."),
+    quick_timing: bool = typer.Option(False, "--quick-timing", help="A full verdict with fewer timing samples "
+                                                                    "(smoke runs only)."),
+    budget: Optional[float] = typer.Option(None, "--budget", min=1.0,
+                                           help="Stop after SECONDS: no row starts after it; VERDICT:stopped and "
+                                                "NOT_RUN say what did not run (a stopped run is no verdict)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Spread the runs over N GPUs of this host (or 'all')."),
     baseline: str = typer.Option("auto", "--baseline", help="auto | fa2 | fa2-paged | fa3 | flashinfer | torch (kopt "
                                                             "bench --baseline)."),
@@ -49,6 +60,7 @@ def command(
     from kopt.candidate import resolve
     from kopt.cases import load_file, select
     from kopt.cli.common import err_console, parse_ids
+    from kopt.cli.output import deadline, progress_line
     from kopt.eval import verdict
     from kopt.eval.bench import BenchOptions
     from kopt.eval.jobs import fresh_seed
@@ -65,25 +77,35 @@ def command(
     reigning = resolve(against) if against else None
     seed = fresh_seed() if heldout_seed is None else heldout_seed
     best = _current_best(ledger_file())
-    opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick, config=options.config_json(config),
-                        baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
-                        parent_id=parent or best, technique=technique, hypothesis=hypothesis, heldout_seed=seed)
-    held = verdict.heldout_draw(cf.verify.heldout if heldout is None else heldout, seed, resolve_device(device))
+    opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick_timing,
+                        config=options.config_json(config), baseline=options.choice(baseline, BASELINE_CHOICES,
+                                                                                    "--baseline"),
+                        parent_id=parent or best, technique=technique, hypothesis=hypothesis, heldout_seed=seed,
+                        deadline=deadline(budget, t0))
+    dev = resolve_device(device)
+    n_held = (verdict.QUICK_HELDOUT if quick else cf.verify.heldout) if heldout is None else heldout
+    held = verdict.heldout_draw(n_held, seed, dev)
     err = err_console()
+    if quick:
+        out = "; ".join(f"{g}: {', '.join(names)}" for g, names in verdict.left_out(cf, dev, ids).items())
+        print(f"kopt verify --quick: a screen, not a verdict{' (left out on ' + dev + ': ' + out + ')' if out else ''}",
+              file=sys.stderr, flush=True)
+    done = [0]
 
     def on_result(r):
+        done[0] += 1
         if machine:
             print(machine_line(r), flush=True)
-        elif not as_json:
-            err.print(f"[dim]case {r.case} {r.variant}: {r.status.value}[/dim]")
+        progress_line("verify", r, done[0], 0, t0)
 
     with executors.make(executor, device, gpus, ray_address, ray_shared) as ex:
-        v = verdict.run_on(p, cf, opts, ids, on_result, ex, held)
+        v = verdict.run_on(p, cf, opts, ids, on_result, ex, held, quick=quick)
     ref_rows = []
-    if v.heldout and not no_pair:
+    if v.heldout and not no_pair and not quick and not v.stopped:
         ref_rows = _time_reigning(p, reigning, best, v, held, opts, err, on_result if machine else None)
     if as_json:
-        print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
+        print(json.dumps({"verdict": v.line(), "passed": v.passed, "outcome": v.outcome, "not_run": v.not_run,
+                          "geomean_speedup": v.geomean,
                           "geomean_speedup_ragged": v.geomean_ragged, "geomean_pct_limit": v.geomean_pct_limit,
                           "geomean_pct_limit_ragged": v.geomean_pct_limit_ragged,
                           "geomean_speedup_seed": v.geomean_seed, "geomean_speedup_heldout": v.geomean_heldout,
@@ -99,7 +121,11 @@ def command(
 
             table(v.rows)
         print(v.line(), flush=True)
-    if not v.passed:
+    if v.stopped:
+        print(f"kopt verify: the budget of {budget:g} s was spent; not run: "
+              + ", ".join(f"{n} {g} row(s)" for g, n in v.not_run.items()) + " (a stopped run is no verdict)",
+              file=sys.stderr)
+    if v.failed_rows or not v.rows:
         raise typer.Exit(1)
 
 

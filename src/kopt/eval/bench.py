@@ -308,5 +308,8 @@ def _derive(r: CaseResult, case: Case, device: str) -> None:
             if r.correct and r.timing and r.timing.cold and checks.implausible(r.gbps, roof.read_gbps):
                 r.status, r.correct = Status.implausible, False
                 r.message = checks.implausible_message(r.gbps, roof.read_gbps, "measured read ceiling")
-    if r.correct and r.speedup is not None and r.speedup_ci is not None:
+    r.noisy = noise.row_noisy(r.speedup, r.speedup_ci, r.runtime_ms, r.ref_runtime_ms,
+                              r.timing.noisy if r.timing else None)
+    # beats the reference beyond the noise; a one-off --config run is no candidate, so it gets no such flag
+    if r.correct and r.speedup is not None and r.speedup_ci is not None and not r.config:
         r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, noise.aa_spread(r.device))

@@ -42,6 +42,22 @@ class Verdict:
     (kopt.workspace.ranking.heldout_ratio); None when the reigning candidate was not timed."""
     best_id: Optional[str] = None
     """The reigning candidate timed on the same draws."""
+    planned: dict[str, int] = field(default_factory=dict)
+    """Rows each group (perf, matrix, hidden, heldout) planned; fewer ran when --budget stopped the run."""
+    screen: bool = False
+    """A quick verdict (`kopt verify --quick`, kopt.eval.verdict.quick_plan): a screen, not a verdict."""
+
+    @property
+    def not_run(self) -> dict[str, int]:
+        """Rows per group that a budget left out (empty when the run finished)."""
+        have = {"perf": len(self.perf), "matrix": len(self.matrix), "hidden": len(self.hidden),
+                "heldout": len(self.heldout)}
+        return {g: n - have[g] for g, n in self.planned.items() if n > have[g]}
+
+    @property
+    def stopped(self) -> bool:
+        """The budget stopped the run before every planned row ran: no verdict."""
+        return bool(self.not_run)
 
     @property
     def rows(self) -> list[CaseResult]:
@@ -125,14 +141,28 @@ class Verdict:
         """Every row compiled and correct."""
         return bool(self.rows) and all(r.compiled and r.correct for r in self.rows)
 
+    @property
+    def outcome(self) -> str:
+        """VERDICT's value: fail (a row failed), stopped (the budget left rows out), screen (a quick verdict that
+        passed: not a verdict) or pass."""
+        if self.failed_rows:
+            return "fail"
+        if self.stopped:
+            return "stopped"
+        if not self.rows:
+            return "fail"
+        return "screen" if self.screen else "pass"
+
     def line(self) -> str:
         """The aggregate machine line."""
         n_ok = sum(r.correct for r in self.rows)
         x = lambda v: fmt_na(v, "{:.4f}x")  # noqa: E731
         pct = lambda v: fmt_na(v, "{:.1f}")  # noqa: E731
-        # The first fields keep their order and names (agents parse them); new ones only follow.
-        return (f"VERDICT:{'pass' if self.passed else 'fail'} GEOMEAN_SPEEDUP:{x(self.geomean)} "
-                f"MIN_SPEEDUP:{x(self.min_speedup)} CORRECT:{n_ok}/{len(self.rows)} "
+        not_run = ",".join(f"{g}={n}" for g, n in self.not_run.items()) or "NA"
+        # The first fields keep their order and names (agents parse them); new ones only follow. CORRECT is a
+        # bool as on every line; the count of correct rows is ROWS_CORRECT.
+        return (f"VERDICT:{self.outcome} GEOMEAN_SPEEDUP:{x(self.geomean)} "
+                f"MIN_SPEEDUP:{x(self.min_speedup)} CORRECT:{self.passed} ROWS_CORRECT:{n_ok}/{len(self.rows)} "
                 f"PERF_CASES:{len(self.perf)} MATRIX:{len(self.matrix)} HIDDEN:{len(self.hidden)} "
                 f"GEOMEAN_SPEEDUP_RAGGED:{x(self.geomean_ragged)} GEOMEAN_PCT_LIMIT:{pct(self.geomean_pct_limit)} "
                 f"GEOMEAN_PCT_LIMIT_RAGGED:{pct(self.geomean_pct_limit_ragged)} "
@@ -143,7 +173,7 @@ class Verdict:
                 f"GEOMEAN_SPEEDUP_HELDOUT:{x(self.geomean_heldout)} "
                 f"GEOMEAN_PCT_LIMIT_HELDOUT:{pct(self.geomean_pct_limit_heldout)} "
                 f"MIN_SPEEDUP_HELDOUT:{x(self.min_speedup_heldout)} HELDOUT_VS_BEST:{x(self.vs_best)} "
-                f"BEST:{self.best_id or 'NA'} FAILED:{failed_names(self.failed_rows)}")
+                f"BEST:{self.best_id or 'NA'} FAILED:{failed_names(self.failed_rows)} NOT_RUN:{not_run}")
 
 
 def failed_names(rows: list[CaseResult]) -> str:
@@ -179,41 +209,87 @@ def heldout_draw(n: int, seed: int, device: str) -> list[Case]:
     return workloads.draw(workloads.load(), n, seed, cpu=device == "cpu") if n else []
 
 
+#: The quick verdict (`kopt verify --quick`), a screen: the largest cache (bytes of K and V as allocated) of a
+#: row it runs, per device kind (None: no cap); the matrix's fresh seeds, hidden shapes and held-out draws it
+#: runs. On the 2-core CPU the named cases above the cap cost minutes each (the torch reference alone reads
+#: 0.2-0.4 s per 16 MiB of cache under load), so the screen leaves them out and says so.
+QUICK_MAX_CACHE = {"cpu": 32 << 20, "cuda": None}
+QUICK_SEEDS, QUICK_HIDDEN, QUICK_HELDOUT = 1, 2, 4
+
+
+def cache_bytes(case: Case) -> int:
+    """K and V of a case as allocated: batch x capacity x KV heads x head dim, two 2-byte tensors."""
+    return 2 * 2 * case.batch * case.capacity * case.kv_heads * case.variant.head_dim
+
+
+def quick_fits(case: Case, device: str) -> bool:
+    """Whether the quick verdict runs this case on this device (QUICK_MAX_CACHE)."""
+    cap = QUICK_MAX_CACHE.get("cpu" if device == "cpu" else "cuda")
+    return cap is None or cache_bytes(case) <= cap
+
+
 def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
-         heldout: Optional[list[Case]] = None) -> list[list[tuple[Case, BenchOptions]]]:
-    """The Verdict's four groups (perf, matrix, hidden, held-out) as (case, options) pairs, all under one run_id."""
+         heldout: Optional[list[Case]] = None, quick: bool = False) -> list[list[tuple[Case, BenchOptions]]]:
+    """The Verdict's four groups (perf, matrix, hidden, held-out) as (case, options) pairs, all under one run_id.
+    quick: the screen (rows of mode `screen`): named cases and matrix rows within QUICK_MAX_CACHE on this
+    device (every case given with --case is timed), QUICK_SEEDS per matrix row, QUICK_HIDDEN hidden shapes."""
     import uuid
 
+    from kopt.hardware import resolve_device
+
+    device = resolve_device(opts.device)
+    fits = (lambda c: quick_fits(c, device)) if quick else (lambda c: True)  # noqa: E731
     by_id = {c.id: c for c in cf.cases}
-    perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind in PERF_KINDS]
+    perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind in PERF_KINDS and fits(c)]
     matrix_cases = [by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size,
                                           seqlens=m.seqlens) for m in cf.verify.matrix for i in m.cases]
+    matrix_cases = [c for c in matrix_cases if fits(c)]
     rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
-    hidden_shapes = hidden_cases(perf, cf.verify.hidden, rng)
+    hidden_shapes = [h for h in hidden_cases(perf, QUICK_HIDDEN if quick else cf.verify.hidden, rng) if fits(h)]
     heldout = heldout or []
     # every row says how many the run writes, so a run stopped before its end is seen as one
     n = len(perf) + len(matrix_cases) + len(hidden_shapes) + len(heldout)
-    base = replace(opts, mode="verdict", run_id=opts.run_id or uuid.uuid4().hex[:12], verdict_rows=n, kept_child=False)
-    check = replace(base, timing=False, seeds=max(cf.verify.seeds, 1))
+    base = replace(opts, mode="screen" if quick else "verdict", run_id=opts.run_id or uuid.uuid4().hex[:12],
+                   verdict_rows=n or None, kept_child=False, quick=opts.quick or quick)
+    check = replace(base, timing=False, seeds=QUICK_SEEDS if quick else max(cf.verify.seeds, 1))
     matrix = replace(check, tag="matrix")
     hidden = replace(check, tag="hidden-b{batch}-s{seqlen_k}")  # one options object: one child for all
     return [[(c, base) for c in perf], [(c, matrix) for c in matrix_cases], [(h, hidden) for h in hidden_shapes],
             [(c, base) for c in heldout]]
 
 
+def left_out(cf: CaseFile, device: str, perf_ids: Optional[list[int]] = None) -> dict[str, list[str]]:
+    """What the quick verdict leaves out on this device, per group: `case/variant` names (QUICK_MAX_CACHE)."""
+    perf = [] if perf_ids else [f"{c.id}/{c.variant.label()}" for c in cf.cases
+                                if c.kind in PERF_KINDS and not quick_fits(c, device)]
+    by_id = {c.id: c for c in cf.cases}
+    matrix = [f"{c.id}/{c.variant.label()}" for m in cf.verify.matrix for i in m.cases
+              if not quick_fits(c := by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim,
+                                                            page_size=m.page_size, seqlens=m.seqlens), device)]
+    return {k: v for k, v in (("perf", perf), ("matrix", matrix)) if v}
+
+
 def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
-        on_result: Optional[Callable[[CaseResult], None]] = None, heldout: Optional[list[Case]] = None) -> Verdict:
-    """Run the whole Verdict; every row goes to the ledger with mode=verdict."""
+        on_result: Optional[Callable[[CaseResult], None]] = None, heldout: Optional[list[Case]] = None,
+        quick: bool = False) -> Verdict:
+    """Run the whole Verdict (quick: the screen); every row goes to the ledger with mode=verdict (screen). A
+    budget (opts.deadline) stops it between rows: the groups' planned counts say what did not run."""
     from itertools import groupby
 
     rows: list[list[CaseResult]] = []
-    for group in plan(cf, opts, perf_ids, heldout):
+    groups = plan(cf, opts, perf_ids, heldout, quick)
+    for group in groups:
         out: list[CaseResult] = []
         # Consecutive cases with the same options share one evaluation (one child process).
         for o, items in groupby(group, key=lambda it: it[1]):
             out += evaluate(path, [c for c, _ in items], o, on_result)
         rows.append(out)
-    return Verdict(*rows, heldout_seed=opts.heldout_seed)
+    return Verdict(*rows, heldout_seed=opts.heldout_seed, planned=planned(groups), screen=quick)
+
+
+def planned(groups: list[list]) -> dict[str, int]:
+    """Rows per group of a plan, by name."""
+    return dict(zip(("perf", "matrix", "hidden", "heldout"), map(len, groups)))
 
 
 # ---------------------------------------------------------------- the Verdict on an executor (kopt.executor)
@@ -241,7 +317,7 @@ def run_spread(path, cf, opts, perf_ids, on_result, ex, heldout=None):
     from kopt.workspace import ledger
 
     groups = plan(cf, opts, perf_ids, heldout)
-    items = [it for g in groups for it in g]
+    items = [it for g in groups for it in g]  # the executors' path: no budget, no screen
     led = paths.ledger_file()
     if opts.record:
         ledger.check_writable(led)
@@ -276,14 +352,15 @@ def run_spread(path, cf, opts, perf_ids, on_result, ex, heldout=None):
     cut = [0]
     for g in groups:
         cut.append(cut[-1] + len(g))
-    return Verdict(*(out[a:b] for a, b in zip(cut, cut[1:])), heldout_seed=opts.heldout_seed)
+    return Verdict(*(out[a:b] for a, b in zip(cut, cut[1:])), heldout_seed=opts.heldout_seed, planned=planned(groups))
 
 
-def run_on(path, cf, opts, perf_ids, on_result, ex, heldout=None):
-    """The Verdict on an executor (kopt.executor): `run` in this host's order when it runs serially, else spread."""
+def run_on(path, cf, opts, perf_ids, on_result, ex, heldout=None, quick: bool = False):
+    """The Verdict on an executor (kopt.executor): `run` in this host's order when it runs serially, else spread
+    (the quick verdict and --budget run serially only)."""
     opts = replace(opts, device=ex.device)   # what the executor reserved (a GPU per task, or a CPU)
-    if not ex.parallel:
-        return run(path, cf, opts, perf_ids, on_result, heldout)
+    if not ex.parallel or quick or opts.deadline is not None:
+        return run(path, cf, opts, perf_ids, on_result, heldout, quick)
     return run_spread(path, cf, opts, perf_ids, on_result, ex, heldout)
 
 

@@ -67,6 +67,8 @@ class TuneOptions:
     keep_dir: Optional[Path] = None
     finalists: int = 3
     """Screened configs (besides the default) paired against the default; 0: pick by screened medians."""
+    deadline: Optional[float] = None
+    """A time.time() (`--budget`): no case starts after it and a case it cuts is not run (not in the results)."""
 
 
 @dataclass
@@ -95,6 +97,16 @@ class CaseTune:
         return self.winner is not None
 
     @property
+    def not_applicable(self) -> str:
+        """Why there was nothing to tune (every config runs one plan on this device); "" when the search ran."""
+        return next((s.not_applicable for s in self.shards if s.not_applicable), "")
+
+    @property
+    def status(self) -> str:
+        """ok (a correct winner), not_applicable (nothing to tune here) or failed."""
+        return "ok" if self.ok else "not_applicable" if self.not_applicable else "failed"
+
+    @property
     def gain_ci(self) -> Optional[tuple[float, float]]:
         """The paired gain's CI; None when the gain is not a paired figure (the default kept, or the
         unpaired fallback picked the winner)."""
@@ -113,17 +125,21 @@ class CaseTune:
         return ms(d), ms(w)
 
     def line(self) -> str:
-        """One stdout line per case: KEY:VALUE fields like the machine line."""
+        """One stdout line per case, KEY:VALUE fields like the machine line: TUNE's value is STATUS's; CORRECT a bool
+        (a correct winner), the count of correct configs in CONFIGS_CORRECT; CONFIG the winner as key=value pairs
+        (the JSON object in --json)."""
+        from kopt.records import config_token, token
+
         m, w = self.meta, self.winner
         d_ms, w_ms = self.times_ms()
-        cfg = "NA" if w is None else _json(w.config or {})
         n_ok = sum(bool(c.correct) for c in self.configs)
         ci = "NA" if self.gain_ci is None else f"{self.gain_ci[0]:.4f}-{self.gain_ci[1]:.4f}"
-        msg = "" if w else f" MESSAGE:{(m.message or _first_failure(self.configs)).replace(' ', '_')[:160]}"
-        return (f"TUNE CASE:{self.case.id} DEVICE:{m.device_name} CONFIGS:{len(self.configs)}/{m.n_configs} "
-                f"CORRECT:{n_ok} DEFAULT:{fmt_na(d_ms)} BEST:{fmt_na(w_ms)} "
-                f"GAIN:{fmt_na(self.gain, '{:.4f}x')} GAIN_CI:{ci} CONFIG:{cfg} "
-                f"TIME:{self.wall_s:.1f}s STATUS:{'ok' if w else 'failed'}{msg}")
+        why = self.not_applicable or ("" if w else (m.message or _first_failure(self.configs)))
+        msg = f" MESSAGE:{token(why)[:200]}" if why else ""
+        return (f"TUNE:{self.status} CASE:{self.case.id} DEVICE:{token(m.device_name)} "
+                f"CONFIGS:{len(self.configs)}/{m.n_configs} CORRECT:{w is not None} CONFIGS_CORRECT:{n_ok} "
+                f"DEFAULT:{fmt_na(d_ms)} BEST:{fmt_na(w_ms)} GAIN:{fmt_na(self.gain, '{:.4f}x')} GAIN_CI:{ci} "
+                f"CONFIG:{config_token(w.config) if w else 'NA'} TIME:{self.wall_s:.1f}s STATUS:{self.status}{msg}")
 
 
 def _json(v) -> str:
@@ -164,6 +180,9 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
         def done(item: ShardItem, res: ShardResult) -> None:
             by_case.setdefault(item.case.id, []).append(res)
             if len(by_case[item.case.id]) == item.shards:
+                if any(x.stopped for x in by_case[item.case.id]):
+                    log(f"kopt tune: case {item.case.id}: not run (the budget was spent)")
+                    return
                 ct = finish_case(path, item.case, by_case[item.case.id], opts, parallel=ex.parallel)
                 hosts = f" on {','.join(sorted({s.host or 'NA' for s in ct.shards}))}" if ex.name != "local" else ""
                 log(f"kopt tune: case {ct.case.id}: {len(ct.configs)} configs in {ct.wall_s:.1f} s"

@@ -97,3 +97,7 @@ class ShardResult(BaseModel):
     """Set by the parent: the machine that ran this shard (a Ray node, or this host)."""
     retried: Optional[str] = None
     """Set by the head: why the executor ran this shard a second time (its first node or worker died)."""
+    stopped: bool = False
+    """Set by the parent: the budget (`kopt tune --budget`) ended before or during this shard: the case is not run."""
+    not_applicable: str = ""
+    """Why there is nothing to tune on this device (every config runs one plan there); empty: the search ran."""

@@ -46,6 +46,8 @@ def run_shard(device: str, opts: TuneOptions, path: str, item: ShardItem) -> Sha
     """Prewarm, then time the shard's configs in a child (rerun past crashes), then check outputs here.
     The executor's shard function (module level: it pickles to a pool worker or a Ray node)."""
     t0 = time.perf_counter()
+    if opts.deadline is not None and time.time() >= opts.deadline:  # the budget is spent: not started
+        return ShardResult(stopped=True, message="not run: the budget was spent")
     s0 = fresh_seed()
     base = dict(candidate_path=path, case=item.case, device=device, shard=item.shard, shards=item.shards,
                 max_configs=opts.max_configs, seeds_correct=[s0], seeds_timing=[s0, fresh_seed()],
@@ -62,6 +64,7 @@ def run_shard(device: str, opts: TuneOptions, path: str, item: ShardItem) -> Sha
         if opts.keep_dir:
             shutil.copytree(work, Path(opts.keep_dir) / f"case{item.case.id}-shard{item.shard}", dirs_exist_ok=True)
         shutil.rmtree(work, ignore_errors=True)
+    merged.stopped = opts.deadline is not None and time.time() >= opts.deadline  # cut by the budget: not a result
     merged.wall_s = time.perf_counter() - t0
     merged.host = socket.gethostname()
     merged.overhead_s["shard_wall"] = round(merged.wall_s, 3)
@@ -139,7 +142,8 @@ def _timed(base: dict, work: Path, opts: TuneOptions) -> ShardResult:
 def _child(job: TuneJob, opts: TuneOptions) -> tuple[Optional[ShardResult], bool, str]:
     """Run one tuning child to its end or its time limit: (its report or None, timed out, how it ended)."""
     out = Path(job.out_dir)
-    rc, timed_out = proc.wait(_launch(job), time.perf_counter() + opts.timeout_s)
+    limit = opts.timeout_s if opts.deadline is None else min(opts.timeout_s, max(1.0, opts.deadline - time.time()))
+    rc, timed_out = proc.wait(_launch(job), time.perf_counter() + limit)
     why = "timed out" if timed_out else f"died (code {rc})"
     res = _read(out)
     if res is None:

@@ -83,6 +83,11 @@ class TuneRun:
             self.res.current, self.res.status = None, Status.ok
             self.save("done")
             return
+        if not job.prewarm and (why := one_plan(mod, [cfgs[i] for i in self.res.selected],
+                                                 sets[job.seeds_correct[0]], job.device)):
+            self.res.not_applicable, self.res.status = why, Status.ok
+            self.save("done")
+            return
         if job.indices is None:  # the first child only: the parent takes the baseline from it, not from a
             self.time_baseline([sets[s] for s in job.seeds_timing])  # rerun or the finalists' child
         if self.screen(mod, cfgs, sets, before):
@@ -113,7 +118,7 @@ class TuneRun:
         if not candidate.accepts_config(mod):
             raise Reject(Status.unsupported, "run() takes no config= keyword: nothing to tune")
         try:
-            cfgs = list(fn(self.job.case.shape_dict()))
+            cfgs = list(fn({**self.job.case.shape_dict(), "device": "cpu" if self.job.device == "cpu" else "cuda"}))
         except Exception as e:
             raise Reject(Status.runtime_error, f"configs() raised {error_text(e)}") from None
         bad = [c for c in cfgs if c is not None and not isinstance(c, dict)]
@@ -246,6 +251,26 @@ class TuneRun:
             self.res.ref_cold = time_fn(fn, self.job.device, opts)
         except Exception as e:
             self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
+
+
+def one_plan(mod, cfgs: list, w, device: str) -> str:
+    """On the CPU: why the search does not apply when every config reports the same plan (`plan_info`), e.g. GPU
+    switches a C kernel ignores; "" when the configs differ there, the candidate has no plan_info, or it fails
+    (the screen then reports it). Not asked on a GPU, where plan_info compiles the config's kernels."""
+    import json
+
+    fn = getattr(mod, "plan_info", None)
+    if device != "cpu" or len(cfgs) < 2 or not callable(fn):
+        return ""
+    try:
+        plans = {json.dumps(fn(w.q, w.k_cache, w.v_cache, w.cache_seqlens, w.block_table, w.softmax_scale, config=c),
+                            sort_keys=True, default=str) for c in cfgs}
+    except Exception:  # a config plan_info refuses: the screen runs and reports it  # noqa: BLE001
+        return ""
+    if len(plans) > 1:
+        return ""
+    return (f"all {len(cfgs)} configs of configs(case) run one plan on the cpu (plan_info {plans.pop()}): nothing to "
+            "tune here; configs(case) gets case['device'] and may list the CPU kernel's own switches")
 
 
 #: Tuning ranks configs by device-only time alone: the host-inclusive second figure (extra flushed,
