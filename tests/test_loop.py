@@ -138,14 +138,14 @@ def test_threshold_from_calibration(tmp_path, monkeypatch):
 
 
 def test_late_verdict_and_no_verdict(tmp_path, monkeypatch):
-    """An iteration committed before its verdict uses the later verdict; none at all is 'failed'."""
+    """An iteration committed before its verdict uses the later verdict; none at all is 'not judged'."""
     ws = tmp_path / "w"
     kopt("init", ws)
     monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
     edit_solution(ws, 1)
     kopt("log", "--hypothesis", "h")
     kopt("commit", "-m", "no verdict yet")
-    assert iterations.history(ws)[0].outcome == "failed"
+    assert iterations.history(ws)[0].outcome == "not judged"
     fake_verdict(ws, 1.3)
     it = iterations.history(ws)[0]
     assert (it.outcome, it.geomean) == ("improved", pytest.approx(1.3))
@@ -217,3 +217,83 @@ def test_bench_section_names_noisy_timings(tmp_path, monkeypatch):
     assert "Noisy timing" in bench and "case 2 (ref)" in bench
     assert ranking.noisy_sides({"timing": {"noisy": True}, "ref_timing": {"noisy": True}}) == "both"
     assert ranking.noisy_sides({"timing": None}) == ""
+
+
+def bench_rows(ws: Path, speedup: float, cases=(5, 10), config=None) -> str:
+    """Bench (signal) rows of the current solution, as `kopt bench` appends them; returns the candidate id."""
+    h, cid = candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")
+    rows = [CaseResult(row_id=uuid.uuid4().hex, mode="signal", candidate_hash=h, candidate_id=cid, case=c,
+                       compiled=True, correct=True, status="ok", runtime_ms=4.39 / speedup, ref_runtime_ms=4.39,
+                       speedup=speedup, device="cpu", backend="tilelang", config=config) for c in cases]
+    ledger.append(ws / "candidates.jsonl", rows)
+    return cid
+
+
+def test_a_bench_only_iteration_logs_its_own_rows_and_is_not_judged(tmp_path, monkeypatch):
+    """edit -> bench -> log -> commit: the entry holds this candidate's bench rows (not the previous candidate's
+    verdict), says `not judged`, never `improved`; and it does not count toward stagnation."""
+    ws = tmp_path / "w"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    iteration(ws, 1, 1.20)                                   # a verdict: improved
+    edit_solution(ws, 2)
+    cid = bench_rows(ws, 0.5)                                # 2x slower, bench rows only
+    kopt("log", "--title", "slower", "--hypothesis", "h", "--analysis", "a", "--next", "n")
+    kopt("commit", "-m", "slower")
+    bench = journal.parse((ws / "ITERATIONS.md").read_text())[1].sections["Bench"]
+    assert f"`{cid}`" in bench and "| bench |" in bench and "8.7800" in bench   # its own rows: 4.39 / 0.5
+    assert "not judged" in bench and "improved" not in bench and "| 1 |" not in bench  # no row of case 1's verdict
+    for k in (3, 4, 5):                                      # three more without a verdict: no stagnation
+        edit_solution(ws, k)
+        bench_rows(ws, 1.0)
+        kopt("commit", "-m", f"try {k}")                     # no log: commit writes the entry
+    s = json.loads(kopt("status", "--json", "--no-record").stdout)
+    assert [it["outcome"] for it in s["recent"]] == ["improved"] + ["not judged"] * 4
+    assert s["since_improvement"] == 0 and not s["stagnating"]
+    numbers = [e.number for e in journal.parse((ws / "ITERATIONS.md").read_text())]
+    assert numbers == [1, 2, 3, 4, 5], "kopt commit without kopt log writes the entry: no number skipped"
+
+
+def test_an_empty_commit_is_refused_unless_asked_for(tmp_path, monkeypatch):
+    ws = tmp_path / "w"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    iteration(ws, 1, 1.2)
+    bench_rows(ws, 1.0)                                      # the ledger changed, the kernel did not
+    res = kopt("commit", "-m", "nothing changed", code=2)
+    assert "nothing to commit as iteration 2" in repr(res.exception) + res.stderr
+    import git
+
+    assert sum(s.startswith("[iter") for s in git.Repo(ws).git.log("--format=%s").splitlines()) == 1
+    kopt("commit", "-m", "re-measured", "--allow-empty")
+    assert [e.number for e in journal.parse((ws / "ITERATIONS.md").read_text())] == [1, 2]
+
+
+def test_revert_best_from_a_dirty_attempt_records_it_first(tmp_path, monkeypatch):
+    ws = tmp_path / "w"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    iteration(ws, 1, 1.30)
+    best = (ws / "solution" / "tilelang" / "run_kernel.py").read_text()
+    iteration(ws, 2, 1.10)                                   # not improved
+    edit_solution(ws, 3)                                     # an attempt, never committed
+    attempt = (ws / "solution" / "tilelang" / "run_kernel.py").read_text()
+    out = kopt("revert", "best").stdout
+    assert "[iter 3] attempt, reverted by kopt revert" in out and "[revert] solution from iter 1" in out
+    assert (ws / "solution" / "tilelang" / "run_kernel.py").read_text() == best
+    snap = next(p for p in (ws / "trajectory").iterdir() if p.name.startswith("3-"))
+    assert (snap / "solution" / "tilelang" / "run_kernel.py").read_text() == attempt, "the attempt is kept"
+    assert [it.outcome for it in iterations.history(ws)] == ["improved", "not improved", "not judged"]
+
+
+def test_best_per_case_says_which_rows_are_configs_or_screens(tmp_path, monkeypatch):
+    ws = tmp_path / "w"
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    edit_solution(ws, 1)
+    bench_rows(ws, 1.0, cases=(5,))
+    bench_rows(ws, 2.0, cases=(10,), config={"cpu_block_N": 64})
+    s = json.loads(kopt("status", "--json", "--no-record").stdout)
+    basis = {r["case"]: r["basis"] for r in s["best_per_case"]}
+    assert basis == {5: "bench", 10: "bench --config"}
+    assert "bench --config" in kopt("status", "--no-record").stdout

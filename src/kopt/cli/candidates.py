@@ -84,10 +84,10 @@ def command(
     if top is None and len(table) == TEXT_TOP:
         con.print(f"(first {TEXT_TOP}; --top N, --json or --csv for more)")
     b = Table(title="best per case (lowest runtime among correct rows)")
-    for c in ("case", "variant", "candidate_id", "runtime ms", "ref ms", "speedup", "% limit", "mode"):
+    for c in ("case", "variant", "candidate_id", "runtime ms", "ref ms", "speedup", "% limit", "basis"):
         b.add_column(c)
     for r in ranking.records(rep.best_per_case):
         b.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"], fmt_na(r["runtime_ms"]),
                   fmt_na(r["ref_runtime_ms"]), fmt_na(r["speedup"], "{:.3f}"), fmt_na(r["pct_limit"], "{:.1f}"),
-                  r["mode"])
+                  r.get("basis") or r["mode"])
     con.print(b)

@@ -12,11 +12,17 @@ def err_console():
     return Console(stderr=True)
 
 
+#: Columns of stdout when it is no terminal (a pipe, a file, an agent): wide enough that rich never wraps or
+#: truncates a table's ids and numbers (it would cut them at 80 columns).
+PIPE_WIDTH = 10_000
+
+
 def out_console():
-    """A rich console on stdout for tables."""
+    """A rich console on stdout for tables: the terminal's width, or PIPE_WIDTH when stdout is not a terminal."""
     from rich.console import Console
 
-    return Console()
+    c = Console()
+    return c if c.is_terminal else Console(width=PIPE_WIDTH)
 
 
 def parse_ids(text: str | None, limit: int = 10_000) -> list[int] | None:

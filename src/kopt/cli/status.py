@@ -58,11 +58,11 @@ def command(
         con.print(f"why: {rep.why_best}", highlight=False)
     if rep.best_per_case:
         t = Table(title="best per case")
-        for col in ("case", "variant", "candidate", "runtime ms", "speedup", "% limit"):
+        for col in ("case", "variant", "candidate", "runtime ms", "speedup", "% limit", "basis"):
             t.add_column(col)
         for r in rep.best_per_case:
             t.add_row(str(int(r["case"])), r["variant"] or "-", r["candidate_id"],
-                      f"{r['runtime_ms']:.4f}", _x(r["speedup"]), _pct(r.get("pct_limit")))
+                      f"{r['runtime_ms']:.4f}", _x(r["speedup"]), _pct(r.get("pct_limit")), r.get("basis") or "NA")
         con.print(t)
     if rep.recent:
         t = Table(title=f"last {len(rep.recent)} iterations")

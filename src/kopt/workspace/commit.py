@@ -8,19 +8,32 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Optional
 
 from kopt.errors import UsageError, WorkspaceError
 from kopt.report import refresh_for_commit
-from kopt.workspace import scaffold, vcs
+from kopt.workspace import journal, log, scaffold, vcs
 
 
-def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
-    """Snapshot the iteration into trajectory/ and commit the workspace paths as `[iter N] description`."""
+def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> vcs.CommitResult:
+    """Snapshot the iteration into trajectory/ and commit the workspace paths as `[iter N] description`.
+
+    An iteration is an edit of solution/ since the last `[iter N]` commit, or a logged entry N: with neither it is
+    refused (UsageError, exit 2) unless `allow_empty`. Without an entry N in ITERATIONS.md, one is written
+    (Changes and Bench filled in, as `kopt log` does) so the log never skips a number."""
     description = " ".join((description or "").split())
     if not description:
         raise UsageError("give a description: kopt commit -m \"what changed\"")
     repo = vcs.open_repo(ws)
     vcs.check_state(repo)
+    n = vcs.iterations_done(repo) + 1
+    logged = journal.entry_text(ws, n) is not None
+    if not logged and not allow_empty and not solution_changed(repo, ws):
+        raise UsageError(f"nothing to commit as iteration {n}: solution/ is unchanged since the last iteration and "
+                         f"ITERATIONS.md has no entry {n}; edit the kernel, or `kopt log ...` first, or pass "
+                         "--allow-empty")
+    if not logged:
+        log.log_iteration(ws, title=_without_prefix(description, n), analysis=UNLOGGED)
     specs = vcs.pathspecs(repo, ws)
     templates = scaffold.own_templates(ws)
     synced = []
@@ -30,7 +43,6 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
     if not vcs.changed(repo, specs):
         raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
                              "candidates.jsonl, trajectory/, knowledge/) since the last commit")
-    n = vcs.iterations_done(repo) + 1
     description = _without_prefix(description, n)
     snap = vcs.write_snapshot(ws, repo, n, description)
     refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
@@ -43,6 +55,39 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
         repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
         raise
     return vcs.CommitResult(n, message, sha, snap, synced + list(refreshed), warning)
+
+
+#: The Analysis of an entry `kopt commit` wrote because none was logged.
+UNLOGGED = "_(not logged: `kopt commit` wrote this entry; no hypothesis or analysis was given)_"
+
+
+def solution_changed(repo, ws: Path) -> bool:
+    """Whether solution/ differs from the last `[iter N]` commit (HEAD when there is none), untracked files
+    included: what makes a commit an iteration of its own."""
+    spec = vcs.pathspecs(repo, ws, ("solution",))
+    base = next(iter(vcs.iteration_commits(repo)), None) or ("HEAD" if repo.head.is_valid() else None)
+    if base is None:
+        return True
+    return bool(repo.git.diff("--name-only", base, "--", *spec).strip()
+                or repo.git.ls_files("--others", "--exclude-standard", "--", *spec).strip())
+
+
+def revert(ws: Path, target: str = "best") -> tuple[Optional[vcs.CommitResult], vcs.CommitResult]:
+    """`kopt revert`: an uncommitted attempt in solution/ is first recorded as an iteration of its own (failed
+    attempts are data), then solution/ is restored from snapshot N, or from the best iteration by the improvement
+    rule ("best"; the ledger's top-ranked candidate when no iteration improved). Returns (the attempt's commit or
+    None, the revert commit)."""
+    from kopt.workspace import iterations
+
+    repo = vcs.open_repo(ws)
+    vcs.check_state(repo)
+    attempt = None
+    if vcs.changed(repo, vcs.pathspecs(repo, ws, ("solution",))):
+        attempt = commit_iteration(ws, "attempt, reverted by kopt revert")
+    if target == "best":
+        best = iterations.best_iteration(iterations.history(ws))
+        target = str(best.iteration) if best else target
+    return attempt, vcs.revert(ws, target)
 
 
 def _without_prefix(description: str, n: int) -> str:

@@ -25,8 +25,9 @@ and the reason says so. The first iteration with a correct verdict on a device i
 so does the first one timed device-only there: verdicts timed device-only are judged only against each other
 (timing_generation). aa_spread is the `spread`
 of results/calibration-<device>.json (`kopt calibrate`; device of the latest verdict row), else
-kopt.eval.noise.DEFAULT_SPREAD (0.01, so +3% without a calibration). An iteration fails when its
-candidate has no verdict or any verdict row is incorrect or not ok.
+kopt.eval.noise.DEFAULT_SPREAD (0.01, so +3% without a calibration). An iteration fails when any row of its
+candidate's verdict is incorrect or not ok; one whose candidate has no verdict (bench rows, a quick verdict's
+screen rows) is `not judged`: no outcome, and it does not count toward stagnation.
 
 The trajectory (`trajectory`) is what the plots and the report draw: the git iterations when there are
 any, else verdict rows grouped by candidate in timestamp order, judged by the same rule.
@@ -53,7 +54,7 @@ class Iteration:
     geomean: Optional[float]
     n_cases: int
     outcome: str
-    """improved | not improved | overfit | failed"""
+    """improved | not improved | overfit | failed | not judged (no verdict of its candidate)"""
     best_before: Optional[float] = None
     snapshot: str = ""
     device: Optional[str] = None
@@ -219,6 +220,7 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     for path, m in snapshots(ws):
         g = ranking.Geomeans(m.geomean, m.n_cases, m.geomean_ragged, m.n_ragged, m.pct_limit, m.pct_limit_ragged)
         failed, dev, gen, late = m.failed, m.device, "eager", None
+        verdict_seen = m.verdict_rows > 0
         if m.candidate_id:  # the candidate's latest verdict in the ledger (on the snapshot's device) wins
             if verdicts is None:
                 every = _rows(ws) if rows is None else rows
@@ -227,8 +229,13 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
             if late:
                 g, failed, dev = ranking.geomeans(late), ranking.failed(late), ranking.verdict_device(late)
                 gen = timing_generation(late)
+                verdict_seen = True
             elif m.verdict_rows == 0:
                 failed = True
+        if not verdict_seen:  # no verdict of its candidate: no outcome, whatever its bench lines read
+            out.append(Iteration(m.iteration, m.label, m.candidate_id, None, 0, NOT_JUDGED, None, path.name, dev,
+                                 reason=NOT_JUDGED_REASON))
+            continue
         if dev not in thr:
             thr[dev] = threshold(ws, dev, rows)
         prev, prev_r, prev_cid = best.get((dev, gen), (None, None, None))
@@ -283,6 +290,12 @@ def timing_generation(rows: list[dict]) -> str:
     return "graph" if all(t.get("replay") for t in timed) else "device-only"
 
 
+#: The outcome of an iteration whose candidate has no verdict, and why.
+NOT_JUDGED = "not judged"
+NOT_JUDGED_REASON = ("no verdict of this candidate (`kopt verify`): bench lines and a quick verdict's screen are "
+                     "signals, never judged")
+
+
 def best_iteration(hist: list[Iteration], device: Optional[str] = None) -> Optional[Iteration]:
     """The last improving iteration (by the rule, the best so far), or None; with `device`, the
     last improving iteration on that device."""
@@ -290,10 +303,16 @@ def best_iteration(hist: list[Iteration], device: Optional[str] = None) -> Optio
                  and (device is None or it.device == device)), None)
 
 
-def since_improvement(hist: list[Iteration]) -> int:
-    """Iterations after the last improving one (all of them when none improved)."""
+def judged_since(hist: list[Iteration]) -> list[Iteration]:
+    """The judged iterations after the last improving one (all judged ones when none improved): not-judged
+    iterations (no verdict) never count toward stagnation."""
     best = best_iteration(hist)
-    return sum(1 for it in hist if best is None or it.iteration > best.iteration)
+    return [it for it in hist if it.outcome != NOT_JUDGED and (best is None or it.iteration > best.iteration)]
+
+
+def since_improvement(hist: list[Iteration]) -> int:
+    """Judged iterations after the last improving one (judged_since)."""
+    return len(judged_since(hist))
 
 
 @dataclass
@@ -304,7 +323,7 @@ class IterPoint:
     candidate_id: Optional[str]
     geomean: Optional[float]
     outcome: str
-    """improved | not improved | overfit | failed"""
+    """improved | not improved | overfit | failed | not judged"""
     device: Optional[str] = None
     ragged: Optional[float] = None
     """Geomean speedup of the verdict over the ragged cases (None: none timed)."""

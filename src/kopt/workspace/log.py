@@ -1,5 +1,6 @@
-"""`kopt log`: the next ITERATIONS.md entry, built from the workspace (Changes from git, Bench from the
-latest verdict judged against the best iteration) and appended through kopt.workspace.journal."""
+"""`kopt log`: the next ITERATIONS.md entry, built from the workspace (Changes from git, Bench from the current
+candidate's own rows: its latest verdict judged against the best iteration, else its bench rows, not judged) and
+appended through kopt.workspace.journal."""
 
 from __future__ import annotations
 
@@ -22,37 +23,70 @@ def changes_section(ws: Path) -> str:
     return f"```\n{stat}\n```" if stat else "_(no changes in the workspace paths since HEAD)_"
 
 
+def _table(rows: list[dict], source: bool = False) -> tuple[list[str], list[str]]:
+    """Markdown table of rows (% of the roofline limit beside the speedup; with `source`, which command measured
+    each row) and the cases whose timing was flagged noisy."""
+    from kopt.workspace import ranking
+
+    head = "| case | runtime ms | ref ms | speedup | % limit | noisy | status |"
+    rule = "|---:|---:|---:|---:|---:|---|---|"
+    if source:
+        head, rule = head.replace("| case |", "| case | source |"), rule.replace("|---:|", "|---:|---|", 1)
+    out, noisy_cases = [head, rule], []
+    for r in rows:
+        group = ranking.group_of(r)
+        case = " ".join(str(x) for x in (r.get("case"), "" if group == "uniform" else group, r.get("model"),
+                                         r.get("shape"), r.get("variant")) if x)
+        s = ranking.row_speedup(r) if r.get("correct") is True else None
+        noisy = ranking.noisy_sides(r)
+        if noisy:
+            noisy_cases.append(f"{r.get('case')} ({noisy})")
+        src = f" {row_source(r)} |" if source else ""
+        out.append(f"| {case} |{src} {fmt_na(r.get('runtime_ms'))} | {fmt_na(r.get('ref_runtime_ms'))} | "
+                   f"{fmt_na(s or None, '{:.3f}x')} | {fmt_na(r.get('pct_limit'), '{:.1f}')} | {noisy} | "
+                   f"{r.get('status', 'NA')} |")
+    return out, noisy_cases
+
+
+def row_source(r: dict) -> str:
+    """Which command measured a row, as the Bench table says it: verdict, bench, bench --config, screen, tune."""
+    mode = r.get("mode") or "signal"
+    if mode == "signal":
+        return "bench --config" if r.get("config") else "bench"
+    return {"screen": "quick verdict (screen)", "tune": "tune screen"}.get(mode, mode)
+
+
+def signal_rows(rows: list[dict], cid: Optional[str]) -> list[dict]:
+    """Candidate `cid`'s latest bench (and quick-verdict screen) row per case and variant, in case order."""
+    from kopt.workspace import ranking
+
+    latest: dict[tuple, dict] = {}
+    for r in rows:
+        if r.get("mode") in ("signal", "screen") and r.get("kind", "case") == "case" and ranking.row_cid(r) == cid:
+            latest[(r.get("case"), r.get("variant") or "", r.get("model") or "")] = r
+    return sorted(latest.values(), key=lambda r: (r.get("case") or 0, r.get("variant") or ""))
+
+
 def bench_section(ws: Path) -> str:
-    """Per-case table of the latest verdict (% of the roofline limit beside the speedup), plus its uniform
-    and ragged geomeans judged against the previous best iteration (kopt.workspace.iterations.judge)."""
+    """The Bench of the current solution's candidate, from its own rows only: its latest verdict (judged against
+    the best iteration by kopt.workspace.iterations.judge), else its bench and screen rows, labelled so and not
+    judged. Never another candidate's rows."""
     from kopt.paths import ledger_file
     from kopt.workspace import iterations, ranking
     from kopt.workspace.ledger import load_dicts
 
     cid = iterations.current_candidate(ws)
     rows = load_dicts(ledger_file(ws)).rows
-    latest = ranking.latest_verdict(rows, cid) or ranking.latest_verdict(rows)
+    latest = ranking.latest_verdict(rows, cid) if cid else []
     if not latest:
-        return f"_(no verdict rows in candidates.jsonl for candidate `{cid or 'NA'}`: run `kopt verify` first)_"
-    got = ranking.row_cid(latest[0])
-    out = ["| case | runtime ms | ref ms | speedup | % limit | noisy | status |", "|---:|---:|---:|---:|---:|---|---|"]
-    noisy_cases = []
-    for r in latest:
-        group = ranking.group_of(r)
-        case = " ".join(str(x) for x in (r.get("case"), "" if group == "uniform" else group, r.get("model"),
-                                         r.get("shape"), r.get("variant")) if x)
-        s = ranking.row_speedup(r)
-        noisy = ranking.noisy_sides(r)
-        if noisy:
-            noisy_cases.append(f"{r.get('case')} ({noisy})")
-        out.append(f"| {case} | {fmt_na(r.get('runtime_ms'))} | {fmt_na(r.get('ref_runtime_ms'))} | "
-                   f"{fmt_na(s or None, '{:.3f}x')} | {fmt_na(r.get('pct_limit'), '{:.1f}')} | {noisy} | "
-                   f"{r.get('status', 'NA')} |")
+        return _signal_section(rows, cid)
+    got = cid
+    out, noisy_cases = _table(latest)
     g = ranking.geomeans(latest)
     gm = g.uniform
     where = sorted({f"{r['device']} vs {r.get('ref') or 'NA'}" for r in latest if r.get("device") not in (None, "NA")})
-    line = (f"Candidate `{got}`{' on ' + ', '.join(where) if where else ''}: geomean speedup {fmt_na(gm, '{:.3f}')}x "
-            f"over {g.n_uniform} correct case(s)")
+    line = (f"Candidate `{got}` (verdict){' on ' + ', '.join(where) if where else ''}: geomean speedup "
+            f"{fmt_na(gm, '{:.3f}')}x over {g.n_uniform} correct case(s)")
     if g.n_ragged:
         line += f", ragged {fmt_na(g.ragged, '{:.3f}')}x over {g.n_ragged}"
     if g.pct_limit is not None or g.pct_limit_ragged is not None:
@@ -61,14 +95,14 @@ def bench_section(ws: Path) -> str:
         line += (f"; held-out {fmt_na(g.heldout, '{:.3f}')}x over {g.n_heldout} draw(s) at "
                  f"{fmt_na(g.pct_limit_heldout, '{:.1f}')}% of limit (the number to move), seed cases "
                  f"{fmt_na(g.seed, '{:.3f}')}x")
-    if cid and got != cid:
-        line += f" (the current solution is `{cid}`, which has no verdict yet)"
     dev = ranking.verdict_device(latest)
     gen = iterations.timing_generation(latest)
     hist = [it for it in iterations.history(ws, rows) if it.candidate_id != got or it.device != dev]  # not its own
     best = iterations.best_iteration([it for it in hist if it.generation == gen], dev)
     other = iterations.best_iteration(hist, dev)
-    if best is None and other is not None and other.geomean is not None:
+    if ranking.failed(latest):
+        line += "; a verdict row failed -> failed (no speed counts until every row is correct)."
+    elif best is None and other is not None and other.geomean is not None:
         was = iterations.GENERATIONS[other.generation]
         line += (f"; the first verdict on {dev} timed {iterations.GENERATIONS[gen]}: a new baseline (the previous "
                  f"best, iter {other.iteration} at {other.geomean:.3f}x, was timed {was} and is not compared with it).")
@@ -92,6 +126,27 @@ def bench_section(ws: Path) -> str:
     return "\n".join(out) + "\n\n" + line
 
 
+def _signal_section(rows: list[dict], cid: Optional[str]) -> str:
+    """The Bench of a candidate without a verdict: its own bench / screen rows, labelled, and `not judged`."""
+    from kopt.workspace import iterations, ranking
+
+    mine = signal_rows(rows, cid)
+    if not mine:
+        return (f"_(no rows of candidate `{cid or 'NA'}` in candidates.jsonl: run `kopt bench` or `kopt verify` "
+                f"before `kopt log`)_\n\nOutcome: {iterations.NOT_JUDGED} ({iterations.NOT_JUDGED_REASON}).")
+    out, noisy_cases = _table(mine, source=True)
+    g = ranking.geomeans(mine)
+    devs = sorted({str(r.get("device")) for r in mine})
+    line = (f"Candidate `{cid}`: no verdict, its own bench rows above (on {', '.join(devs)}; geomean speedup "
+            f"{fmt_na(g.uniform, '{:.3f}')}x over {g.n_uniform} correct uniform case(s)). Outcome: "
+            f"{iterations.NOT_JUDGED} ({iterations.NOT_JUDGED_REASON}; run `kopt verify` to have it judged).")
+    if any(r.get("config") for r in mine):
+        line += " Rows marked `bench --config` ran a one-off config, not the candidate's own choice."
+    if noisy_cases:
+        line += f" Noisy timing on case {', '.join(noisy_cases)}."
+    return "\n".join(out) + "\n\n" + line
+
+
 def _title(title: Optional[str], hypothesis: Optional[str], number: int) -> str:
     if title:
         return " ".join(title.split())
@@ -102,7 +157,8 @@ def _title(title: Optional[str], hypothesis: Optional[str], number: int) -> str:
 def log_iteration(ws: Path, title: Optional[str] = None, hypothesis: Optional[str] = None,
                   analysis: Optional[str] = None, next_: Optional[str] = None, replace: bool = False,
                   edit: Optional[Callable[[str], Optional[str]]] = None) -> Entry:
-    """Build the next entry (Changes from git, Bench from the ledger) and append it to ITERATIONS.md."""
+    """Build the next entry (Changes from git, Bench from the ledger: the current candidate's own rows) and append
+    it to ITERATIONS.md."""
     from kopt.workspace import vcs
 
     path = journal_file(ws)

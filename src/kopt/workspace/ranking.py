@@ -22,7 +22,7 @@ from kopt.timing.stats import geomean
 #: Ledger fields the ranking reads; anything missing in an old row becomes NA.
 COLUMNS = ["row_id", "timestamp", "mode", "kind", "candidate_id", "candidate_hash", "parent_id",
            "technique", "case", "case_kind", "variant", "correct", "status", "runtime_ms", "ref_runtime_ms",
-           "speedup", "pct_limit", "device", "run_id", "verdict_rows"]
+           "speedup", "pct_limit", "device", "run_id", "verdict_rows", "config"]
 #: Modes that measure a candidate (calibrate rows measure the harness, not a candidate).
 CANDIDATE_MODES = ("verdict", "signal", "tune")
 
@@ -328,14 +328,26 @@ def records(df) -> list[dict]:
             for r in df.astype(object).to_dict("records")]
 
 
+def basis_of(mode: str, config) -> str:
+    """Which command measured a row, as best-per-case tables say it: verdict, bench, `bench --config` (a one-off
+    config, not the candidate's own choice) or `tune screen` (the tuner's quick timing of its winner)."""
+    if mode == "tune":
+        return "tune screen"
+    if mode == "signal":
+        return "bench --config" if isinstance(config, dict) and config else "bench"
+    return str(mode)
+
+
 def best_per_case(df, case: Optional[int] = None):
-    """The fastest correct row of each (case, variant), any mode but calibrate."""
+    """The fastest correct row of each (case, variant), any mode but calibrate; `basis` says which command measured
+    it (basis_of), so a one-off config or a tune screen is never read as the candidate's own figure."""
     d = df[df["mode"].isin(CANDIDATE_MODES) & df["correct"] & (df["runtime_ms"] > 0)]
     d = d[~d["case_kind"].isin(["heldout", "custom"])]  # a draw's id names another shape in every draw
     if case is not None:
         d = d[d["case"] == case]
     best = d.sort_values(["runtime_ms", "seq"]).drop_duplicates(["case", "variant"], keep="first")
-    cols = ["case", "variant", "candidate_id", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit", "mode"]
+    best = best.assign(basis=[basis_of(m, c) for m, c in zip(best["mode"], best["config"])])
+    cols = ["case", "variant", "candidate_id", "runtime_ms", "ref_runtime_ms", "speedup", "pct_limit", "mode", "basis"]
     return best.sort_values(["case", "variant"])[cols].reset_index(drop=True)
 
 

@@ -18,6 +18,7 @@ from kopt.workspace.iterations import (
     Iteration,
     best_iteration,
     history,
+    judged_since,
     since_improvement,
     threshold,
     trajectory,
@@ -87,11 +88,12 @@ def record_stagnation(ws: Path, hist: list[Iteration], worst: Optional[int],
             return False
     since = since_improvement(hist)
     last = hist[-1]
+    counted = [it.iteration for it in judged_since(hist)]
     row = CaseResult(
         row_id=uuid.uuid4().hex, kind="stagnation", mode="signal", candidate_id=last.candidate_id or "",
         case=worst or 0, status="ok", message=f"{since} iterations without improvement since "
         f"{'iter ' + str(best.iteration) if best else 'the start'}: re-profile protocol",
-        config={"episode": episode, "since_improvement": since, "iterations": [it.iteration for it in hist[-since:]],
+        config={"episode": episode, "since_improvement": since, "iterations": counted,
                 "best_iteration": best.iteration if best else None, "best_geomean": best.geomean if best else None})
     ledger.append(path, [row])
     return True
