@@ -23,6 +23,27 @@ def workspace(start: Path | None = None) -> Path:
     return here
 
 
+def find_workspace(start: Path | None = None) -> Path | None:
+    """$KOPT_WORKSPACE, else the nearest folder from `start` (the cwd) upwards holding bench/cases.yaml; None
+    when there is none."""
+    env = os.environ.get(ENV_WORKSPACE)
+    if env:
+        return Path(env).resolve()
+    here = (start or Path.cwd()).resolve()
+    return next((d for d in (here, *here.parents) if (d / "bench" / "cases.yaml").is_file()), None)
+
+
+def require_workspace() -> Path:
+    """The workspace, or WorkspaceError (exit 2) naming the fix when the cwd is in none."""
+    from kopt.errors import WorkspaceError
+
+    ws = find_workspace()
+    if ws is None:
+        raise WorkspaceError(f"not in a kopt workspace: no bench/cases.yaml in {Path.cwd()} or above; start one with "
+                             "`kopt init DIR` and cd into it (or set KOPT_WORKSPACE)")
+    return ws
+
+
 def cases_file(root: Path | None = None) -> Path:
     """The case matrix of the workspace, or the packaged default when the workspace has none."""
     p = (root or workspace()) / "bench" / "cases.yaml"

@@ -21,8 +21,13 @@ def out_console():
     """A rich console on stdout for tables: the terminal's width, or PIPE_WIDTH when stdout is not a terminal."""
     from rich.console import Console
 
-    c = Console()
-    return c if c.is_terminal else Console(width=PIPE_WIDTH)
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:  # the reader left (`| head`): kopt's main exits quietly (141)
+            self.quiet = True
+            raise BrokenPipeError
+
+    c = PipeConsole()
+    return c if c.is_terminal else PipeConsole(width=PIPE_WIDTH)
 
 
 def parse_ids(text: str | None, limit: int = 10_000) -> list[int] | None:

@@ -50,12 +50,22 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def guarded(fn):
-    """Wrap a command so domain errors become one stderr line and their exit code, also under CliRunner."""
+#: Commands that run without a workspace (they make one, check the machine, or list kopt's packaged data);
+#: every other one outside a workspace says so and exits 2.
+NO_WORKSPACE = frozenset({"init", "doctor", "cases", "workloads"})
+
+
+def guarded(fn, name: str = ""):
+    """Wrap a command so domain errors become one stderr line and their exit code, also under CliRunner; a
+    command that needs a workspace checks for one first."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            if name and name not in NO_WORKSPACE:
+                from kopt.paths import require_workspace
+
+                require_workspace()
             return fn(*args, **kwargs)
         except KoptError as e:
             print(f"kopt: error: {e}", file=sys.stderr)
@@ -74,10 +84,10 @@ def _register(target: typer.Typer, name: str, module: str) -> None:
         return
     if hasattr(m, "app"):
         for info in m.app.registered_commands:
-            info.callback = guarded(info.callback)
+            info.callback = guarded(info.callback, name)
         target.add_typer(m.app, name=name)
     else:
-        target.command(name=name)(guarded(m.command))
+        target.command(name=name)(guarded(m.command, name))
 
 
 for _name, _mod in COMMANDS.items():
@@ -110,6 +120,18 @@ def entry() -> None:
     sys.exit(rc)
 
 
+def pipe_closed() -> int:
+    """stdout's reader is gone: point stdout at /dev/null (the interpreter's last flush then says nothing) and
+    return 141, the shell's code of a process ended by SIGPIPE."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
 def main() -> None:
     """Console entry point: domain errors become one stderr line and their exit code."""
     import signal
@@ -130,6 +152,8 @@ def main() -> None:
     except KeyboardInterrupt:
         print("kopt: interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # the reader of stdout left (`kopt status | head -1`): quiet, as the shell's tools
+        sys.exit(pipe_closed())
     except Exception as e:  # click usage errors and anything unexpected: one line, never a traceback
         # Usage errors of click, or of the click copy newer typer vendors, by shape (click may be absent).
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):

@@ -245,7 +245,8 @@ def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
                                           seqlens=m.seqlens) for m in cf.verify.matrix for i in m.cases]
     matrix_cases = [c for c in matrix_cases if fits(c)]
     rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
-    hidden_shapes = [h for h in hidden_cases(perf, QUICK_HIDDEN if quick else cf.verify.hidden, rng) if fits(h)]
+    n_hidden = min(QUICK_HIDDEN, cf.verify.hidden) if quick else cf.verify.hidden
+    hidden_shapes = [h for h in hidden_cases(perf, n_hidden, rng) if fits(h)]
     heldout = heldout or []
     # every row says how many the run writes, so a run stopped before its end is seen as one
     n = len(perf) + len(matrix_cases) + len(hidden_shapes) + len(heldout)
