@@ -186,16 +186,16 @@ def test_candidate_side_malformed_warns_once_and_returns_none(tmp_path, cand):
         assert cand.lookup(*args, path=tmp_path / "none.csv") is None
 
 
-def test_candidate_side_env_override_cache_and_bad_rows(tmp_path, cand, monkeypatch):
+def test_candidate_side_path_cache_and_bad_rows(tmp_path, cand, monkeypatch):
     p = tmp_path / "t.csv"
     tuning.write(p, [row()])
-    monkeypatch.setenv(cand.ENV, str(p))
-    assert cand.table_path() == p
-    assert cand.lookup("NVIDIA H200", 132, "fp16", 128, 16, 4096, 4, 8, None) == {"block_N": 64, "num_splits": 8}
+    assert cand.table_path() == cand.DEFAULT_TABLE          # the kernel reads no environment (static rule KS208)
+    assert cand.lookup("NVIDIA H200", 132, "fp16", 128, 16, 4096, 4, 8, None, path=p) == {"block_N": 64,
+                                                                                       "num_splits": 8}
     with open(p, "a") as fh:                          # appended rows: new size, so the cache reloads
         fh.write('1,H200,132,fp16,128,16,4096,4,8,0,not-json,,,,,\n1,H200,132,fp16,128,64,4096,4,8,0,"{""x"":1}",,,,,\n')
-    with pytest.warns(RuntimeWarning, match="1 malformed"):
-        assert cand.lookup("NVIDIA H200", 132, "fp16", 128, 64, 4096, 4, 8, 0) == {"x": 1}
+    with pytest.warns(RuntimeWarning, match="malformed"):
+        assert cand.lookup("NVIDIA H200", 132, "fp16", 128, 64, 4096, 4, 8, 0, path=p) == {"x": 1}
 
 
 def test_candidate_side_default_path_and_lookup_for(tmp_path, cand, monkeypatch):

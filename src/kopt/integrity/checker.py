@@ -50,6 +50,9 @@ class Checker(ast.NodeVisitor):
         self.named_siblings = False
         self.loads_by_path = False
         self.findings: list[Finding] = []
+        self._tree: ast.AST = ast.Module(body=[], type_ignores=[])
+        self._warners: set[str] | None = None
+        """Functions of this file that call warnings.warn (an except clause calling one reports its failure)."""
 
     def add(self, code: str, node, message: str) -> None:
         """Record a finding at the node's line with the rule's severity."""
@@ -59,6 +62,7 @@ class Checker(ast.NodeVisitor):
     def check(self, tree: ast.Module) -> None:
         """Collect aliases (two passes, so `a = b` after `b = torch` resolves), then visit."""
         self._doc = _docstrings(tree)
+        self._tree, self._warners = tree, None
         for node in ast.walk(tree):
             self._collect(node)
         for node in ast.walk(tree):  # assignments once more: imports are recorded once, aliases settle
@@ -67,6 +71,15 @@ class Checker(ast.NodeVisitor):
         self.visit(tree)
         if self.loads_by_path and not self.named_siblings:
             self.imported.append("*")  # loads code by a computed path: check every sibling module
+
+    def _warns(self, body: list[ast.stmt]) -> bool:
+        """Whether a handler reports its failure: it calls warnings.warn, or a function of this file that does."""
+        if self._warners is None:
+            self._warners = {f.name for f in ast.walk(self._tree) if isinstance(f, ast.FunctionDef)
+                             and any(isinstance(n, ast.Call) and self._call_name(n) in R.WARNS for n in ast.walk(f))}
+        return any(isinstance(n, ast.Call) and (self._call_name(n) in R.WARNS or
+                                                 (isinstance(n.func, ast.Name) and n.func.id in self._warners))
+                   for st in body for n in ast.walk(st))
 
     def _bind(self, name: str, qual: str) -> None:
         self.alias.setdefault(name, set()).add(qual)
@@ -195,7 +208,7 @@ class Checker(ast.NodeVisitor):
                 self.add("KS201", node, f"string {node.value[:60]!r}: names the harness")
             elif any(s in low for s in R.HARNESS_STRINGS):
                 self.add("KS202", node, f"string {node.value[:60]!r}: harness state")
-            elif any(p in low for p in R.HARNESS_PATH_PARTS):
+            elif any(p in low for p in R.HARNESS_PATH_PARTS) and not R.TUNING_TABLE.match(node.value):
                 self.add("KS217", node, f"path {node.value[:60]!r}: workspace output")
             if node.value in self.local or node.value.removesuffix(".py") in self.local:
                 # loaded by name, e.g. a spec_from_file_location helper
@@ -279,8 +292,8 @@ class Checker(ast.NodeVisitor):
             broad = h.type is None or any(isinstance(n, ast.Name) and n.id in _BROAD for n in names)
             if broad and _returns_value(h.body):
                 self.add("KS212", h, "broad except returns another computation (silent fallback)")
-            elif not _reraises(h.body):
-                self.add("KS211", h, "except clause does not re-raise")
+            elif not _reraises(h.body) and not self._warns(h.body):
+                self.add("KS211", h, "except clause neither re-raises nor warns")
         self.generic_visit(node)
 
     visit_TryStar = visit_Try

@@ -62,7 +62,7 @@ RULES: dict[str, tuple[Severity, str]] = {
     "KS208": ("warning", "reads or writes the environment (os.environ, os.getenv)"),
     "KS209": ("warning", "ctypes / cffi: raw memory and native calls"),
     "KS210": ("warning", "creates or switches CUDA streams (work must be finished when run returns)"),
-    "KS211": ("warning", "except clause that does not re-raise (a failure may be hidden)"),
+    "KS211": ("warning", "except clause that neither re-raises nor warns (a failure may be hidden)"),
     "KS212": ("error", "broad except (bare/Exception/BaseException) that returns another computation (silent "
                        "fallback)"),
     "KS213": ("warning", "dynamic code or lookup (exec, eval, compile, __import__, non-literal "
@@ -70,7 +70,8 @@ RULES: dict[str, tuple[Severity, str]] = {
     "KS214": ("error", "tensor subclass or __torch_function__/__torch_dispatch__ (can fake comparisons of the output)"),
     "KS215": ("warning", "process control (os._exit, os.kill, os.abort, signal, atexit, sys.exit)"),
     "KS216": ("warning", "runs external programs (subprocess, os.system, os.popen)"),
-    "KS217": ("warning", "refers to workspace outputs (results/, trajectory/, .git/): fine for a tuning table"),
+    "KS217": ("warning", "refers to workspace outputs (results/, trajectory/, .git/); the tuning table kopt tune "
+                         "writes for the kernel (results/<backend>/tuning.csv) is not flagged"),
 }
 
 # ---- backend family (tilelang) -------------------------------------------------------------
@@ -130,6 +131,10 @@ HARNESS_STRINGS = ("candidates.jsonl", "iterations.md", "result.json", "job.json
 #: `KOPT_...` environment knobs: reading the environment is KS208).
 KOPT_STRING = re.compile(r"^kopt($|\.)|[/\\]kopt($|[./\\])", re.IGNORECASE)
 HARNESS_PATH_PARTS = ("results/", "trajectory/", "/results", "/trajectory", ".git/")
+#: The one workspace output a kernel is meant to read: the tuning table `kopt tune` writes for it.
+TUNING_TABLE = re.compile(r"^(.*/)?results/[A-Za-z0-9_.-]+/tuning\.csv$")
+#: Calls that report a failure (an except clause making one is not silent).
+WARNS = ("warnings.warn",)
 GC = ("gc",)
 INTROSPECTION = (
     "inspect", "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",

@@ -5,8 +5,7 @@ the harness, so the small key and bucket logic of the harness's table module is 
 the harness's tests check that both pick the same row.
 
 Table: <repo>/results/tilelang/tuning.csv, where <repo> is two folders above this file's folder
-(this file lives in <repo>/solution/tilelang/); the environment variable KOPT_TUNING_CSV names
-another file. Columns used: device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa,
+(this file lives in <repo>/solution/tilelang/); `lookup(..., path=)` reads another file. Columns used: device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa,
 page_size (0 = contiguous), config (a JSON object); others are ignored.
 
 Rules (the same as the harness's):
@@ -31,7 +30,6 @@ import re
 import warnings
 from pathlib import Path
 
-ENV = "KOPT_TUNING_CSV"
 DEFAULT_TABLE = Path(__file__).resolve().parents[2] / "results/tilelang/tuning.csv"
 _REQUIRED = ("device", "units", "dtype", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size",
              "config")
@@ -42,9 +40,8 @@ _WARNED = set()
 
 
 def table_path():
-    """The tuning table this process reads: $KOPT_TUNING_CSV, else the repository's results table."""
-    p = os.environ.get(ENV)
-    return Path(p) if p else DEFAULT_TABLE
+    """The tuning table this process reads: the repository's results table."""
+    return DEFAULT_TABLE
 
 
 def bucket(seqlen_k):
@@ -109,7 +106,7 @@ def load(path=None):
     hit = _CACHE.get(str(path))
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    rows, bad = [], 0
+    rows = []
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
@@ -121,12 +118,10 @@ def load(path=None):
                     try:
                         rows.append(_row(raw))
                     except (ValueError, KeyError, TypeError, AttributeError):
-                        bad += 1
+                        _warn_once(path, stamp, "malformed row(s) skipped")
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         _warn_once(path, stamp, f"unreadable ({type(e).__name__})")
         rows = []
-    if bad:
-        _warn_once(path, stamp, f"{bad} malformed row(s) skipped")
     _CACHE[str(path)] = (stamp, rows)
     return rows
 
