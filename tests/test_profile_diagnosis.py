@@ -332,3 +332,19 @@ def test_real_h200_case10_profile_diagnoses_a_and_d():
     assert dims["timeline"].score == Score.limiting and {"D", "H"} <= set(dims["timeline"].patterns)
     assert dims["memory"].score == Score.limiting and "A" in dims["memory"].patterns       # 39 % of DRAM peak
     assert dims["stalls"].score != Score.na and dims["tensor"].score != Score.na
+
+
+def test_a_cpu_run_is_not_called_launch_bound():
+    """A 16.6 ms CPU call: the C kernel is no torch op, so the gaps between torch ops are the kernel itself, and
+    no copy ceiling is measured on the CPU: neither dimension may read 'launch-bound' or ask for a bench."""
+    from types import SimpleNamespace
+
+    from kopt.profile import diagnosis
+
+    tl = SimpleNamespace(event_kind="cpu ops", call_stats=lambda: {"kernels_per_call": 9, "span_us": 16_600.0,
+                                                                    "busy_us": 40.0, "gap_pct": 99.8})
+    d = diagnosis.diagnose(diagnosis.Evidence(timeline=tl, vendor="cpu", ideal_bytes=1 << 20, kv_bytes=1 << 20))
+    dims = {x.key: x for x in d.dimensions}
+    assert dims["timeline"].score.value == "NA" and "not launches" in dims["timeline"].reason
+    assert dims["memory"].score.value == "NA" and "run `kopt bench`" not in dims["memory"].reason
+    assert not any("launch" in p for x in d.dimensions for p in x.patterns)

@@ -259,6 +259,10 @@ def timeline(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
                   key=lambda t: -t[1])
     tl = ev.timeline
     cs = tl.call_stats() if tl is not None else {}
+    if cs and ev.vendor == "cpu":  # the C kernel is no torch op: its own run shows as the "gap" between host ops
+        evidence.update(kernels_per_call=cs["kernels_per_call"], call_span_us=cs["span_us"], busy_us=cs["busy_us"],
+                        event_kind=tl.event_kind)
+        return _dim("timeline", [], evidence, CPU_TIMELINE_NA)
     if cs:
         evidence.update(kernels_per_call=cs["kernels_per_call"], call_span_us=cs["span_us"], busy_us=cs["busy_us"],
                         gap_pct=cs["gap_pct"], event_kind=tl.event_kind)
@@ -289,9 +293,20 @@ def timeline(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
     return _dim("timeline", f, evidence, "no timeline and no per-kernel durations")
 
 
+#: Why the timeline and memory dimensions do not apply to a CPU run (its kernel is serial C code on the host).
+CPU_TIMELINE_NA = ("a CPU run: the C kernel's own work is not a torch op, so the timeline's gaps between torch ops are "
+                   "the kernel itself, not launches; nothing here is launch-bound")
+CPU_MEMORY_NA = ("a CPU run: kopt measures no bandwidth ceiling on the CPU, and the serial C kernel is bound by its "
+                 "own arithmetic, not by DRAM; its switch is its tile (compare configs with kopt bench --config)")
+
+
 def memory(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
     """Dimension 6: DRAM throughput vs peak (or effective GB/s vs the copy ceiling) and redundant bytes."""
     m, f = (k.metrics if k else {}), []
+    if ev.vendor == "cpu":
+        cs = ev.timeline.call_stats() if ev.timeline is not None else {}
+        eff = ev.ideal_bytes / (cs["span_us"] * 1e3) if ev.ideal_bytes and cs.get("span_us") else None
+        return _dim("memory", [], {"effective_gbps": eff, "kv_bytes": ev.kv_bytes}, CPU_MEMORY_NA)
     dur = m.get("duration_ns")
     rd, wr, tot = m.get("dram_read_bytes"), m.get("dram_write_bytes"), m.get("dram_bytes")
     achieved = tot / dur if tot and dur else None           # bytes/ns == GB/s

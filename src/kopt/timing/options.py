@@ -115,12 +115,15 @@ class TimingOptions:
     @classmethod
     def _defaults(cls, device: str, quick: bool) -> TimingOptions:
         if is_cpu(device):
-            # The CPU path exists to run the whole loop without a GPU, not for verdicts:
-            # no flush (it would cost more than the call), few samples, ~1.5 s cap per function.
+            # The CPU path runs the whole loop without a GPU: no flush (it would cost more than the call), the
+            # host clock, one thread a side (cpu_threads). Its noise is the host's load, which moves on a scale of
+            # seconds: many short interleaved rounds (each side gets ~1/rounds of the budget per round) put both
+            # sides under the same load, and the median over rounds drops a round a burst hit. Two rounds of
+            # ~0.75 s each read case 10 at 9.2-17.0x across runs on a shared 2-core host.
             stop = StopRule(min_samples=3, min_time_s=0.0, target_rel_ci=0.02,
-                            max_time_s=0.3 if quick else 1.5, max_samples=20 if quick else 200)
-            return cls(cold=False, rounds=2, warmup_s=0.0 if quick else 0.005,
-                       warmup_calls=1 if quick else 3, stop=stop)
+                            max_time_s=0.6 if quick else 2.4, max_samples=60 if quick else 400)
+            return cls(cold=False, rounds=4 if quick else 8, warmup_s=0.0 if quick else 0.02,
+                       warmup_calls=1, stop=stop)
         if quick:
             stop = StopRule(min_samples=20, min_time_s=0.0, target_rel_ci=0.02,
                             max_time_s=0.5, max_samples=200)
