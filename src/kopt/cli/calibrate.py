@@ -19,8 +19,10 @@ def command(
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     as_json: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
 ) -> None:
-    """Time the baseline and the candidate against themselves; store the A/A spread in results/. One `AA:` line per
-    run (SPEEDUP of a function over itself: 1 is no noise), then `CALIBRATION:<device> SPREAD:...`."""
+    """Time the baseline and the candidate against themselves; store the A/A spread in results/.
+
+    One `AA:` line per run (SPEEDUP of a function over itself: 1 is no noise), then `CALIBRATION:<device> SPREAD:...`.
+    """
     from kopt.candidate import resolve
     from kopt.eval import calibrate
     from kopt.eval.bench import BenchOptions

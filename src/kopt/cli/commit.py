@@ -10,10 +10,12 @@ def command(
     allow_empty: bool = typer.Option(False, "--allow-empty", help="Commit an iteration although solution/ is "
                                                                   "unchanged and nothing was logged."),
 ) -> None:
-    """Commit the workspace paths only (solution/, results/, ITERATIONS.md, ledger, trajectory/, knowledge/),
-    with the plots and report regenerated from them (in kopt's own source tree, its templates synced too). Without
-    a `kopt log` entry for this iteration one is written; with nothing changed in solution/ and nothing logged the
-    commit is refused (exit 2) unless --allow-empty."""
+    """Commit the iteration as `[iter N] DESC` with its trajectory snapshot.
+
+    Only the workspace paths (solution/, results/, ITERATIONS.md, ledger, trajectory/, knowledge/), with the plots
+    and report regenerated from them (in kopt's own source tree, its templates synced too). Without a `kopt log`
+    entry for this iteration one is written; with nothing changed in solution/ and nothing logged the commit is
+    refused (exit 2) unless --allow-empty."""
     import sys
 
     from kopt.paths import relative, workspace
