@@ -545,3 +545,15 @@ def test_pair_in_one_session_without_the_eager_figure(monkeypatch):
     monkeypatch.setattr(api, "_timer", lambda device, o: t)
     pt = api.time_pair(lambda: 1, lambda: 2, "cuda", opts)
     assert len(pt.ratios) == opts.rounds and pt.a.eager_median_ms is None and pt.b.eager_median_ms is None
+
+
+def test_host_pairs_of_slow_calls_take_fewer_rounds():
+    """A pair whose calls overrun the time cap keeps MIN_ROUNDS rounds; a fast pair keeps the device's rounds."""
+    from kopt.timing.host import MIN_ROUNDS, HostTimer
+
+    opts = TimingOptions.for_device("cpu")
+    t = HostTimer(opts)
+    t.call_s = [0.01, 0.2]
+    assert t.pair_rounds(opts) == opts.rounds
+    t.call_s = [0.5, 8.0]
+    assert t.pair_rounds(opts) == MIN_ROUNDS

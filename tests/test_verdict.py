@@ -8,7 +8,7 @@ import pytest
 
 from kopt.cases import hidden_variant, load_file, reshaped
 from kopt.eval.verdict import Verdict, hidden_cases, plan
-from kopt.records import CaseResult
+from kopt.records import CaseResult, Status
 
 
 def row(case: int, kind: str, speedup, pct=None, correct=True) -> CaseResult:
@@ -89,3 +89,28 @@ def test_rows_record_their_case_kind():
     r = row(15, "ragged", 1.0)
     assert CaseResult.model_validate_json(r.model_dump_json()).case_kind == "ragged"
     assert "PCT_LIMIT:NA" in machine_line(r)
+
+
+def test_the_cpu_check_runs_the_slow_baseline_once_per_case():
+    """check_saved with base_once: the tolerance baseline runs on the first seed only; the other seeds take its
+    relative error. A right output still passes, a wrong one still fails."""
+    from types import SimpleNamespace
+
+    from kopt.baselines import torch_attention
+    from kopt.cases import Case
+    from kopt.eval import checks
+    from kopt.eval.jobs import SavedOutput
+    from kopt.reference import reference
+    from kopt.workload import make_workload
+
+    case = Case(id=1, batch=2, seqlen_k=33, kv_heads=2, gqa=4, kind="edge")
+    calls = []
+    base = SimpleNamespace(fn=lambda w: calls.append(w.seed) or torch_attention(w))
+    outs = [SavedOutput(file=str(s), seed=s, kind="correct") for s in (1, 2, 3)]
+    right = lambda so: reference(make_workload(case, so.seed, "cpu")).to(make_workload(case, 1).q.dtype)  # noqa: E731
+    got, _ = checks.check_saved(case, "cpu", base, outs, right, base_once=True)
+    assert calls == [1] and [c.status for c in got] == [Status.ok] * 3 and all(c.tol for c in got)
+    got, _ = checks.check_saved(case, "cpu", base, outs, lambda so: right(so) * 0 + 1, base_once=True)
+    assert [c.status for c in got] == [Status.incorrect_numerical] * 3
+    checks.check_saved(case, "cpu", base, outs, right)
+    assert calls == [1, 1, 1, 2, 3], "without base_once every seed runs the baseline"

@@ -33,9 +33,10 @@ def command(
     no_record: bool = typer.Option(False, "--no-record", help="Do not append rows to candidates.jsonl."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     seeds: int = typer.Option(1, "--seeds", min=1, max=16, help="Fresh-seed correctness trials per case."),
-    timing_sets: int = typer.Option(4, "--timing-sets", min=2, max=8,
-                                    help="Input sets the timed calls rotate over, each its own allocation (more "
-                                         "average more placements in device memory; each costs the case's bytes)."),
+    timing_sets: Optional[int] = typer.Option(None, "--timing-sets", min=2, max=8,
+                                              help="Input sets the timed calls rotate over, each its own allocation "
+                                                   "(more average more placements in device memory; each costs the "
+                                                   "case's bytes). Default 4 on a GPU, 2 on the CPU."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for verdicts)."),
     baseline: str = typer.Option("auto", "--baseline", help="auto (flash-attn where it runs, else torch) | fa2 | "
                                                             "fa2-paged | fa3 | flashinfer | torch: a named peer is NA "

@@ -55,10 +55,12 @@ class BenchOptions:
     hidden: bool = False
     """Also check a hidden variant of each case (untimed); a failure there fails the case's row.
     Verdicts add hidden rows of their own (kopt.eval.verdict), so they leave this off."""
-    timing_sets: int = 4
+    timing_sets: Optional[int] = None
     """Input sets the timed calls rotate over (each its own allocation, so a figure averages that many placements
-    of the inputs in device memory; `kopt bench --timing-sets`). Four since the tenth session: with two, one of
-    five bench --all runs on the H200 read R1 2.24% under the five's median while each run's CI was 0.1%."""
+    of the inputs in device memory; `kopt bench --timing-sets`). None: 4 on a GPU (since the tenth session: with
+    two, one of five bench --all runs on the H200 read R1 2.24% under the five's median while each run's CI was
+    0.1%), 2 on the CPU (its caches are far smaller than any case's inputs, and every set is generated twice, in
+    the child and again for the check: on the large cases each costs seconds)."""
     verdict_rows: Optional[int] = None
     """mode=verdict: the rows the whole verify run writes (set by kopt.eval.verdict.plan, kept on each row)."""
     kept_child: bool = True
@@ -184,7 +186,7 @@ def row_label(case: Case, tag: str) -> str:
 
 def _make_job(path: Path, case: Case, device: str, opts: BenchOptions, r: CaseResult) -> Job:
     seeds = [fresh_seed() for _ in range(max(opts.seeds, 1))]
-    r.seed, r.timing_sets = seeds[0], max(opts.timing_sets, 2)
+    r.seed, r.timing_sets = seeds[0], max(opts.timing_sets or (2 if device == "cpu" else 4), 2)
     work = Path(tempfile.mkdtemp(prefix="kopt-eval-"))
     return Job(candidate_path=str(path), case=case, device=device, seeds_correct=seeds,
                seeds_timing=[seeds[0]] + [fresh_seed() for _ in range(r.timing_sets - 1)], refill_seed=fresh_seed(),

@@ -32,8 +32,9 @@ def tolerance(ref, base_err: float, dtype) -> float:
     return 2.0 * base_err + 2.0 * eps * float(ref.abs().max()) + 1e-6
 
 
-def check_output(out, ref, base_out, like) -> Check:
-    """Compare one candidate output to the reference; `like` is the query tensor (shape/dtype expected)."""
+def check_output(out, ref, base_out, like, base_err: Optional[float] = None) -> Check:
+    """Compare one candidate output to the reference; `like` is the query tensor (shape/dtype expected). The
+    tolerance comes from the baseline's output `base_out`, or from its error `base_err` when given instead."""
     import torch
 
     if not isinstance(out, torch.Tensor):
@@ -47,7 +48,8 @@ def check_output(out, ref, base_out, like) -> Check:
     if bool(bad.any()):
         return Check(Status.nan_inf, detail=f"{int(bad.sum())} NaN/Inf elements (unwritten output is poisoned with "
                                             f"NaN)")
-    base_err = float((base_out.float().to(ref.device) - ref).abs().max())
+    if base_err is None:
+        base_err = float((base_out.float().to(ref.device) - ref).abs().max())
     err = float((outf - ref).abs().max())
     tol = tolerance(ref, base_err, like.dtype)
     if err > tol:
@@ -73,33 +75,45 @@ def summarize(checks: list[Check]) -> tuple[Status, Validation]:
     return (failed.status if failed else Status.ok), v
 
 
-def check_saved(case, device: str, base, outputs, load, cache: dict | None = None) -> tuple[list[Check], list[str]]:
+def check_saved(case, device: str, base, outputs, load, cache: dict | None = None,
+                base_once: bool = False) -> tuple[list[Check], list[str]]:
     """Each saved output (seed, kind, file) against the fp32 reference of its seed, computed here.
 
     load(saved) returns the output tensor. The tolerance comes from the baseline `base` on the same
     inputs, or from the reference rounded to the dtype where the baseline fails (the exception type
     names are returned). A wrong output of a timed input (`spot`) or of the refilled buffers
     (`refill`) is stale_output. `cache` (seed -> (workload, reference, baseline output)) may be
-    shared between calls; None keeps only the latest seed (one workload in memory)."""
+    shared between calls; None keeps only the latest seed (one workload in memory).
+
+    base_once (the CPU): the baseline runs on the first seed only, and its error relative to the reference's
+    largest magnitude sets the tolerance of the other seeds (same shape, same input distribution). The torch CPU
+    reference is 10x slower than the fp32 reference and the candidate on long caches (8.0 s against 1.2 s and 0.8 s
+    on 131072 keys of 4 heads): run per seed it was most of a CPU verdict's checking time."""
     from kopt.reference import reference
     from kopt.workload import make_workload
 
     memo = {} if cache is None else cache
-    checks, base_failed = [], []
+    checks, base_failed, rel = [], [], None
     for so in outputs:
         if so.seed not in memo:
             w = make_workload(case, so.seed, device)
             ref = reference(w)
-            try:
-                b = base.fn(w)
-            except Exception as e:  # the baseline failing must not pass or fail the candidate silently
-                b = ref.to(w.q.dtype)
-                base_failed.append(type(e).__name__)
+            b = None
+            if rel is None or not base_once:
+                try:
+                    b = base.fn(w)
+                except Exception as e:  # the baseline failing must not pass or fail the candidate silently
+                    b = ref.to(w.q.dtype)
+                    base_failed.append(type(e).__name__)
             if cache is None:
                 memo.clear()
             memo[so.seed] = (w, ref, b)
         w, ref, b = memo[so.seed]
-        chk = check_output(load(so), ref, b, w.q)
+        scale = float(ref.abs().max()) or 1.0
+        if b is not None and rel is None:
+            rel = float((b.float().to(ref.device) - ref).abs().max()) / scale
+        err = None if b is not None else rel * scale
+        chk = check_output(load(so), ref, b, w.q, base_err=err)
         if chk.status == Status.incorrect_numerical and so.kind in ("spot", "refill"):
             chk.status, chk.detail = Status.stale_output, f"{so.kind} output wrong: {chk.detail}"
         checks.append(chk)
@@ -114,7 +128,8 @@ def check_outputs(case, device: str, base, outputs, folder: Path,
     import torch
 
     checks, base_failed = check_saved(case, device, base, outputs,
-                                      lambda so: torch.load(Path(folder) / so.file, weights_only=True), cache)
+                                      lambda so: torch.load(Path(folder) / so.file, weights_only=True), cache,
+                                      base_once=device == "cpu")
     status, v = summarize(checks)
     if status == Status.ok and not checks:
         status, v.detail = Status.runtime_error, "no output was produced"

@@ -73,7 +73,7 @@ def time_pair(fn_a: Callable[[], object], fn_b: Callable[[], object], device: st
     More pairs of rounds follow (up to MORE_ROUNDS x rounds) while a side's pooled samples miss the rule."""
     t = _timer(device, opts)
     ha, hb = t.prepare_all([fn_a, fn_b], ("candidate", "baseline"))  # both replayed as graphs, or neither
-    rounds = max(1, opts.rounds)
+    rounds = max(1, t.pair_rounds(opts) if hasattr(t, "pair_rounds") else opts.rounds)
     rule = opts.stop.split(rounds)
     ra: list[Samples] = []
     rb: list[Samples] = []

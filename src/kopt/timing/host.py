@@ -7,6 +7,9 @@ from collections.abc import Callable
 from kopt.timing.options import Samples, TimingOptions, clock, clock_ns, warmup
 from kopt.timing.stats import StopRule
 
+#: Fewest ABBA rounds of a pair on the host clock, however slow its calls (a median of three ratios).
+MIN_ROUNDS = 3
+
 
 class HostTimer:
     """perf_counter_ns around each call."""
@@ -15,6 +18,17 @@ class HostTimer:
 
     def __init__(self, opts: TimingOptions):
         self.opts = opts
+        self.call_s: list[float] = []
+        """Seconds per warm-up call of each prepared function, in order."""
+
+    def pair_rounds(self, opts: TimingOptions) -> int:
+        """Rounds of a pair on the host clock: opts.rounds, fewer (MIN_ROUNDS at least) when one call of each side
+        is so slow that opts.rounds of them overrun twice the stopping rule's time cap (the torch CPU reference
+        on a large cache: seconds a call, where a round of each would cost minutes)."""
+        pair = sum(self.call_s[-2:])
+        if pair <= 0:
+            return opts.rounds
+        return max(MIN_ROUNDS, min(opts.rounds, int(2 * opts.stop.max_time_s / pair)))
 
     def method(self, use_dev: bool) -> str:
         return "host"
@@ -24,7 +38,7 @@ class HostTimer:
         return [Samples() for _ in fns]
 
     def prepare(self, fn: Callable[[], object]) -> Callable[[], object]:
-        warmup(fn, self.opts)
+        self.call_s.append(warmup(fn, self.opts))
         return fn
 
     def prepare_all(self, fns: list, labels: tuple[str, ...] = ()) -> list:

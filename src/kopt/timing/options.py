@@ -230,11 +230,13 @@ def rotating(fn: Callable[[object], object], inputs: list) -> Rotation:
     return Rotation([functools.partial(fn, w) for w in inputs])
 
 
-def warmup(fn, opts: TimingOptions, before=None, after=None) -> None:
-    """Call fn until both warmup_calls and warmup_s are reached (after the caller's compile call)."""
+def warmup(fn, opts: TimingOptions, before=None, after=None) -> float:
+    """Call fn until both warmup_calls and warmup_s are reached (after the caller's compile call); returns the
+    seconds per call it took."""
     t0, n = clock(), 0
     while n < opts.warmup_calls or clock() - t0 < opts.warmup_s:
         before and before()
         fn()
         after and after()
         n += 1
+    return (clock() - t0) / max(n, 1)
