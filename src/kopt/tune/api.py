@@ -185,8 +185,9 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
                     return
                 ct = finish_case(path, item.case, by_case[item.case.id], opts, parallel=ex.parallel)
                 hosts = f" on {','.join(sorted({s.host or 'NA' for s in ct.shards}))}" if ex.name != "local" else ""
+                what = f"not applicable: {ct.not_applicable}" if ct.not_applicable else _summary(ct)
                 log(f"kopt tune: case {ct.case.id}: {len(ct.configs)} configs in {ct.wall_s:.1f} s"
-                    f" ({ct.meta.device_name}{hosts}, {item.shards} shard(s)); {_summary(ct)}")
+                    f" ({ct.meta.device_name}{hosts}, {item.shards} shard(s)); {what}")
                 out.append(ct)
                 if on_case:
                     on_case(ct)
