@@ -128,7 +128,7 @@ def test_log_entry_shape(ws):
     assert "solution/tilelang/run_kernel.py | 1 +" in e.sections["Changes"]
     assert "| 1 | 0.0500 | 0.1000 | 2.000x | NA |  | ok |" in e.sections["Bench"]
     assert "| 10 | 0.2000 | 0.1000 | 0.500x | NA |  | ok |" in e.sections["Bench"]
-    assert f"`{cid}`: geomean speedup 1.000x over 2 correct case(s); no previous best" in e.sections["Bench"]
+    assert f"`{cid}` (verdict): geomean speedup 1.000x over 2 correct case(s); no previous best" in e.sections["Bench"]
 
 
 def test_log_pending_entry_refused_then_replaced(ws):
@@ -177,6 +177,6 @@ def test_log_outside_git_falls_back_to_last_entry(tmp_path, monkeypatch):
     (ws / "ITERATIONS.md").write_text(journal.render([Entry(number=5, title="old")]))
     e = log.log_iteration(ws, hypothesis="h")
     assert e.number == 6 and "not a git repository" in e.sections["Changes"]
-    assert "no verdict rows" in e.sections["Bench"]
+    assert "no rows of candidate" in e.sections["Bench"] and "not judged" in e.sections["Bench"]
     with pytest.raises(UsageError, match="editor closed"):
         log.log_iteration(ws, hypothesis="h", edit=lambda t: None)

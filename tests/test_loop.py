@@ -261,7 +261,7 @@ def test_an_empty_commit_is_refused_unless_asked_for(tmp_path, monkeypatch):
     iteration(ws, 1, 1.2)
     bench_rows(ws, 1.0)                                      # the ledger changed, the kernel did not
     res = kopt("commit", "-m", "nothing changed", code=2)
-    assert "nothing to commit as iteration 2" in repr(res.exception) + res.stderr
+    assert "nothing changed for iteration 2" in repr(res.exception) + res.stderr
     import git
 
     assert sum(s.startswith("[iter") for s in git.Repo(ws).git.log("--format=%s").splitlines()) == 1

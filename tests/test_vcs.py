@@ -167,9 +167,10 @@ def test_revert_refusals(ws):
     assert "no trajectory snapshot for iteration 7" in failure(kopt("revert", "7"))[1]
     assert "already matches iteration 1" in failure(kopt("revert", "1"))[1]
     assert "iteration number or 'best'" in failure(kopt("revert", "latest"))[1]
-    edit(ws, "# dirty\n")
-    assert failure(kopt("revert", "1")) == (2, "kopt: error: solution/ has uncommitted changes: "
-                                               "commit them (`kopt commit`) or discard them first\n")
+    edit(ws, "# dirty\n")                   # an attempt: recorded as iteration 2, then reverted
+    res = kopt("revert", "1")
+    assert res.exit_code == 0 and res.stdout.splitlines()[0].startswith("[iter 2] attempt, reverted by kopt revert")
+    assert "# dirty" not in (ws / "solution" / "tilelang" / "run_kernel.py").read_text()
 
 
 def test_slugify():

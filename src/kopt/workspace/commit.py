@@ -18,8 +18,9 @@ from kopt.workspace import journal, log, scaffold, vcs
 def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> vcs.CommitResult:
     """Snapshot the iteration into trajectory/ and commit the workspace paths as `[iter N] description`.
 
-    An iteration is an edit of solution/ since the last `[iter N]` commit, or a logged entry N: with neither it is
-    refused (UsageError, exit 2) unless `allow_empty`. Without an entry N in ITERATIONS.md, one is written
+    An iteration is an edit of solution/ or knowledge/ since the last `[iter N]` commit, or a logged entry N: with
+    neither it is refused (UsageError, exit 2) unless `allow_empty` (the ledger and results/ alone are kopt's writes,
+    not an iteration). Without an entry N in ITERATIONS.md, one is written
     (Changes and Bench filled in, as `kopt log` does) so the log never skips a number."""
     description = " ".join((description or "").split())
     if not description:
@@ -28,9 +29,9 @@ def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> v
     vcs.check_state(repo)
     n = vcs.iterations_done(repo) + 1
     logged = journal.entry_text(ws, n) is not None
-    if not logged and not allow_empty and not solution_changed(repo, ws):
-        raise UsageError(f"nothing to commit as iteration {n}: solution/ is unchanged since the last iteration and "
-                         f"ITERATIONS.md has no entry {n}; edit the kernel, or `kopt log ...` first, or pass "
+    if not logged and not allow_empty and not authored_changed(repo, ws):
+        raise UsageError(f"nothing changed for iteration {n}: solution/ and knowledge/ are as the last iteration left "
+                         f"them and ITERATIONS.md has no entry {n}; edit the kernel, or `kopt log ...` first, or pass "
                          "--allow-empty")
     if not logged:
         log.log_iteration(ws, title=_without_prefix(description, n), analysis=UNLOGGED)
@@ -61,10 +62,10 @@ def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> v
 UNLOGGED = "_(not logged: `kopt commit` wrote this entry; no hypothesis or analysis was given)_"
 
 
-def solution_changed(repo, ws: Path) -> bool:
-    """Whether solution/ differs from the last `[iter N]` commit (HEAD when there is none), untracked files
-    included: what makes a commit an iteration of its own."""
-    spec = vcs.pathspecs(repo, ws, ("solution",))
+def authored_changed(repo, ws: Path) -> bool:
+    """Whether solution/ or knowledge/ differs from the last `[iter N]` commit (HEAD when there is none), untracked
+    files included: what makes a commit an iteration of its own."""
+    spec = vcs.pathspecs(repo, ws, ("solution", "knowledge"))
     base = next(iter(vcs.iteration_commits(repo)), None) or ("HEAD" if repo.head.is_valid() else None)
     if base is None:
         return True
