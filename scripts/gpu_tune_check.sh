@@ -39,8 +39,7 @@ for s in $steps; do case $s in
   allquick) run tune_all_quick "${ALL_LIMIT_S:-1200}" "${k[@]}" tune --all --max-configs "${K:-4}" --quick \
               "${gpus[@]}" "${extra[@]}" ;;
   all)      run tune_all "${ALL_LIMIT_S:-1200}" "${k[@]}" tune --all "${gpus[@]}" "${extra[@]}" ;;
-  lookup)   KOPT_TUNING_CSV=${KOPT_TUNING_CSV:-$KOPT_WORKSPACE/results/tilelang/tuning.csv} \
-              run lookup 120 python3 - "$dev" <<'EOF'
+  lookup)   run lookup 120 python3 - "$dev" <<'EOF'
 import sys
 import torch
 sys.path.insert(0, "solution/tilelang")
