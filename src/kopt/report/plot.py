@@ -167,9 +167,10 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
     for outcome, style in (("improved", dict(marker="o", color="tab:green")),
                            ("not improved", dict(marker="s", color="tab:orange")),
                            ("overfit", dict(marker="D", color="tab:purple")),
-                           ("failed", dict(marker="x", color="tab:red"))):
+                           ("failed", dict(marker="x", color="tab:red")),
+                           ("not judged", dict(marker=".", color="tab:gray"))):
         sel = [p for p in pts if p.outcome == outcome]
-        if sel:  # a failed iteration has no geomean: drawn on the lowest best so far
+        if sel:  # a failed or not-judged iteration has no geomean: drawn on the lowest best so far
             ax.scatter([p.iteration for p in sel], [p.geomean or floor for p in sel], label=f"uniform: {outcome}",
                        zorder=3, **style)
     rag = [p for p in pts if p.ragged]
