@@ -178,7 +178,7 @@ def _peers_section(c, imgs: dict) -> str:
 
 
 def _trajectory_section(c, img: str) -> str:
-    cls = {"improved": "ok", "not improved": "watch", "overfit": "watch"}
+    cls = {"improved": "ok", "not improved": "watch", "overfit": "watch", "not judged": "na"}
     rows = [[_e(p.iteration), _e(p.candidate_id), _e(p.geomean), _e(p.ragged), _e(p.device),
              f"<span class='{cls.get(p.outcome, 'limiting')}'>{_e(p.outcome)}</span>"] for p in c.trajectory]
     return (f"<h2>Trajectory</h2><p class='note'>source: {_e(c.trajectory_source)}; geomeans of each iteration's "
