@@ -343,7 +343,8 @@ def test_a_cpu_run_is_not_called_launch_bound():
 
     tl = SimpleNamespace(event_kind="cpu ops", call_stats=lambda: {"kernels_per_call": 9, "span_us": 16_600.0,
                                                                     "busy_us": 40.0, "gap_pct": 99.8})
-    d = diagnosis.diagnose(diagnosis.Evidence(timeline=tl, vendor="cpu", ideal_bytes=1 << 20, kv_bytes=1 << 20))
+    d = diagnosis.diagnose(diagnosis.Evidence(timeline=tl, vendor="cpu", ideal_bytes=1 << 20, kv_bytes=1 << 20,
+                                              native_cpu=True))
     dims = {x.key: x for x in d.dimensions}
     assert dims["timeline"].score.value == "NA" and "not launches" in dims["timeline"].reason
     assert dims["memory"].score.value == "NA" and "run `kopt bench`" not in dims["memory"].reason

@@ -233,7 +233,7 @@ def test_stale_copy_is_refused_not_measured(cluster, workspace, monkeypatch):
     r = CliRunner().invoke(app, ["tune", "--case", "2", "--device", "cpu", "--candidate", str(cand), "--quick",
                                  "--executor", "ray", "--ray-address", cluster.address, "--ray-shared"])
     assert r.exit_code == 1, r.output
-    assert "STATUS:failed" in r.stdout and "MESSAGE:ray_task:_refused_on_host_" in r.stdout and "stale_copy" in r.stdout
+    assert "STATUS:failed" in r.stdout and "MESSAGE:ray_task_refused_on_host_" in r.stdout and "stale_copy" in r.stdout
     assert "kopt: ray: shard 1/2 refused on host" in r.stderr and "retrying once" in r.stderr   # 2 slots: 2 shards
     assert not (workspace / "candidates.jsonl").exists() and not (workspace / "results").exists()
 

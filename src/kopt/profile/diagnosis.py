@@ -53,6 +53,9 @@ class Evidence:
     """The plan's work per unit on the case's lengths (kopt.profile.geometry.plan_balance)."""
     balance_na: str = ""
     """Why `balance` is None (no plan recorded, a plan without block_N / num_splits...)."""
+    native_cpu: bool = False
+    """A CPU run of compiled code (the tilelang C target), not of torch ops: the torch profiler's timeline sees
+    its work only as gaps between ops (a torch candidate keeps the timeline dimension: its ops are its work)."""
 
 
 @dataclass
@@ -259,7 +262,7 @@ def timeline(ev: Evidence, k: Optional[KernelMetrics]) -> Dimension:
                   key=lambda t: -t[1])
     tl = ev.timeline
     cs = tl.call_stats() if tl is not None else {}
-    if cs and ev.vendor == "cpu":  # the C kernel is no torch op: its own run shows as the "gap" between host ops
+    if cs and ev.native_cpu:  # the C kernel is no torch op: its own run shows as the "gap" between host ops
         evidence.update(kernels_per_call=cs["kernels_per_call"], call_span_us=cs["span_us"], busy_us=cs["busy_us"],
                         event_kind=tl.event_kind)
         return _dim("timeline", [], evidence, CPU_TIMELINE_NA)

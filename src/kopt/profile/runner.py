@@ -163,7 +163,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     ev = diagnosis.Evidence(kernels=kernels, timeline=timeline, units=units if device != "cpu" else None,
                             unit_name=info.unit_name, vendor=vendor, source=_source(tool, timeline), kv_bytes=kv,
                             out_bytes=outb, ideal_bytes=ideal, copy_ceiling_gbps=s.copy_ceiling_gbps,
-                            paged=bool(case.variant.page_size))
+                            paged=bool(case.variant.page_size), native_cpu=device == "cpu" and backend != "torch")
     if device != "cpu":  # a CPU run has no grid to balance
         ev.balance, ev.balance_na = _balance(ws, s.candidate_id, case, opts.seed, units, info.name, opts.config)
     s.diagnosis = diagnosis.diagnose(ev)
