@@ -5,7 +5,7 @@
   (reference data from another device, shown, never compared as a measurement).
 - roofline.png: % of the roofline limit per case against 100%, and achieved GB/s against the
   measured ceiling.
-- trajectory.png: verdict geomeans per iteration (uniform and ragged cases), the best so far,
+- trajectory.png: verdict geomeans per iteration (uniform and ragged cases, held-out draws), the best so far,
   non-improving and failed iterations marked, the shipped and the rule's best named.
 - peers-<device>.png: the peer panel (kopt.report.panel) of each device's newest `kopt peers` run.
 
@@ -166,7 +166,7 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
             floor = min(floor, min(ys))
     for outcome, style in (("improved", dict(marker="o", color="tab:green")),
                            ("not improved", dict(marker="s", color="tab:orange")),
-                           ("overfit", dict(marker="D", color="tab:purple")),
+                           ("overfit", dict(marker="D", color="tab:brown")),
                            ("failed", dict(marker="x", color="tab:red"))):
         sel = [p for p in pts if p.outcome == outcome]
         if sel:  # a failed iteration has no geomean: drawn on the lowest best so far
@@ -177,6 +177,12 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
         ax.plot([p.iteration for p in rag], [p.ragged for p in rag], "d--", color="tab:purple", label="ragged cases")
     else:
         ax.plot([], [], " ", label="ragged cases: no verdict timed them yet")
+    held = [p for p in pts if p.heldout]
+    if held:  # each verdict's own draws: the number to move, not a comparison between iterations
+        ax.plot([p.iteration for p in held], [p.heldout for p in held], "^:", color="tab:cyan",
+                label="held-out draws (each verdict's own)")
+    else:
+        ax.plot([], [], " ", label="held-out draws: no verdict timed them yet")
     s = c.shown
     bb = s.best_by_rule.candidate_id if s and s.best_by_rule else None
     for p in pts[::-1]:

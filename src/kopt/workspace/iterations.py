@@ -310,6 +310,8 @@ class IterPoint:
     """Geomean speedup of the verdict over the ragged cases (None: none timed)."""
     reason: str = ""
     """The improvement rule's reason for the outcome."""
+    heldout: Optional[float] = None
+    """Geomean speedup of the verdict over its held-out draws (None: none timed)."""
 
 
 def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
@@ -334,9 +336,12 @@ def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
         except Exception:  # no git, no snapshots, an older layout: fall back to the ledger
             hist = []
     if hist:
-        return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
-                          h.geomean_ragged or geomeans(verdict(h.candidate_id)).ragged, h.reason)
-                for h in hist], "git [iter N] commits"
+        out = []
+        for h in hist:
+            g = geomeans(verdict(h.candidate_id))
+            out.append(IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
+                                 h.geomean_ragged or g.ragged, h.reason, g.heldout))
+        return out, "git [iter N] commits"
 
     order = {cid: str(rs[0].get("timestamp") or "") for cid, rs in by_cid.items()}
     thr, best, best_r, out = threshold(ws, rows=rows), None, None, []
@@ -346,6 +351,8 @@ def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
         gm, gr = g.uniform, g.ragged
         j = judge(gm, gr, failed(v), best, best_r, thr)  # the rule `history` applies
         if j.outcome == "improved":
+            j = overfit(j, v, rows, thr)
+        if j.outcome == "improved":
             best, best_r = gm, gr
-        out.append(IterPoint(i, cid, gm, j.outcome, verdict_device(v), gr, j.reason))
+        out.append(IterPoint(i, cid, gm, j.outcome, verdict_device(v), gr, j.reason, g.heldout))
     return out, "ledger verdict rows by candidate" if out else "none"
