@@ -256,3 +256,24 @@ def test_the_report_shows_the_groups_and_each_held_out_draw():
     assert "held-out" in html and "1.200x" in html
     c.shown.verdict_run = "v0"
     assert "has no held-out rows" in _heldout_section(c)
+
+
+def test_the_peer_panel_names_each_draw_and_gives_each_group_its_geomean():
+    from kopt.report import panel
+
+    def prow(case, kind, best, model=None):
+        return row(case, kind, best, model=model, shape="hq8-hkv1-d128-b2-s99-equal" if model else None,
+                   mode="peers", variant="bf16-d128-contig-ragged",
+                   peers=[{"peer": "fa2", "ref": "flash_attn-2.8.3", "correct": True, "speedup": best,
+                           "timing": {"method": "cupti", "median_ms": 0.01, "q1_ms": 0.01, "q3_ms": 0.01,
+                                      "min_ms": 0.01, "n": 5, "rel_iqr": 0.0},
+                           "ref_timing": {"method": "cupti", "median_ms": 0.01 * best, "q1_ms": 0.01,
+                                          "q3_ms": 0.01, "min_ms": 0.01, "n": 5, "rel_iqr": 0.0}}]).model_dump(
+            mode="json")
+
+    p = panel.build([prow(4, "perf", 2.0), prow(19, "seed", 1.5), prow(1001, "heldout", 0.8, "llama-3.1-70b-tp8"),
+                     prow(1002, "heldout", 1.25, "qwen2.5-7b")], {4: "perf", 19: "seed"})
+    text = "\n".join(panel.notes(p))
+    assert "edge + perf: 2.00x (1 cases)" in text and "seed: 1.50x (1 cases)" in text
+    assert "held-out: 1.00x (2 cases)" in text
+    assert any("llama-3.1-70b-tp8 hq8-hkv1" in r.variant for r in p.rows)

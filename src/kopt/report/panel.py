@@ -118,7 +118,11 @@ def build(rows: list[dict], kinds: Optional[dict[int, str]] = None) -> Panel:
         cells = {c.peer: c for c in map(_cell, r.get("peers") or [])}
         seen |= set(cells)
         case = int(r.get("case") or 0)
-        prs.append(PanelRow(case, (kinds or {}).get(case, "NA"), r.get("variant") or "NA", str(r.get("status", "NA")),
+        kind = r.get("case_kind") if r.get("case_kind") in ("seed", "heldout", "custom") else None
+        variant = r.get("variant") or "NA"
+        if r.get("model"):  # a held-out draw's id is a position in its draw: its model and shape name it
+            variant = f"{r['model']} {r.get('shape') or ''} {variant}"
+        prs.append(PanelRow(case, kind or (kinds or {}).get(case, "NA"), variant, str(r.get("status", "NA")),
                             r.get("runtime_ms"), cells))
     first = rows[0] if rows else {}
     return Panel([p for p in PEERS if p in seen] + sorted(seen - set(PEERS)), prs, str(first.get("device", "NA")),
@@ -154,9 +158,11 @@ def notes(p: Panel) -> list[str]:
     """Geomeans (over the best peer per case; per peer over the cases it ran) and every NA reason."""
     gm, n = p.geomean_best()
     out = [f"geomean speedup over the best peer per case: {_x(gm)} ({n} of {len(p.rows)} cases)"]
-    kinds = {r.kind for r in p.rows}
-    if "ragged" in kinds and len(kinds) > 1:
-        for label, ks in (("edge + perf", {"edge", "perf"}), ("ragged", {"ragged"})):
+    groups = (("edge + perf", {"edge", "perf"}), ("ragged", {"ragged"}), ("seed", {"seed"}),
+              ("held-out", {"heldout"}), ("custom", {"custom"}))
+    present = [(label, ks) for label, ks in groups if any(r.kind in ks for r in p.rows)]
+    if len(present) > 1:
+        for label, ks in present:
             g, k = p.geomean_best(ks)
             out.append(f"  {label}: {_x(g)} ({k} cases)")
     for peer in p.peers:
