@@ -115,19 +115,23 @@ def _time_reigning(p: Path, reigning: Optional[Path], best: Optional[str], v, he
     from kopt.workspace.vcs import export_candidate
 
     me = candidate.candidate_id(p)
-    if reigning is None:
-        if not best or best == me:
-            err.print("held-out pairing: NA (" + ("this candidate is the best" if best else "no best candidate yet")
-                      + ")")
-            return []
-        reigning = export_candidate(workspace(), best, Path(tempfile.mkdtemp(prefix="kopt-reigning-")))
+    with tempfile.TemporaryDirectory(prefix="kopt-reigning-") as tmp:
         if reigning is None:
-            err.print(f"held-out pairing: NA (no commit holds the best candidate {best}; pass --against PATH)")
+            if not best or best == me:
+                err.print("held-out pairing: NA (" + ("this candidate is the best" if best else
+                                                      "no best candidate yet") + ")")
+                return []
+            reigning = export_candidate(workspace(), best, Path(tmp))
+            if reigning is None:
+                err.print(f"held-out pairing: NA (no commit holds the best candidate {best}; pass --against PATH)")
+                return []
+        if candidate.candidate_id(reigning) == me:
+            err.print("held-out pairing: NA (--against is this candidate)")
             return []
-    err.print(f"held-out pairing: timing the reigning candidate {candidate.candidate_id(reigning)} on the same "
-              f"{len(v.heldout)} draws")
-    rows = verdict.time_reigning(reigning, held, opts, v.heldout[0].run_id or "", on_result)
-    v.best_id = candidate.candidate_id(reigning)
+        err.print(f"held-out pairing: timing the reigning candidate {candidate.candidate_id(reigning)} on the same "
+                  f"{len(v.heldout)} draws")
+        v.best_id = candidate.candidate_id(reigning)
+        rows = verdict.time_reigning(reigning, held, opts, v.heldout[0].run_id or "", on_result)
     v.vs_best = ranking.heldout_ratio([r.model_dump(mode="json") for r in v.heldout],
                                       [r.model_dump(mode="json") for r in rows])
     return rows
