@@ -41,10 +41,10 @@ def command(
     from kopt.cli.common import err_console
     from kopt.paths import default_candidate
 
-    path = resolve(candidate or default_candidate())
     o = e2e.options(model, device, layers=layers, batch=batch, prompt_len=prompt_len, tokens=tokens,
                     page_size=page_size, dtype=options.choice(dtype, ("fp16", "bf16"), "--dtype"), seed=seed,
                     graph=not no_graph)
+    path = resolve(candidate or default_candidate())
     if not machine and not as_json:
         err_console().print(f"[dim]kopt e2e: {o.model} x{o.layers} layers, batch {o.batch}, prompt {o.prompt_len}, "
                             f"{o.tokens} tokens on {o.device}...[/dim]")

@@ -38,18 +38,27 @@ def options(model: str, device: str = "auto", **given) -> E2EOptions:
     from kopt import workloads
     from kopt.hardware import resolve_device
 
-    workloads.load().model(model)  # unknown names: a usage error listing the valid ones
+    m = workloads.load().model(model)  # unknown names: a usage error listing the valid ones
     dev = resolve_device(device)
     sizes = CPU_DEFAULTS if dev == "cpu" else CUDA_DEFAULTS
     vals = {k: v for k, v in given.items() if v is not None}
     if vals.get("page_size") == 0:
         vals.pop("page_size")
     try:
-        return E2EOptions(model=model, device=dev, **{**sizes, **vals})
+        o = E2EOptions(model=model, device=dev, **{**sizes, **vals})
     except ValidationError as e:
         err = e.errors()[0]
         flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "an option"
         raise UsageError(f"{flag}: {err['msg']}") from None
+    check_context(o, m.max_context)
+    return o
+
+
+def check_context(o: E2EOptions, max_context: int) -> None:
+    """A usage error when the prompt and the decoded tokens do not fit the model's context."""
+    if o.prompt_len + o.tokens > max_context:
+        raise UsageError(f"--prompt-len {o.prompt_len} + --tokens {o.tokens} exceed {o.model}'s context "
+                         f"({max_context})")
 
 
 def small_check(device: str = "auto") -> E2EOptions:

@@ -77,7 +77,7 @@ def build(d: dict, max_context: int, dtype, device: str, seed: int) -> Built:
     cfg = LlamaConfig(vocab_size=d["vocab"], hidden_size=d["hidden"], intermediate_size=d["intermediate"],
                       num_hidden_layers=d["layers"], num_attention_heads=d["heads"],
                       num_key_value_heads=d["kv_heads"], head_dim=d["head_dim"], max_position_embeddings=max_context,
-                      tie_word_embeddings=False, attn_implementation="sdpa")
+                      tie_word_embeddings=False, initializer_range=d["hidden"] ** -0.5, attn_implementation="sdpa")
     torch.manual_seed(seed)
     with torch.device(device):
         lm = LlamaForCausalLM(cfg)

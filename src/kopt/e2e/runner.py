@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kopt.e2e import check, decode, kvcache, llama
 from kopt.e2e.models import E2EOptions, E2EResult
-from kopt.errors import CandidateLoadError, UsageError
+from kopt.errors import CandidateLoadError
 from kopt.records import Status
 
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
@@ -67,14 +67,13 @@ def run(path: Path, o: E2EOptions) -> E2EResult:
     import torch
 
     from kopt import candidate, workloads
+    from kopt.e2e import check_context
     from kopt.hardware import detect
     from kopt.paths import relative
 
     t_start = time.perf_counter()
     m = workloads.load().model(o.model)
-    if o.prompt_len + o.tokens > m.max_context:
-        raise UsageError(f"--prompt-len {o.prompt_len} + --tokens {o.tokens} exceed {m.name}'s context "
-                         f"({m.max_context})")
+    check_context(o, m.max_context)
     res = E2EResult(options=o, candidate_id=candidate.candidate_id(path), candidate_path=relative(path),
                     transformers=llama.transformers_version(), device=detect(o.device).name)
     if o.device == "cpu":
