@@ -52,6 +52,7 @@ def command(
     if not no_record:
         e2e.record(res)
     if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "a") as fh:
             fh.write(res.model_dump_json() + "\n")
     if as_json:

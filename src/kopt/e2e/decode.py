@@ -36,7 +36,11 @@ class Stepper:
         self.captured_calls = 0
         self.cuda = dev.type == "cuda"
         if graph and self.cuda:
-            self._capture()
+            try:
+                self._capture()
+            except kvcache.CandidateFailure as e:
+                raise kvcache.CandidateFailure(f"CUDA-graph capture of the step (--no-graph runs it eagerly): {e}") \
+                    from None
 
     def _activate(self, step: int) -> None:
         a = kvcache.ACTIVE
