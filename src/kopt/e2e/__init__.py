@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from kopt.e2e.models import E2EOptions, E2EResult, StepGap, latest_line, parse_line  # noqa: F401
+from kopt.e2e.models import E2EOptions, E2EResult, StepGap, check_context, latest_line, parse_line  # noqa: F401
 from kopt.errors import UsageError
 from kopt.records import Status
 
@@ -52,13 +52,6 @@ def options(model: str, device: str = "auto", **given) -> E2EOptions:
         raise UsageError(f"{flag}: {err['msg']}") from None
     check_context(o, m.max_context)
     return o
-
-
-def check_context(o: E2EOptions, max_context: int) -> None:
-    """A usage error when the prompt and the decoded tokens do not fit the model's context."""
-    if o.prompt_len + o.tokens > max_context:
-        raise UsageError(f"--prompt-len {o.prompt_len} + --tokens {o.tokens} exceed {o.model}'s context "
-                         f"({max_context})")
 
 
 def small_check(device: str = "auto") -> E2EOptions:

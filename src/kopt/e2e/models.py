@@ -38,6 +38,15 @@ class E2EOptions(BaseModel):
     """Timed steps left out of the medians (their first replays)."""
 
 
+def check_context(o: E2EOptions, max_context: int) -> None:
+    """A usage error when the prompt and the decoded tokens do not fit the model's context."""
+    from kopt.errors import UsageError
+
+    if o.prompt_len + o.tokens > max_context:
+        raise UsageError(f"--prompt-len {o.prompt_len} + --tokens {o.tokens} exceed {o.model}'s context "
+                         f"({max_context})")
+
+
 class StepGap(BaseModel):
     """One decode step: the largest logit differences (over the batch and the vocabulary) and the allowance."""
 

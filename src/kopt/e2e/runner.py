@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from kopt.e2e import check, decode, kvcache, llama
-from kopt.e2e.models import E2EOptions, E2EResult
+from kopt.e2e.models import E2EOptions, E2EResult, check_context
 from kopt.errors import CandidateLoadError
 from kopt.records import Status
 
@@ -67,7 +67,6 @@ def run(path: Path, o: E2EOptions) -> E2EResult:
     import torch
 
     from kopt import candidate, workloads
-    from kopt.e2e import check_context
     from kopt.hardware import detect
     from kopt.paths import relative
 
