@@ -72,10 +72,10 @@ class _Attn:
     layer_idx = 1
 
 
-def _decode_with(fn, step=3):
+def _decode_with(fn, step=3, who="candidate"):
     st = kvcache.empty_store(2, 1, 8, 2, 4, torch.float32, "cpu")
     a = kvcache.ACTIVE
-    a.store, a.decode, a.prefill, a.step = st, fn, False, step
+    a.store, a.decode, a.prefill, a.step, a.who = st, fn, False, step, who
     q, k = torch.randn(1, 4, 1, 4), torch.randn(1, 2, 1, 4)
     return kvcache.attention(_Attn(), q, k, k.clone(), None, scaling=0.5)
 
@@ -91,6 +91,9 @@ def test_a_raising_or_misshapen_candidate_is_named_with_its_step_and_layer():
         _decode_with(lambda q, *a: q[..., :2])
     out, _ = _decode_with(lambda q, *a: q * 2)
     assert out.shape == (1, 1, 4, 4)
+    with pytest.raises(kvcache.CandidateFailure, match=r"layer 1: the baseline raised RuntimeError") as e:
+        _decode_with(boom, who="baseline")
+    assert e.value.who == "baseline", "a failing baseline is not the candidate's failure"
 
 
 # ---------------------------------------------------------------- the rule

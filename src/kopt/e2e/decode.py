@@ -24,10 +24,10 @@ class Decoded:
 class Stepper:
     """One run's decode step over its store, with a decode function, eager or captured in a CUDA graph."""
 
-    def __init__(self, lm, store: kvcache.Store, decode: Callable, graph: bool):
+    def __init__(self, lm, store: kvcache.Store, decode: Callable, graph: bool, who: str = "candidate"):
         import torch
 
-        self.lm, self.store, self.decode = lm, store, decode
+        self.lm, self.store, self.decode, self.who = lm, store, decode, who
         b = store.pos.shape[0]
         dev = store.pos.device
         self.ids = torch.zeros((b, 1), dtype=torch.long, device=dev)
@@ -39,12 +39,12 @@ class Stepper:
             try:
                 self._capture()
             except kvcache.CandidateFailure as e:
-                raise kvcache.CandidateFailure(f"CUDA-graph capture of the step (--no-graph runs it eagerly): {e}") \
-                    from None
+                raise kvcache.CandidateFailure(f"CUDA-graph capture of the step (--no-graph runs it eagerly): {e}",
+                                               e.who) from None
 
     def _activate(self, step: int) -> None:
         a = kvcache.ACTIVE
-        a.store, a.decode, a.prefill, a.step = self.store, self.decode, False, step
+        a.store, a.decode, a.prefill, a.step, a.who = self.store, self.decode, False, step, self.who
 
     def _step(self) -> None:
         s = self.store

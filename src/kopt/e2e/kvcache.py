@@ -18,7 +18,12 @@ ATTN_NAME = "kopt_e2e"
 
 
 class CandidateFailure(Exception):
-    """The candidate's `run` raised or returned something the model cannot use (the message says where)."""
+    """A decode function raised or returned something the model cannot use (the message says where): the
+    candidate's `run`, or (`who`) the baseline's or the reference's."""
+
+    def __init__(self, message: str, who: str = "candidate"):
+        super().__init__(message)
+        self.who = who
 
 
 @dataclass
@@ -101,6 +106,8 @@ class Active:
     store: Optional[Store] = None
     decode: Optional[Callable] = None     # (q [B,1,Hq,D], k, v, seqlens, block_table, scale) -> [B,1,Hq,D]
     prefill: bool = False
+    who: str = "candidate"
+    """Whose decode function runs: candidate, baseline or reference (named in a failure)."""
     step: int = 0
     calls: int = 0
     sdpa: Optional[Callable] = None
@@ -126,21 +133,31 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     except CandidateFailure:
         raise
     except Exception as e:
-        raise CandidateFailure(f"decode step {a.step}, layer {layer}: run raised {type(e).__name__}: "
-                               f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
-    _check_out(out, q, a.step, layer)
+        raise CandidateFailure(f"decode step {a.step}, layer {layer}: {_whose(a.who)} raised {one_line(e)}",
+                               a.who) from None
+    _check_out(out, q, a.step, layer, a.who)
     return out, None
 
 
-def _check_out(out, q, step: int, layer: int) -> None:
+def _whose(who: str) -> str:
+    return "run" if who == "candidate" else f"the {who}"
+
+
+def one_line(e: BaseException) -> str:
+    """`Type: first line of the message` of an exception."""
+    text = str(e).splitlines()[0][:200] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}".rstrip(": ")
+
+
+def _check_out(out, q, step: int, layer: int, who: str) -> None:
     import torch
 
-    where = f"decode step {step}, layer {layer}: run returned"
+    where = f"decode step {step}, layer {layer}: {_whose(who)} returned"
     if not isinstance(out, torch.Tensor):
-        raise CandidateFailure(f"{where} {type(out).__name__}, not a tensor")
+        raise CandidateFailure(f"{where} {type(out).__name__}, not a tensor", who)
     if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.device != q.device:
         raise CandidateFailure(f"{where} {tuple(out.shape)} {out.dtype} on {out.device}; the model needs "
-                               f"{tuple(q.shape)} {q.dtype} on {q.device}")
+                               f"{tuple(q.shape)} {q.dtype} on {q.device}", who)
 
 
 def fp32_attention(q, k, v, seqlens, block_table, scale):

@@ -76,8 +76,8 @@ class E2EResult(BaseModel):
     status: Status = Status.ok
     message: str = ""
     """Why it failed (the step and the gap), or a note on a pass (a token parted at a near tie)."""
-    error_kind: Optional[Literal["usage", "candidate"]] = None
-    """Set when the run stopped: a usage error (exit 2) or the candidate failed (exit 1)."""
+    error_kind: Optional[Literal["usage", "candidate", "baseline"]] = None
+    """Set when the run stopped: a usage error (exit 2), the candidate or the baseline failed (exit 1)."""
     candidate_id: str = ""
     candidate_path: str = ""
     backend: str = "NA"

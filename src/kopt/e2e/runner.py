@@ -45,7 +45,7 @@ def _candidate(path: Path):
     return mod, fn
 
 
-def _first_call(fn, store: kvcache.Store, q_shape, dtype, scale) -> float:
+def _first_call(fn, store: kvcache.Store, q_shape, dtype, scale, who: str = "candidate") -> float:
     """One standalone call on the store (compiles where the kernel compiles on first use); its seconds."""
     import torch
 
@@ -55,8 +55,8 @@ def _first_call(fn, store: kvcache.Store, q_shape, dtype, scale) -> float:
     try:
         fn(q, store.k[0], store.v[0], store.seqlens, store.block_table, scale)
     except Exception as e:
-        raise kvcache.CandidateFailure(f"first call (compile) raised {type(e).__name__}: "
-                                       f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
+        name = "run" if who == "candidate" else f"the {who}"
+        raise kvcache.CandidateFailure(f"first call (compile) of {name} raised {kvcache.one_line(e)}", who) from None
     if store.pos.is_cuda:
         torch.cuda.synchronize()
     return time.perf_counter() - t0
@@ -89,9 +89,10 @@ def run(path: Path, o: E2EOptions) -> E2EResult:
             res.ref, base, base_page = _baseline(case, o.device, o.page_size)
             _decode_all(res, built.lm, m, o, dtype, cand, base, base_page)
     except (CandidateLoadError, kvcache.CandidateFailure) as e:
-        load = isinstance(e, CandidateLoadError)
-        res.passed, res.error_kind, res.message = False, "candidate", str(e)
-        res.status = Status.compile_error if load else Status.runtime_error
+        who = getattr(e, "who", "candidate")
+        res.passed, res.error_kind, res.message = False, "candidate" if who == "candidate" else "baseline", str(e)
+        res.status = Status.compile_error if isinstance(e, CandidateLoadError) else Status.runtime_error \
+            if who == "candidate" else Status.baseline_error
     res.wall_s = time.perf_counter() - t_start
     return res
 
@@ -108,12 +109,12 @@ def _decode_all(res: E2EResult, lm, m, o: E2EOptions, dtype, cand, base, base_pa
     graph = o.graph and o.device == "cuda"
     n, layers = o.tokens, o.layers
 
-    def stepper(fn, page, use_graph=graph):
+    def stepper(fn, page, use_graph=graph, who="candidate"):
         st = kvcache.relaid(master, page, o.seed)
-        return decode.Stepper(lm, st, fn, use_graph)
+        return decode.Stepper(lm, st, fn, use_graph, who)
 
-    sb = stepper(base, base_page)
-    _first_call(base, sb.store, q_shape, dtype, scale)
+    sb = stepper(base, base_page, who="baseline")
+    _first_call(base, sb.store, q_shape, dtype, scale, "baseline")
     b = sb.run(first, n)
     res.ref_timing = decode.timing(b.times_ms, o.warmup, sb.method)
 
@@ -126,7 +127,7 @@ def _decode_all(res: E2EResult, lm, m, o: E2EOptions, dtype, cand, base, base_pa
     res.calls = int(sc.captured_calls if sc.graph is not None else kvcache.ACTIVE.calls)
     res.timing = decode.timing(c.times_ms, o.warmup, sc.method)
 
-    f = stepper(kvcache.fp32_attention, None, False).run(first, n, forced=b.tokens)
+    f = stepper(kvcache.fp32_attention, None, False, "reference").run(first, n, forced=b.tokens)
     parted = check.first_parting(b.tokens, c.tokens)
     cand_logits = c.logits
     margin = None
@@ -140,7 +141,7 @@ def _decode_all(res: E2EResult, lm, m, o: E2EOptions, dtype, cand, base, base_pa
     res.max_logit_diff_fp32 = max(s.vs_fp32 for s in res.steps)
     res.base_logit_diff_fp32 = max(s.base_vs_fp32 for s in res.steps)
 
-    sn = stepper(kvcache.no_attention, o.page_size)
+    sn = stepper(kvcache.no_attention, o.page_size, who="reference")
     res.null_timing = decode.timing(sn.run(first, n).times_ms, o.warmup, sn.method)
     if res.timing and res.ref_timing:
         res.step_speedup = res.ref_timing.median_ms / res.timing.median_ms
