@@ -186,6 +186,34 @@ def test_usage_errors_are_one_line_and_exit_2(monkeypatch):
     assert code == 2 and 'needs Hugging Face transformers: pip install -e ".[e2e]"' in err
 
 
+@pytest.mark.parametrize("ok", [True, False])
+def test_verify_e2e_is_part_of_the_verdict(monkeypatch, workspace, ok):
+    from kopt import e2e
+    from kopt.eval import verdict
+    from kopt.records import CaseResult
+    from kopt.workspace import ledger
+
+    row = CaseResult(row_id="r", run_id="v1", mode="verdict", case=4, compiled=True, correct=True, runtime_ms=1.0,
+                     ref_runtime_ms=1.0, speedup=1.0)
+    monkeypatch.setattr(verdict, "run_on", lambda *a, **k: verdict.Verdict([row], [], []))
+    asked = []
+
+    def fake_run(path, o, timeout_s=600.0):
+        asked.append(o)
+        return _result(passed=ok, status=Status.ok if ok else Status.incorrect_numerical)
+
+    monkeypatch.setattr(e2e, "run", fake_run)
+    res = kopt("verify", SHIPPED, "--e2e", "--device", "cpu", "--heldout", "0", "--no-pair", "--machine")
+    lines = res.stdout.strip().splitlines()
+    assert res.exit_code == (0 if ok else 1), res.stdout
+    assert asked[0].model == "tinyllama-1.1b" and asked[0].layers == 2 and asked[0].page_size == 16
+    assert parse_line(lines[-2])["E2E"] == ("pass" if ok else "fail")
+    assert lines[-1].startswith("VERDICT:pass " if ok else "VERDICT:fail ") and lines[-1].endswith(
+        " E2E:pass" if ok else " E2E:fail")
+    rows = ledger.load_dicts(workspace / "candidates.jsonl").rows
+    assert [(r["mode"], r["run_id"]) for r in rows] == [("e2e", "v1")]
+
+
 needs_transformers = pytest.mark.skipif(__import__("importlib").util.find_spec("transformers") is None,
                                         reason="transformers not installed (the e2e extra)")
 

@@ -86,8 +86,12 @@ def command(
         ref_rows = _time_reigning(p, reigning, best, v, held, opts, err, on_result if machine else None)
     e2e_res = _e2e(p, device, timeout, v, machine) if e2e else None
     passed = v.passed and (e2e_res is None or e2e_res.passed)
+    line = v.line()
+    if e2e_res is not None:  # the e2e check is part of the verdict: it fails with it
+        line = ("VERDICT:fail" + line[len("VERDICT:pass"):] if not passed and line.startswith("VERDICT:pass")
+                else line) + f" E2E:{'pass' if e2e_res.passed else 'fail'}"
     if as_json:
-        print(json.dumps({"verdict": v.line(), "passed": passed, "geomean_speedup": v.geomean,
+        print(json.dumps({"verdict": line, "passed": passed, "geomean_speedup": v.geomean,
                           "geomean_speedup_ragged": v.geomean_ragged, "geomean_pct_limit": v.geomean_pct_limit,
                           "geomean_pct_limit_ragged": v.geomean_pct_limit_ragged,
                           "geomean_speedup_seed": v.geomean_seed, "geomean_speedup_heldout": v.geomean_heldout,
@@ -105,7 +109,7 @@ def command(
             table(v.rows)
         if e2e_res is not None:
             print(e2e_res.line(), flush=True)
-        print(v.line(), flush=True)
+        print(line, flush=True)
     if not passed:
         raise typer.Exit(1)
 
