@@ -62,6 +62,14 @@ def _first_call(fn, store: kvcache.Store, q_shape, dtype, scale, who: str = "can
     return time.perf_counter() - t0
 
 
+def _share(null, step):
+    """1 - null step / step; None when either is missing or the step was not slower than the null step (the
+    noise of a busy host hides the attention: not measured, never 0)."""
+    if not (null and step) or null.median_ms >= step.median_ms:
+        return None
+    return 1 - null.median_ms / step.median_ms
+
+
 def run(path: Path, o: E2EOptions) -> E2EResult:
     """The e2e run of the candidate at path (module docstring); a usage error or CandidateFailure stops it."""
     import torch
@@ -145,10 +153,7 @@ def _decode_all(res: E2EResult, lm, m, o: E2EOptions, dtype, cand, base, base_pa
     res.null_timing = decode.timing(sn.run(first, n).times_ms, o.warmup, sn.method)
     if res.timing and res.ref_timing:
         res.step_speedup = res.ref_timing.median_ms / res.timing.median_ms
-    if res.null_timing and res.timing:
-        res.attn_share = max(0.0, 1 - res.null_timing.median_ms / res.timing.median_ms)
-    if res.null_timing and res.ref_timing:
-        res.ref_attn_share = max(0.0, 1 - res.null_timing.median_ms / res.ref_timing.median_ms)
+    res.attn_share, res.ref_attn_share = _share(res.null_timing, res.timing), _share(res.null_timing, res.ref_timing)
     if sc.graph is not None:
         q = torch.randn(q_shape, dtype=dtype, device=o.device)
         res.kernels_seen, res.kernels = check.kernels_seen(
