@@ -87,11 +87,13 @@ def judge(gaps: list[StepGap], finite_bad: Optional[int], parted: Optional[int],
 
 
 def kernel_names(fn: Callable[[], object], repeat: int = 1) -> Counter:
-    """Device kernels (by name, with counts) of `repeat` calls of fn under the profiler; memcpy / memset left out."""
+    """Device kernels (by name, with counts) of `repeat` calls of fn under the profiler, after one call outside it
+    (a first call may set up: allocate, zero counters); memcpy / memset left out."""
     import torch
 
     from kopt.timing.cupti import kineto_trace, profiler
 
+    fn()
     torch.cuda.synchronize()
     with profiler() as prof:
         for _ in range(repeat):

@@ -13,7 +13,7 @@ from kopt.errors import CandidateLoadError
 from kopt.records import Status
 
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
-#: Positions past prompt + tokens: the steps replayed under the profiler write there.
+#: Positions past prompt + tokens: the steps replayed for the profiler (one warm, two profiled) write there.
 _SPARE = 8
 
 
