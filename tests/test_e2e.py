@@ -128,6 +128,25 @@ def test_parting_and_tie_margin():
     assert check.tie_margin(logits, base[1], other[1]) == pytest.approx(0.25)
 
 
+@pytest.mark.parametrize("timed, want", [
+    ({"gemm": 8, "tl_decode": 4}, True),
+    ({"gemm": 8, "tl_decode": 2}, False),                  # fewer than once per layer per replay
+    ({"gemm": 8, "tl_decode": 4, "flash_fwd": 4}, False),  # the baseline's kernel ran in the candidate's step
+    ({"gemm": 8, "flash_fwd": 4}, False),                   # a fallback: the candidate's kernel never ran
+    ({}, None),                                             # the profiler saw nothing: NA
+])
+def test_the_profiler_check_wants_the_candidates_kernels_once_per_layer(monkeypatch, timed, want):
+    from collections import Counter
+
+    fake = {"null": {"gemm": 4, "fill": 1}, "cand": {"tl_decode": 1}, "base": {"flash_fwd": 1, "fill": 1},
+            "timed": timed}
+    monkeypatch.setattr(check, "kernel_names", lambda fn, repeat=1: Counter(fake[fn()]))
+    seen, names = check.kernels_seen(lambda: "timed", lambda: "null", lambda: "cand", lambda: "base", layers=2)
+    assert seen is want
+    if want is not None:
+        assert names["candidate_standalone"] == ["tl_decode"] and names["baseline_standalone"] == ["flash_fwd"]
+
+
 # ---------------------------------------------------------------- the line and the row
 
 def _result(**kw) -> E2EResult:
