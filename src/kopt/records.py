@@ -137,7 +137,7 @@ class CaseResult(BaseModel):
     run_id: Optional[str] = None
     """Shared by every row of one `kopt bench` / `kopt verify` invocation."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    mode: Literal["signal", "verdict", "calibrate", "tune", "peers", "heldout"] = "signal"
+    mode: Literal["signal", "verdict", "calibrate", "tune", "peers", "heldout", "e2e"] = "signal"
     verdict_rows: Optional[int] = Field(default=None, ge=1)
     """mode=verdict: the rows its `kopt verify` run writes in all (perf, matrix, hidden). A run with fewer rows
     in the ledger was stopped before its end and is no verdict (kopt.workspace.ranking.latest_verdict)."""

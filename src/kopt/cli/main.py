@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "calibrate",
     "cases": "cases",
     "doctor": "doctor",
+    "e2e": "e2e",
     "import": "import_rows",
     "candidates": "candidates",
     "commit": "commit",

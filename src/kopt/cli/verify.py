@@ -38,6 +38,8 @@ def command(
     against: Optional[Path] = typer.Option(None, "--against", help="Reigning candidate to time on the same held-out "
                                                                    "draws (default: the best's source from git)."),
     no_pair: bool = typer.Option(False, "--no-pair", help="Do not time the reigning candidate on the held-out draws."),
+    e2e: bool = typer.Option(False, "--e2e", help="Also run a small `kopt e2e` check (the candidate as a decoder's "
+                                                  "attention): the verdict passes only when it passes too."),
     executor: str = ExecutorOpts.executor,
     ray_address: Optional[str] = ExecutorOpts.ray_address,
     ray_shared: bool = ExecutorOpts.ray_shared,
@@ -82,8 +84,14 @@ def command(
     ref_rows = []
     if v.heldout and not no_pair:
         ref_rows = _time_reigning(p, reigning, best, v, held, opts, err, on_result if machine else None)
+    e2e_res = _e2e(p, device, timeout, v, machine) if e2e else None
+    passed = v.passed and (e2e_res is None or e2e_res.passed)
+    line = v.line()
+    if e2e_res is not None:  # the e2e check is part of the verdict: it fails with it
+        line = ("VERDICT:fail" + line[len("VERDICT:pass"):] if not passed and line.startswith("VERDICT:pass")
+                else line) + f" E2E:{'pass' if e2e_res.passed else 'fail'}"
     if as_json:
-        print(json.dumps({"verdict": v.line(), "passed": v.passed, "geomean_speedup": v.geomean,
+        print(json.dumps({"verdict": line, "passed": passed, "geomean_speedup": v.geomean,
                           "geomean_speedup_ragged": v.geomean_ragged, "geomean_pct_limit": v.geomean_pct_limit,
                           "geomean_pct_limit_ragged": v.geomean_pct_limit_ragged,
                           "geomean_speedup_seed": v.geomean_seed, "geomean_speedup_heldout": v.geomean_heldout,
@@ -92,15 +100,31 @@ def command(
                           "heldout_vs_best": v.vs_best, "best": v.best_id,
                           "min_speedup": v.min_speedup, "rows": [r.model_dump(mode="json") for r in v.rows],
                           "reigning_rows": [r.model_dump(mode="json") for r in ref_rows],
+                          "e2e": e2e_res.model_dump(mode="json") if e2e_res else None,
                           "wall_s": round(time.perf_counter() - t0, 2)}))
     else:
         if not machine:
             from kopt.cli.output import table
 
             table(v.rows)
-        print(v.line(), flush=True)
-    if not v.passed:
+        if e2e_res is not None:
+            print(e2e_res.line(), flush=True)
+        print(line, flush=True)
+    if not passed:
         raise typer.Exit(1)
+
+
+def _e2e(p: Path, device: str, timeout: float, v, machine: bool):
+    """The small e2e check of the verdict (kopt.e2e.small_check), its row recorded with the verdict's run id."""
+    from kopt import e2e
+    from kopt.cli.common import err_console
+
+    o = e2e.small_check(device)
+    if not machine:
+        err_console().print(f"[dim]e2e check: {o.model} x{o.layers} layers, batch {o.batch}, {o.tokens} tokens[/dim]")
+    res = e2e.run(p, o, timeout)
+    e2e.record(res, v.rows[0].run_id if v.rows else None)
+    return res
 
 
 def _time_reigning(p: Path, reigning: Optional[Path], best: Optional[str], v, held, opts, err, on_result) -> list:

@@ -142,6 +142,16 @@ def _heldout_section(c) -> str:
                       "status"], body, 4))
 
 
+def _e2e_section(c) -> str:
+    """The newest `kopt e2e` line (the candidate inside a decoder's loop), or how to get one."""
+    from kopt.e2e.models import latest_line
+
+    line = latest_line(c.ledger.rows)
+    return "<h2>End to end</h2>" + (f"<p><code data-e2e='1'>{_e(line)}</code></p>" if line else
+                                    "<p class='note'>No e2e rows yet: <code>kopt e2e --model NAME</code> runs the "
+                                    "candidate as a decoder's attention.</p>")
+
+
 def _shown_section(c, ranked: list[dict]) -> str:
     s = c.shown
     if not s or not s.candidate_id:
@@ -245,7 +255,7 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
     body = (f"<h1>kopt campaign report</h1><p class='note'>device {_e(device or 'all')}, ledger rows up to "
             f"{_e(newest)}; ledger lines skipped as unreadable: {c.skipped}. "
             f"{_e(c.stamp())}.</p>" + _shown_section(c, _ranked(ws, c, device)) + _cases_section(c)
-            + _heldout_section(c)
+            + _heldout_section(c) + _e2e_section(c)
             + imgs["speedup"] + imgs["roofline"] + _peers_section(c, imgs)
             + _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{meta}<title>kopt report</title>"
