@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from kopt.errors import UsageError, WorkspaceError
+from kopt.paths import ledger_file
 from kopt.report import refresh_for_commit
-from kopt.workspace import scaffold, vcs
+from kopt.workspace import ledger, scaffold, trajectory, vcs
 
 
 def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
@@ -32,7 +34,9 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
                              "candidates.jsonl, trajectory/, knowledge/) since the last commit")
     n = vcs.iterations_done(repo) + 1
     description = _without_prefix(description, n)
-    snap = vcs.write_snapshot(ws, repo, n, description)
+    ledger.compact(ledger_file(ws))  # the ledger stored lean, older rows archived (reads back the same)
+    snap = trajectory.write(ws, n, description, repo.active_branch.name,
+                            repo.head.commit.hexsha if repo.head.is_valid() else None)
     refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
     message = f"[iter {n}] {description}"
     try:
@@ -58,3 +62,18 @@ def _without_prefix(description: str, n: int) -> str:
     if not rest:
         raise UsageError("give a description after the prefix: kopt commit -m \"what changed\"")
     return rest
+
+
+@dataclass
+class Compaction:
+    """What `kopt compact` did (or, dry, would do)."""
+
+    ledger: ledger.Compacted
+    snapshots: list[trajectory.Migrated]
+
+
+def compact_workspace(ws: Path, dry_run: bool = False) -> Compaction:
+    """Store the workspace lean: the ledger (run records, older rows archived: kopt.workspace.ledger.compact) and
+    every schema 1 trajectory snapshot (its files as a delta: kopt.workspace.trajectory.migrate). Every row and
+    snapshot is checked to read back the same before it replaces the old one. The result is for `kopt commit`."""
+    return Compaction(ledger.compact(ledger_file(ws), dry_run=dry_run), trajectory.migrate(ws, dry_run=dry_run))
