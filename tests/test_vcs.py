@@ -269,7 +269,7 @@ def test_commit_in_kopts_own_tree_syncs_its_templates(ws, monkeypatch):
 def test_commit_goes_ahead_when_the_views_fail(ws, monkeypatch):
     from kopt.report import page
 
-    def boom(ws, screenshot=None):
+    def boom(ws):
         raise RuntimeError("no figures today")
 
     monkeypatch.setattr(page, "refresh", boom)
