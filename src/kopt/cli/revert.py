@@ -18,7 +18,7 @@ def command(
     from kopt.workspace import trajectory, vcs
 
     if to is not None:
-        path, meta = trajectory.pick(workspace(), target.strip().lower())
+        path, meta = vcs.pick_snapshot(workspace(), target.strip().lower())
         written = trajectory.extract(path, to)
         print(f"iteration {meta.iteration} ({path.name}): {len(written)} file(s) written under {to}")
         return

@@ -29,7 +29,7 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
-from kopt.errors import UsageError, WorkspaceError
+from kopt.errors import WorkspaceError
 from kopt.paths import CANDIDATE_REL
 from kopt.workspace import delta
 
@@ -225,40 +225,6 @@ def write(ws: Path, n: int, description: str, branch: str = "", parent_commit: O
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
-
-
-def pick(ws: Path, target: str = "best") -> tuple[Path, SnapshotMeta]:
-    """The snapshot of iteration `target` (its last, when several), or of the best-ranked candidate in the
-    ledger that has one ('best')."""
-    snaps = [(p, m) for p, m in snapshots(ws) if restorable(p)]
-    if not snaps:
-        raise WorkspaceError("no trajectory snapshots yet: `kopt commit` records one per iteration")
-    if target == "best":
-        return _best(ws, snaps)
-    if not target.isdigit():
-        raise UsageError(f"revert target must be an iteration number or 'best', not {target!r}")
-    found = [(p, m) for p, m in snaps if m.iteration == int(target)]
-    if not found:
-        have = ", ".join(str(m.iteration) for _, m in snaps)
-        raise UsageError(f"no trajectory snapshot for iteration {target} (have: {have})")
-    return found[-1]
-
-
-def _best(ws: Path, snaps: list[tuple[Path, SnapshotMeta]]) -> tuple[Path, SnapshotMeta]:
-    """The snapshot of the best-ranked candidate (geomean from the ledger) that has one."""
-    from kopt.paths import ledger_file
-    from kopt.workspace import ranking
-
-    by_cid: dict[str, tuple[Path, SnapshotMeta]] = {}
-    for p, m in snaps:
-        if m.candidate_id:
-            by_cid.setdefault(m.candidate_id, (p, m))  # the first iteration that committed it
-    df, _ = ranking.load_frame(ledger_file(ws))
-    for cid in ranking.rank(df)["candidate_id"]:
-        if cid in by_cid:
-            return by_cid[cid]
-    raise WorkspaceError("no trajectory snapshot holds a candidate ranked in candidates.jsonl: "
-                         "give an iteration number instead (`kopt revert N`)")
 
 
 def extract(path: Path, dest: Path) -> list[str]:
