@@ -265,8 +265,7 @@ def compact(path: Path, archive_at: Optional[int] = None, keep: Optional[int] = 
     """Store ledger `path` lean (kopt.workspace.lean: every row reads back the same, checked before anything is
     replaced); when it is still longer than `archive_at` bytes (ARCHIVE_AT), its older rows go to a new
     xz-compressed generation in archive_dir(path), never rewritten, and about `keep` bytes (KEEP) of the newest
-    stay. Under the
-    ledger's lock, so appends wait; each file is replaced atomically."""
+    stay. Under the ledger's lock, so appends wait; each file is replaced atomically."""
     import lzma
 
     from kopt import atomic
@@ -279,8 +278,10 @@ def compact(path: Path, archive_at: Optional[int] = None, keep: Optional[int] = 
         raw = path.read_bytes()
         items = _items(raw.decode(errors="surrogateescape"))
         gens = generations(path)
-        if gens:  # a compaction cut short between its two files left the file whole: its head is archived
-            done = [_key(i) for i in _items(_archived_text(gens[-1]))]
+        if gens and items:  # a compaction cut short between its two files left the file whole: its head archived
+            text = _archived_text(gens[-1])
+            first = next((r if r is not None else line for _, line, r, _ in lean.decode(text)), None)
+            done = [_key(i) for i in _items(text)] if first is not None and _key(first) == _key(items[0]) else []
             if done and [_key(i) for i in items[:len(done)]] == done:
                 items = items[len(done):]
         out.rows, out.before = sum(isinstance(i, dict) for i in items), len(raw)
