@@ -317,3 +317,20 @@ def test_head_short_names_a_dirty_candidate_folder(ws, monkeypatch):
     assert vcs.head_short(folder) == head + "-dirty"
     monkeypatch.setenv("KOPT_COMMIT", "abc1234")
     assert vcs.head_short(folder) == "abc1234"
+
+
+def test_commit_stores_the_ledger_lean(ws):
+    """kopt commit stores the rows appended since the last one lean (the run's shared fields once) and commits that;
+    every row reads back the same."""
+    import git
+
+    ledger.append(ws / "candidates.jsonl", [CaseResult(row_id=f"r{c}", run_id="v1", mode="verdict", case=c,
+                                                       hypothesis="h" * 200, runtime_ms=0.01 * c) for c in (4, 5, 6)])
+    before = ledger.load_dicts(ws / "candidates.jsonl").rows
+    assert (ws / "candidates.jsonl").read_text().count("h" * 200) == 3
+    edit(ws)
+    res = kopt("commit", "-m", "lean")
+    assert res.exit_code == 0, (res.stdout, res.exception)
+    assert (ws / "candidates.jsonl").read_text().count("h" * 200) == 1
+    assert ledger.load_dicts(ws / "candidates.jsonl").rows == before
+    assert "candidates.jsonl" in git.Repo(ws).git.show("--name-only", "--format=", "HEAD").splitlines()

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from kopt.errors import UsageError, WorkspaceError
+from kopt.errors import LedgerError, UsageError, WorkspaceError
 from kopt.paths import ledger_file
 from kopt.report import refresh_for_commit
 from kopt.workspace import ledger, scaffold, trajectory, vcs
@@ -31,10 +31,14 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
         specs += vcs.pathspecs(repo, ws, (scaffold.OWN_TEMPLATES,))
     if not vcs.changed(repo, specs):
         raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
-                             "candidates.jsonl, trajectory/, knowledge/) since the last commit")
+                             "candidates.jsonl, candidates.archive/, trajectory/, knowledge/) since the last commit")
     n = vcs.iterations_done(repo) + 1
     description = _without_prefix(description, n)
-    ledger.compact(ledger_file(ws))  # the ledger stored lean, older rows archived (reads back the same)
+    try:  # the ledger stored lean, older rows archived; refused (nothing written) unless every row reads back
+        ledger.compact(ledger_file(ws))
+        lean_warning = None
+    except LedgerError as e:
+        lean_warning = f"ledger left as it was: {e}"
     snap = trajectory.write(ws, n, description, repo.active_branch.name,
                             repo.head.commit.hexsha if repo.head.is_valid() else None)
     refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
@@ -46,6 +50,7 @@ def commit_iteration(ws: Path, description: str) -> vcs.CommitResult:
         spec = vcs.pathspecs(repo, ws, (snap.relative_to(ws).as_posix(),))
         repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
         raise
+    warning = "; ".join(w for w in (lean_warning, warning) if w) or None
     return vcs.CommitResult(n, message, sha, snap, synced + list(refreshed), warning)
 
 
