@@ -126,6 +126,10 @@ def test_a_broken_chain_or_a_changed_file_is_an_error_not_a_wrong_restore(ws):
     shutil.rmtree(two)
     with pytest.raises(WorkspaceError, match=f"a delta against {two.name}, which is missing"):
         trajectory.files(three)
+    _iteration(ws, 4)                         # the next snapshot cannot be a delta of a broken one: whole
+    assert kopt("commit", "-m", "iteration 4").exit_code == 0
+    four, meta = trajectory.snapshots(ws)[-1]
+    assert meta.base is None and trajectory.files(four) == trajectory.workspace_files(ws)
 
 
 def test_a_whole_snapshot_again_once_the_deltas_outgrow_the_files(ws):

@@ -86,7 +86,7 @@ def tree_files(root: Path) -> list[str]:
     return sorted({n for n in names if n and os.path.lexists(top / n) and not (top / n).is_dir()})
 
 
-def lean(name: str) -> bool:
+def in_lean_copy(name: str) -> bool:
     """Whether a lean copy holds this path."""
     keep = any(fnmatch.fnmatch(name, k) for k in KEEP)
     return keep or not any(fnmatch.fnmatch(name, p) for p in LEAVE_OUT)
@@ -104,7 +104,7 @@ def measure(root: Path, carry: tuple[Path, ...] = (), limit: int = LIMIT) -> Tra
         by_top.setdefault(top, [0, 0])
         by_top[top][0] += 1
         by_top[top][1] += size
-        out.lean_bytes += size if lean(n) else 0
+        out.lean_bytes += size if in_lean_copy(n) else 0
     out.entries = [Entry(k, n, b) for k, (n, b) in sorted(by_top.items(), key=lambda kv: -kv[1][1])]
     out.entries += carried(root, carry)
     return out
@@ -134,7 +134,7 @@ def write_lean(root: Path, dest: Path, carry: tuple[Path, ...] = (), limit: int 
     if dest == root or root in dest.parents:
         raise UsageError(f"{dest} is inside the repository it copies: pick a folder outside {root}")
     commit = head_short(root / "solution") or head_short(root)
-    names = [n for n in tree_files(root) if lean(n)]
+    names = [n for n in tree_files(root) if in_lean_copy(n)]
     for n in names:
         (dest / n).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / n, dest / n, follow_symlinks=False)

@@ -184,6 +184,16 @@ def _verdict(rows: list[dict]) -> dict:
                 rows=[str(r.get("row_id")) for r in rows])
 
 
+def _previous(ws: Path) -> Optional[tuple[Path, delta.Files]]:
+    """The last restorable snapshot and its files, the base of the next delta; None when there is none or its
+    files cannot be rebuilt (a hand-edited or broken chain: the next snapshot is then stored whole)."""
+    last = next((p for p, _ in reversed(snapshots(ws)) if restorable(p)), None)
+    try:
+        return (last, files(last)) if last is not None else None
+    except WorkspaceError:
+        return None
+
+
 def write(ws: Path, n: int, description: str, branch: str = "", parent_commit: Optional[str] = None) -> Path:
     """Snapshot iteration N (its files, the candidate's latest verdict by row id, entry N of ITERATIONS.md) into
     trajectory/<N>-<stamp>-<label>/, atomically; returns the folder."""
@@ -202,7 +212,7 @@ def write(ws: Path, n: int, description: str, branch: str = "", parent_commit: O
     cid = short_id(h) if h else None
     rows = ranking.latest_verdict(load_dicts(ledger_file(ws)).rows, cid) if cid else []
     new = workspace_files(ws)
-    prev = next(((p, files(p)) for p, _ in reversed(snapshots(ws)) if restorable(p)), None)
+    prev = _previous(ws)
     traj = ws / "trajectory"
     traj.mkdir(exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{n}-", dir=traj))
