@@ -1,16 +1,26 @@
-"""`kopt revert [N|best]`: restore solution/ from a trajectory snapshot as a new commit."""
+"""`kopt revert [N|best]`: restore solution/ from a trajectory snapshot as a new commit (or into a folder)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 
 def command(
     target: str = typer.Argument("best", help="Iteration number, or 'best' (best geomean in the ledger)."),
+    to: Optional[Path] = typer.Option(None, "--to", help="Write the snapshot's files (solution/, its tuning "
+                                                         "tables) into this folder instead; commit nothing."),
 ) -> None:
     """Restore solution/ from snapshot N (or the best candidate's) as a new revert commit, never a reset."""
     from kopt.paths import workspace
-    from kopt.workspace import vcs
+    from kopt.workspace import trajectory, vcs
 
+    if to is not None:
+        path, meta = vcs.pick_snapshot(workspace(), target.strip().lower())
+        written = trajectory.extract(path, to)
+        print(f"iteration {meta.iteration} ({path.name}): {len(written)} file(s) written under {to}")
+        return
     res = vcs.revert(workspace(), target.strip().lower())
     print(f"{res.message}  {res.sha[:10]}")

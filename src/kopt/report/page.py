@@ -266,22 +266,16 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
     return out
 
 
-def refresh(ws: Path, screenshot: Optional[bool] = None) -> list[Path]:
-    """Regenerate the committed views from the workspace's data: the plots, report.html and its
-    screenshot report.png (screenshot None: only where one is already kept and a headless Chromium
-    is installed). Returns the files written."""
-    from kopt.report import browser
+def refresh(ws: Path) -> list[Path]:
+    """Regenerate the committed views from the workspace's data: the plots and report.html (its PNG screenshot,
+    `kopt report --screenshot`, is for looking at and is not committed: .gitignore). Returns the files written."""
     from kopt.report.campaign import load_campaign
     from kopt.report.plot import make_plots
 
     ws = Path(ws)
     c = load_campaign(ws)
     plots = make_plots(ws, campaign=c)
-    page = build(ws, campaign=c, plots=plots)
-    shot = page.with_suffix(".png")
-    if screenshot is None:
-        screenshot = shot.is_file() and browser.find() is not None
-    return plots + [page] + ([browser.screenshot(page, shot)] if screenshot else [])
+    return plots + [build(ws, campaign=c, plots=plots)]
 
 
 def refresh_for_commit(ws: Path) -> tuple[list[Path], Optional[str]]:
@@ -289,5 +283,5 @@ def refresh_for_commit(ws: Path) -> tuple[list[Path], Optional[str]]:
     reported, not fatal: an iteration's kernel and rows matter more than its figures."""
     try:
         return refresh(ws), None
-    except Exception as e:  # matplotlib, a malformed case file, the browser: the commit goes ahead
+    except Exception as e:  # matplotlib, a malformed case file: the commit goes ahead
         return [], f"plots and report not regenerated: {type(e).__name__}: {str(e)[:200]}"

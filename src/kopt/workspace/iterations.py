@@ -1,7 +1,7 @@
 """The loop's iterations and the improvement rule that judges them.
 
 An iteration is one `kopt commit`; its trajectory snapshot records the candidate id and the
-geomeans of that candidate's latest verdict (see kopt.workspace.vcs.SnapshotMeta). The candidate's latest
+geomeans of that candidate's latest verdict (see kopt.workspace.trajectory.SnapshotMeta). The candidate's latest
 verdict in the ledger on the snapshot's device wins over the snapshot's copy, so re-verifying a
 candidate (a newer harness, the ragged cases) re-judges its iteration.
 
@@ -209,7 +209,7 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     earlier H200 iteration, never against a CPU one; the first verdict on a device is an improvement
     (the device's first best)."""
     from kopt.workspace import ranking
-    from kopt.workspace.vcs import snapshots
+    from kopt.workspace.trajectory import snapshots
 
     best: dict = {}
     thr: dict = {}
