@@ -28,7 +28,7 @@ def _short(parents: list[str]) -> str:
 
 def command(
     top: Optional[int] = typer.Option(None, "--top", min=1, help="Show the N best candidates."),
-    case: Optional[int] = typer.Option(None, "--case", help="Rank candidates on one case by runtime."),
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Rank candidates on one case by runtime (one id)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the ranking as CSV."),
     device: Optional[str] = typer.Option(None, "--device", help="Only rows measured on this device (e.g. H200, cpu)."),
@@ -44,9 +44,14 @@ def command(
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")
+    from kopt.cli.options import one_case
+    from kopt.report.shown import check_device
+
+    case = one_case(case)
     # A terminal table of hundreds of rows is unreadable (and slow to lay out): 20 unless asked.
     rep = ranking.report(ledger_file(), top=top or (None if as_json or as_csv else TEXT_TOP), case=case,
                          device=device)
+    check_device(rep.rows, device)
     if rep.skipped:
         err_console().print(f"[yellow]skipped {len(rep.skipped)} unreadable ledger line(s)[/]")
     table = rep.candidates.assign(lineage=[" <- ".join(rep.lineage[c]) for c in rep.candidates["candidate_id"]])

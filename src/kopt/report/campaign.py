@@ -163,6 +163,9 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     c = Campaign()
     c.ledger = load_dicts(ledger_file(ws))
     rows = c.ledger.rows
+    from kopt.report.shown import check_device
+
+    device = check_device(rows, device)  # before any figure is drawn
     if device:
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
     # Iteration geomeans in git snapshots mix devices; a per-device view rebuilds them from its own rows.

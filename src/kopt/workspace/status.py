@@ -127,6 +127,9 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     ws = Path(ws)
     loaded = load_dicts(ledger_file(ws))  # read once: nothing below writes before the stagnation row
     rows = loaded.rows
+    from kopt.report.shown import check_device
+
+    device = check_device(rows, device)  # before anything is written
     hist = history(ws, rows)
     df, _ = ranking.load_frame(ledger_file(ws), device, loaded)
     top = ranking.best(df)
