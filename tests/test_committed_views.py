@@ -32,3 +32,12 @@ def test_committed_plots_and_report_match_the_ledger(tmp_path):
     committed, regenerated = _report_meta(RESULTS / "report.html"), _report_meta(page)
     assert committed == regenerated, "results/tilelang/report.html is stale: run `kopt report --screenshot`"
     assert committed["kopt-cases"] == str(len(c.rows)) and committed["kopt-candidate"] == c.best_id
+
+
+def test_committed_status_md_matches_the_ledger():
+    """results/STATUS.md (the README's link for where the kernel stands) is what `kopt report` writes from the
+    committed ledger and results/hardware-*.json."""
+    from kopt.report.status_md import STATUS_REL, markdown
+
+    assert (REPO / STATUS_REL).read_text() == markdown(REPO), \
+        "results/STATUS.md is stale: run `kopt report` (kopt commit does it too)"

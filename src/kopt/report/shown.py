@@ -107,7 +107,7 @@ class Shown(BaseModel):
         if b is not None:
             one = "the shipped one" if self.source == "shipped" else "the shown one"
             why = (f"the rule judged {one} {self.outcome}" if self.outcome else
-                   f"no committed iteration holds {one}, so the rule never judged it")
+                   f"no iteration holds {one}, so the rule never judged it")
             out += f"; best by the improvement rule: {b.candidate_id} (iteration {b.iteration}), as {why}"
         elif self.rule_best == self.candidate_id:
             out += "; also the best by the improvement rule"
@@ -115,7 +115,8 @@ class Shown(BaseModel):
             out += "; no iteration improved yet, so no best by the rule"
         if r is not None:
             out += f"; first in the ranking by uniform geomean: {r.candidate_id} ({fmt_na(r.geomean, SPEEDUP_FMT)}"
-            out += f", {r.basis} rows), {r.why}" if r.basis else f"), {r.why}"
+            basis = {"signal": "bench"}.get(r.basis or "", r.basis)
+            out += f", {basis} rows), {r.why}" if basis else f"), {r.why}"
         elif self.source == "shipped":
             out += "; also first in the ranking"
         return out
@@ -325,7 +326,7 @@ def _ranked_first(top: Optional[dict], s: Shown, points: list) -> Optional[Ranke
     mine = [p for p in points if p.candidate_id == cid]
     why = (f"iteration {mine[0].iteration}, judged {mine[-1].outcome}"
            + (f" ({mine[-1].reason})" if mine[-1].reason else "") if mine else
-           "no committed iteration holds it, so the rule never judged it")
+           "no iteration holds it, so the rule never judged it")
     return RankedFirst(candidate_id=cid, geomean=top.get("geomean"), basis=top.get("basis"), why=why)
 
 
