@@ -57,6 +57,7 @@ BAD_CONFIG = '{"block_N": -1, "nonsense_key": "x"}'
     (["bench", "--case", "1", "--machine", "--json", "--candidate", SHIP], "--machine and --json are exclusive"),
     (["verify", "--machine", "--json", "--candidate", SHIP], "--machine and --json are exclusive"),
     (["verify", SHIP, "--candidate", SHIP], "give the candidate once"),
+    (["verify", "--candidate", SHIP, "--against", SHIP, "--no-pair"], "--against and --no-pair are exclusive"),
     (["candidates", "--json", "--csv"], "--json and --csv are exclusive"),
     (["bench", "--case", "1", "--device", "cpu", "--candidate", SHIP, "--config", BAD_CONFIG],
      "--config: unknown key nonsense_key"),

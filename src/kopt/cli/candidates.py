@@ -68,7 +68,10 @@ def command(
 
     con = out_console()
     if not len(table):
-        con.print("no candidate rows in candidates.jsonl yet")
+        scope = ", ".join(x for x in (f"case {case}" if case is not None else "",
+                                      f"device {device}" if device else "") if x)
+        con.print(f"no candidate rows for {scope} among the ledger's {len(rep.rows)} rows" if rep.rows and scope
+                  else "no candidate rows in candidates.jsonl yet")
         return
     for line in shown.lines():
         con.print(line, highlight=False, soft_wrap=True)

@@ -59,6 +59,10 @@ def command(
     t0 = time.perf_counter()
     options.output_mode(machine, as_json)
     path = options.candidate_arg(candidate, path)
+    if against is not None and no_pair:
+        from kopt.errors import UsageError
+
+        raise UsageError("--against and --no-pair are exclusive: --against names the candidate to pair with")
     cf = load_file()
     ids = parse_ids(case)
     if ids:
