@@ -58,7 +58,8 @@ def command(
     if as_csv:
         print(table.to_csv(index=False), end="")
         return
-    shown = shown_candidate(workspace(), rep.rows, device=device)
+    first = ranking.records(rep.candidates.head(1)) if case is None else []  # the ranking's first: not ranked again
+    shown = shown_candidate(workspace(), rep.rows, device=device, top=first[0] if first else None)
     if as_json:
         print(json.dumps({"case": case, "shown": shown.brief(), "candidates": ranking.records(table),
                           "best_per_case": ranking.records(rep.best_per_case),
