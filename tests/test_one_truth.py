@@ -43,6 +43,7 @@ def test_status_candidates_report_and_status_md_agree(workspace, shipped):  # no
            "so the rule never judged it" in first
     assert kopt("candidates").stdout.splitlines()[0] == first
     st = json.loads(kopt("status", "--json", "--no-record").stdout)["shown"]
+    assert st["headline"] == first
     assert (st["candidate_id"], st["rule_best"], st["ranked_first"]["candidate_id"]) == \
            (shipped, "0ld0ld0ld0ld", "cccccccccccc")
     assert json.loads(kopt("candidates", "--json").stdout)["shown"]["candidate_id"] == shipped

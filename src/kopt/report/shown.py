@@ -157,8 +157,8 @@ class Shown(BaseModel):
         return out
 
     def brief(self) -> dict:
-        """JSON-ready form without the raw rows."""
-        return self.model_dump(exclude={"cases": {"__all__": {"row"}}})
+        """JSON-ready form without the raw rows, with the headline every view opens with."""
+        return {"headline": self.headline(), **self.model_dump(exclude={"cases": {"__all__": {"row"}}})}
 
 
 def check_device(rows: list[dict], device: Optional[str]) -> Optional[str]:
