@@ -46,3 +46,12 @@ def test_the_report_screenshot_is_not_committed():
     assert not [p for p in tracked.stdout.splitlines() if p.endswith("report.png")]
     ignored = subprocess.run(["git", "check-ignore", "-q", "results/tilelang/report.png"], cwd=REPO)
     assert ignored.returncode == 0
+
+
+def test_committed_status_md_matches_the_ledger():
+    """results/STATUS.md (the README's link for where the kernel stands) is what `kopt report` writes from the
+    committed ledger and results/hardware-*.json."""
+    from kopt.report.status_md import STATUS_REL, markdown
+
+    assert (REPO / STATUS_REL).read_text() == markdown(REPO), \
+        "results/STATUS.md is stale: run `kopt report` (kopt commit does it too)"

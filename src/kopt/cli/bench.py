@@ -34,8 +34,9 @@ def command(
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     seeds: int = typer.Option(1, "--seeds", min=1, max=16, help="Fresh-seed correctness trials per case."),
     timing_sets: int = typer.Option(4, "--timing-sets", min=2, max=8,
-                                    help="Input sets the timed calls rotate over, each its own allocation (more "
-                                         "average more placements in device memory; each costs the case's bytes)."),
+                                    help="Input sets the timed calls rotate over, each allocated once: more sets "
+                                         "average over more placements in device memory, and each costs the "
+                                         "case's bytes."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for verdicts)."),
     baseline: str = typer.Option("auto", "--baseline", help="auto (flash-attn where it runs, else torch) | fa2 | "
                                                             "fa2-paged | fa3 | flashinfer | torch: a named peer is NA "
@@ -61,6 +62,7 @@ def command(
     from kopt.records import FLUSH_KINDS, REPLAYS
 
     t0 = time.perf_counter()
+    options.output_mode(machine, as_json)
     if model or shape:
         cases = [_custom(model, shape, batch, lengths, page_size, dtype, head_dim, seqlens, case, all_)]
     else:
@@ -70,7 +72,7 @@ def command(
                         graph=graph, replay=options.choice(replay, REPLAYS, "--replay"), timeout_s=timeout,
                         record=not no_record, seeds=seeds, timing_sets=timing_sets, quick=quick,
                         baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
-                        config=options.config_json(config), hidden=hidden)
+                        config=options.config_for(config, path), hidden=hidden)
     def go(on_result, on_progress):
         opts.progress = on_progress
         return evaluate(path, cases, opts, on_result=on_result)

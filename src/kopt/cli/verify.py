@@ -1,4 +1,4 @@
-"""`kopt verify [PATH]`: the Verdict. A machine line per run and one aggregate VERDICT line."""
+"""`kopt verify [--candidate PATH]`: the Verdict. A machine line per run and one aggregate VERDICT line."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from kopt.cli.options import ExecutorOpts
 
 
 def command(
-    path: Optional[Path] = typer.Argument(None, help="Candidate file (default solution/tilelang/run_kernel.py)."),
-    case: Optional[str] = typer.Option(None, "--case", "-c", help="Perf cases to time (default: every perf and ragged "
-                                                                  "case)."),
+    path: Optional[Path] = typer.Argument(None, hidden=True, help="Candidate file (older form of --candidate)."),
+    candidate: options.Candidate = None,
+    case: options.Case = None,
     device: options.Device = "auto",
     parent: Optional[str] = typer.Option(None, "--parent", help="Parent candidate id (default: the current best)."),
     technique: Optional[str] = typer.Option(None, "--technique", help="What this candidate tries (e.g. split-kv)."),
     hypothesis: Optional[str] = typer.Option(None, "--hypothesis", help="The prediction being tested."),
     config: options.Config = None,
-    machine: bool = typer.Option(False, "--machine", help="Only machine lines on stdout."),
+    machine: options.Machine = False,
     as_json: options.Json = False,
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per run, seconds."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs only)."),
@@ -59,6 +59,12 @@ def command(
     from kopt.records import machine_line
 
     t0 = time.perf_counter()
+    options.output_mode(machine, as_json)
+    path = options.candidate_arg(candidate, path)
+    if against is not None and no_pair:
+        from kopt.errors import UsageError
+
+        raise UsageError("--against and --no-pair are exclusive: --against names the candidate to pair with")
     cf = load_file()
     ids = parse_ids(case)
     if ids:
@@ -67,7 +73,7 @@ def command(
     reigning = resolve(against) if against else None
     seed = fresh_seed() if heldout_seed is None else heldout_seed
     best = _current_best(ledger_file())
-    opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick, config=options.config_json(config),
+    opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick, config=options.config_for(config, p),
                         baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
                         parent_id=parent or best, technique=technique, hypothesis=hypothesis, heldout_seed=seed)
     held = verdict.heldout_draw(cf.verify.heldout if heldout is None else heldout, seed, resolve_device(device))
