@@ -175,3 +175,17 @@ def test_every_c500_plan_class_lowers_and_compiles_for_wave64():
         assert all(r.compiled and all(c.ok for c in r.compiled.values()) for r in res)
         stubs = {s for r in res for c in r.compiled.values() for s in c.stubs}
         print("stubbed for the compile:", sorted(stubs) or "nothing")
+
+
+def test_portability_notes_name_the_switches_and_the_sweep():
+    """knowledge/portability_cuda_to_maca.md's table of the switches that need the device's own backend is
+    kopt.doctor.HOPPER_ONLY (each off in every C500 plan: test_c500_plans_use_no_hopper_only_switch_and_fit_a_unit), and
+    the number of shapes it says the wave64 check takes is this module's sweep."""
+    import re
+
+    from kopt.doctor import HOPPER_ONLY
+
+    doc = (ROOT / "knowledge" / "portability_cuda_to_maca.md").read_text()
+    table = doc.split("<!-- wave64-switches")[1].split("<!-- /wave64-switches -->")[0]
+    assert re.findall(r"^\| `(\w+)` \|", table, re.M) == list(HOPPER_ONLY)
+    assert f"takes {len(SWEEP)} shapes" in doc
