@@ -100,7 +100,7 @@ def plan_lines(d: dict) -> list[str]:
     out.append(row("plan", "  ".join(f"{k} {_text(p[k])}" for k in PLAN_FIELDS if k in p)))
     out.append(row("shared", f"about {p['smem_bytes']} bytes a CTA of {dev['smem_per_unit_bytes']} a unit"))
     out.append(row("hopper-only", ", ".join(f"{k} {'on' if p.get(k) else 'off'}" for k in d["hopper_only"])
-                   + f" (on {dev['name']}: {', '.join(d['hopper_only'])} need the device's own backend)"))
+                   + " (" + "; ".join(f"{k}: {why}" for k, why in d["hopper_only"].items()) + ")"))
     if d["wave64"] is not None:
         out += _wave64_lines(d["wave64"], row)
     return out
