@@ -189,3 +189,37 @@ def test_portability_notes_name_the_switches_and_the_sweep():
     table = doc.split("<!-- wave64-switches")[1].split("<!-- /wave64-switches -->")[0]
     assert re.findall(r"^\| `(\w+)` \|", table, re.M) == list(HOPPER_ONLY)
     assert f"takes {len(SWEEP)} shapes" in doc
+
+
+def test_resource_remarks_and_stubs(tmp_path):
+    """clang's kernel-resource-usage remarks become one KernelUsage a kernel; a stub is made only for what the install
+    lacks (HIP 5.2 here: bf16 header, rocWMMA, TileLang's fp8 debug header, gfx942's ISA-version bitcode), and none
+    where a newer ROCm has them all."""
+    log = "\n".join(f"k.hip:10:1: remark: {x} [-Rpass-analysis=kernel-resource-usage]" for x in (
+        "Function Name: decode_kernel", "    SGPRs: 47", "    VGPRs: 104", "    AGPRs: 24",
+        "    ScratchSize [bytes/lane]: 0", "    Occupancy [waves/SIMD]: 4", "    SGPRs Spill: 0", "    VGPRs Spill: 3",
+        "    LDS Size [bytes/block]: 0", "Function Name: combine_kernel", "    VGPRs: 57", "    Occupancy [waves/SIMD]: 8"))
+    u = wave64._usage(log)
+    assert [(k.name, k.vgprs, k.agprs, k.sgprs, k.spill_bytes, k.occupancy) for k in u] == [
+        ("decode_kernel", 104, 24, 47, 3, 4), ("combine_kernel", 57, 0, 0, 0, 8)]
+
+    def toolchain(*headers, isa=("940",)):
+        inc, libs = tmp_path / "inc", tmp_path / "libs"
+        for h in ("hip/hip_runtime.h", *headers):
+            (inc / h).parent.mkdir(parents=True, exist_ok=True)
+            (inc / h).write_text("")
+        libs.mkdir(exist_ok=True)
+        for v in isa:
+            (libs / f"oclc_isa_version_{v}.bc").write_bytes(b"")
+        return wave64.Toolchain("clang++", libs, inc, tmp_path)
+
+    work = tmp_path / "w1"
+    work.mkdir()
+    inc, libs, made = wave64._stubs(toolchain(), work, "gfx942")
+    assert made == ["hip/hip_bf16.h", "rocwmma/rocwmma.hpp", "tl_templates/hip/debug.h",
+                    "oclc_isa_version_942.bc (gfx940's)"]
+    assert "hip_bfloat16.h" in (inc / "hip/hip_bf16.h").read_text() and (libs / "oclc_isa_version_942.bc").exists()
+    work = tmp_path / "w2"
+    work.mkdir()
+    tc = toolchain("hip/hip_bf16.h", "rocwmma/rocwmma.hpp", "hip/amd_detail/amd_hip_fp8.h", isa=("940", "942"))
+    assert wave64._stubs(tc, work, "gfx942")[2] == []

@@ -11,10 +11,11 @@ what TileLang's HIP templates need beyond those headers is stubbed, and every st
 - ``tl_templates/hip/debug.h`` where ``hip/amd_detail/amd_hip_fp8.h`` (ROCm 6.1+) is missing: empty (device
   printing helpers with fp8 overloads; these kernels print nothing);
 - ``oclc_isa_version_942.bc`` where the device libraries stop at gfx940 (ROCm 5.2): gfx940's (the ISA-version
-  constant the libraries read; gfx940 and gfx942 share the CDNA3 instruction set).
+  constant the libraries read; gfx940 is the first MI300 target of the same CDNA3 family).
 
-It proves that the plan's source is valid HIP C++ for a wave64 target and what registers and LDS it takes there;
-not that MACA's compiler takes the MACA backend's source, nor anything about C500 speed.
+It proves that the plan's source is valid HIP C++ for a wave64 target and what registers it takes there (and the
+dynamic shared memory its lowering asks for); not that MACA's compiler takes the MACA backend's source, nor anything
+about C500 speed or results.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Optional
 #: The TileLang target the plans are lowered for: AMD MI300 (CDNA3, wave64).
 HIP_TARGET = {"kind": "hip", "mcpu": "gfx942"}
 ARCH = "gfx942"
-#: Newest first: the first clang found that has an AMDGPU backend compiles.
+#: Newest first: the first one found compiles (Debian's clang is built with its AMDGPU backend).
 CLANGS = ("clang++-21", "clang++-20", "clang++-19", "clang++-18", "clang++-17", "clang++")
 #: stub header -> (the installed header whose absence needs it, the stub's text)
 _STUB_HEADERS = {
