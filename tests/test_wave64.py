@@ -198,7 +198,8 @@ def test_resource_remarks_and_stubs(tmp_path):
     log = "\n".join(f"k.hip:10:1: remark: {x} [-Rpass-analysis=kernel-resource-usage]" for x in (
         "Function Name: decode_kernel", "    SGPRs: 47", "    VGPRs: 104", "    AGPRs: 24",
         "    ScratchSize [bytes/lane]: 0", "    Occupancy [waves/SIMD]: 4", "    SGPRs Spill: 0", "    VGPRs Spill: 3",
-        "    LDS Size [bytes/block]: 0", "Function Name: combine_kernel", "    VGPRs: 57", "    Occupancy [waves/SIMD]: 8"))
+        "    LDS Size [bytes/block]: 0", "Function Name: combine_kernel", "    VGPRs: 57",
+        "    Occupancy [waves/SIMD]: 8"))
     u = wave64._usage(log)
     assert [(k.name, k.vgprs, k.agprs, k.sgprs, k.spill_bytes, k.occupancy) for k in u] == [
         ("decode_kernel", 104, 24, 47, 3, 4), ("combine_kernel", 57, 0, 0, 0, 8)]
