@@ -132,4 +132,4 @@ def test_doctor_plan_for_with_wave64():
     if wave64.find_toolchain()[0] is None:
         assert "compile      NA: no " in r.stdout
     else:
-        assert "B code object for gfx942" in r.stdout and "stubbed" in r.stdout and "0 B spilled" in r.stdout
+        assert "B code object for gfx942" in r.stdout and "stubbed" in r.stdout and "0 B scratch" in r.stdout

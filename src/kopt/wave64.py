@@ -62,10 +62,10 @@ class KernelUsage:
     agprs: int
     sgprs: int
     lds_bytes: int
-    spill_bytes: int
-    """Registers spilled (VGPRs and SGPRs, as clang counts them)."""
+    spills: int
+    """Registers spilled (VGPRs and SGPRs, a count; on gfx90a and later VGPRs spill to AGPRs first, not to memory)."""
     scratch_bytes: int
-    """Scratch memory a lane uses (spills and private arrays that stay in memory)."""
+    """Scratch memory a lane uses (spills and private arrays that went to memory)."""
     occupancy: int
     """Waves a SIMD can hold at these registers."""
 
@@ -147,7 +147,7 @@ def _usage(log: str) -> list[KernelUsage]:
             cur[m.group(1)] = int(m.group(2))
     return [KernelUsage(name=k["name"], vgprs=k.get("VGPRs", 0), agprs=k.get("AGPRs", 0), sgprs=k.get("SGPRs", 0),
                         lds_bytes=k.get("LDS Size [bytes/block]", 0),
-                        spill_bytes=k.get("VGPRs Spill", 0) + k.get("SGPRs Spill", 0),
+                        spills=k.get("VGPRs Spill", 0) + k.get("SGPRs Spill", 0),
                         scratch_bytes=k.get("ScratchSize [bytes/lane]", 0),
                         occupancy=k.get("Occupancy [waves/SIMD]", 0)) for k in out]
 

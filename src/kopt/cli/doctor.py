@@ -126,8 +126,8 @@ def _wave64_lines(w: dict, row) -> list[str]:
         if not c["ok"]:
             out.append(row("compile", f"{k}: fails: {c['log'].splitlines()[-1] if c['log'] else ''}", "red"))
             continue
-        use = "; ".join(f"{u['name']} {u['vgprs']} VGPRs + {u['agprs']} AGPRs, {u['spill_bytes']} B spilled, "
-                        f"occupancy {u['occupancy']}" for u in c["kernels"])
+        use = "; ".join(f"{u['name']} {u['vgprs']} VGPRs + {u['agprs']} AGPRs, {u['spills']} spilled, "
+                        f"{u['scratch_bytes']} B scratch, occupancy {u['occupancy']}" for u in c["kernels"])
         out.append(row("compile", f"{k}: {c['code_object_bytes']} B code object for gfx942 ({use})"))
     stubs = sorted({s for c in w["compiled"].values() for s in c["stubs"]})
     return out + [row("stubbed", ", ".join(stubs) or "nothing")]
