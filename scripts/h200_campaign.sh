@@ -5,7 +5,7 @@
 #   hands back few files.
 # Steps (default: all, in this order): doctor prewarm wall bench bf16 paged256 calibrate repeat12 ncu12
 #   profile paged64 paged16 gputests verify report
-#   report: kopt plot + kopt report (+ --screenshot where Chromium is installed) from the ledger just written,
+#   report: kopt plot + kopt report (+ --screenshot where Chromium is installed: a PNG to look at, git-ignored) from the ledger just written,
 #   so results/ never holds figures of older rows.
 # Extra steps: timingtests (GPU timing + adversarial tests), bench5 (five bench --all), graphcheck
 #   (scripts/gpu_graph_check.py against the ledger's rows), aa (A/A on AA_CASES), wall3 / wall3own (case 10 wall time x3, taking kept children / each its own,

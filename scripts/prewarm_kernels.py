@@ -38,6 +38,7 @@ def _verify_shapes(bf16: bool = False, heldout: int = 0, heldout_seed: int | Non
     matrix = plan(cf, BenchOptions())[1]  # the Verdict's own expansion of the matrix
     extra = [c.with_variant(dtype="bf16") for c in cf.cases] if bf16 else []
     held = heldout_draw(heldout or cf.verify.heldout, heldout_seed, "cuda") if heldout_seed is not None else []
+    held += [c.with_variant(dtype="bf16") for c in held] if bf16 else []
     return list(cf.cases) + [c for c, _ in matrix] + extra + held
 
 

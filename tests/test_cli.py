@@ -88,3 +88,48 @@ def test_doctor_columns_fit_their_labels():
     assert "flash_attn    not found" in out and "will not run  b" in out
     w = len("will not run  ")                                   # one value column, after the longest label
     assert all(ln[:w].endswith("  ") and ln[w] != " " for ln in out), out
+
+
+def test_doctor_plan_for_a_device_that_is_not_here():
+    """`kopt doctor --plan-for C500 --case N` on the CPU: the plan the kernel would run on a C500, from its profile (104
+    units, wave64, 64 KB a unit): no Hopper-only switch, one-row reductions; a config the C500 cannot run is the answer
+    (NA and why), not a crash; an unknown device, the host, or no --case are usage errors."""
+    import json
+
+    from conftest import SHIPPED
+
+    r = CliRunner().invoke(app, ["doctor", "--plan-for", "C500", "--case", "10", "--json", "--candidate", str(SHIPPED)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    p = d["plan"]
+    assert (p["device"], p["units"], p["warp_size"], p["smem_per_unit"]) == ("C500", 104, 64, 65536)
+    assert p["red_batch"] == 1 and not (p["pdl"] or p["red_once"] or p["fast_math"]) and p["smem_bytes"] <= 65536
+    assert d["case"]["id"] == 10 and d["wave64"] is None
+    r = CliRunner().invoke(app, ["doctor", "--plan-for", "C500", "--case", "12", "--page-size", "16", "--head-dim",
+                                 "64", "--candidate", str(SHIPPED)])
+    assert r.exit_code == 0 and "warp 64" in r.stdout and "16-token pages" in r.stdout, r.output
+    assert "kernels decode_balanced" in r.stdout and "pdl off, red_once off, fast_math off" in r.stdout
+    r = CliRunner().invoke(app, ["doctor", "--plan-for", "C500", "--case", "10", "--config", '{"red_batch": 2}',
+                                 "--candidate", str(SHIPPED)])
+    assert r.exit_code == 0 and "plan" in r.stdout and "NA: unsupported CUDA config red_batch=2 on C500" in r.stdout
+    for args, says in ((["--plan-for", "C500"], "needs --case"), (["--plan-for", "cpu", "--case", "1"], "known: H200"),
+                       (["--plan-for", "X9", "--case", "1"], "no such GPU profile")):
+        r = CliRunner().invoke(app, ["doctor", *args])
+        assert r.exit_code == 2 and says in r.output, (args, r.output)
+
+
+def test_doctor_plan_for_with_wave64():
+    """--wave64 lowers the C500 plan for HIP gfx942 and compiles it where Debian's HIP toolchain is found (else NA with
+    what is missing); the stubs of the compile are named."""
+    pytest.importorskip("tilelang")
+    from conftest import SHIPPED
+    from kopt import wave64
+
+    r = CliRunner().invoke(app, ["doctor", "--plan-for", "C500", "--case", "1", "--wave64",
+                                 "--candidate", str(SHIPPED)])
+    assert r.exit_code == 0, r.output
+    assert "lowers for HIP gfx942: main" in r.stdout and "MFMA" in r.stdout
+    if wave64.find_toolchain()[0] is None:
+        assert "compile      NA: no " in r.stdout
+    else:
+        assert "B code object for gfx942" in r.stdout and "stubbed" in r.stdout and "0 B scratch" in r.stdout

@@ -53,9 +53,10 @@ def test_packaged_cases_are_the_projects(monkeypatch, tmp_path):
     from kopt.paths import cases_file
 
     assert (TEMPLATES / "bench" / "cases.yaml").read_text() == (REPO / "bench" / "cases.yaml").read_text()
+    (tmp_path / "nothing").mkdir()  # a workspace without a case file (a missing folder is a usage error)
     monkeypatch.setenv("KOPT_WORKSPACE", str(tmp_path / "nothing"))
     assert cases_file() == TEMPLATES / "bench" / "cases.yaml"
-    assert [c.id for c in load_cases()] == list(range(1, 19))  # the 14 seed cases and the ragged 15-18
+    assert [c.id for c in load_cases()] == list(range(1, 22))  # the seed's 1-14, ragged 15-18, seed shapes 19-21
 
 
 def test_init_refuses_non_empty(tmp_path):

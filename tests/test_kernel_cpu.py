@@ -175,20 +175,17 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not pathlib.Pat
 
 
 @pytest.fixture
-def meta_plan(rk, monkeypatch):
-    """plan(batch, seqlen, kv_heads, gqa, config): rk._cuda_plan on meta tensors (contiguous, fp16, head dim 128),
-    its device queries answered as an H200's (132 units, PDL, sm_90a): the CUDA plan without a GPU."""
-    import sys
+def meta_plan(rk):
+    """plan(batch, seqlen, kv_heads, gqa, config): rk._cuda_plan on meta tensors (contiguous, fp16, head dim 128)
+    for the H200's profile (132 units, warps of 32, 228 KB a unit, PDL): the CUDA plan without a GPU."""
+    from kopt.hardware import profile
 
-    cu = sys.modules["tl_decode_cuda"]
-    monkeypatch.setattr(cu, "sm_count", lambda device: 132)
-    monkeypatch.setattr(cu, "pdl_default", lambda device: True)
-    monkeypatch.setattr(cu, "cuda_target", lambda device=None: "sm_90a")
+    h200 = rk._dev.from_profile(profile("H200").model_dump())
 
     def plan(batch, seqlen, kv_heads, gqa, config=None):
         q = torch.zeros(batch, 1, kv_heads * gqa, 128, dtype=torch.float16, device="meta")
         k = torch.zeros(batch, seqlen, kv_heads, 128, dtype=torch.float16, device="meta")
-        return rk._cuda_plan(q, k, None, None, config)
+        return rk._cuda_plan(q, k, None, None, config, device=h200)
 
     return plan
 
@@ -648,3 +645,68 @@ def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(rk):
     assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
     assert max(info["registers"]) <= 176, info["registers"]
     assert "__syncthreads()" in info["source"] and "LSE[" in info["source"]
+
+
+def test_h200_plans_are_unchanged(rk):
+    """The plan of every bench case on an H200 (contiguous and in 16/32/64/256-token pages, head dims 128 and 64, fp16,
+    and bf16 contiguous), resolved from the H200's profile with the tuning table's H200 rows, is the plan the kernel
+    picked before the plan rule read the device's warp size and shared memory (tests/fixtures/h200_plans.json,
+    computed at commit 4b5c677): the wave64 rules change nothing on the H200."""
+    import json
+
+    from kopt.cases import load_cases
+    from kopt.hardware import profile
+
+    fx = json.loads((ROOT / "tests" / "fixtures" / "h200_plans.json").read_text())
+    h200 = rk._dev.from_profile(profile("H200").model_dump())
+    cases = {c.id: c for c in load_cases()}
+    changed = {}
+    for key, want in fx["plans"].items():
+        cid, dt, d, page = key.split("-")
+        c = cases[int(cid.removeprefix("case"))]
+        q, k, bt = rk._meta_call({**c.shape_dict(), "dtype": dt, "head_dim": int(d[1:]), "page_size": int(page[4:])})
+        p = rk._cuda_plan(q, k, bt, None, None, device=h200)
+        got = [getattr(p, f) for f in fx["fields"]]
+        if got != want:
+            changed[key] = {f: (a, b) for f, a, b in zip(fx["fields"], got, want) if a != b}
+    assert len(fx["plans"]) == 198 and not changed, changed
+
+
+def test_device_facts_from_profiles(rk):
+    """tl_device.from_profile: the H200 is a CUDA sm_90a device with dependent launch; the C500 a MACA one at wave64
+    with 64 KB a unit and none of it; a profile without its unit count, warp size or shared memory (the host's)
+    plans nothing."""
+    from kopt.hardware import profile
+
+    h200 = rk._dev.from_profile(profile("H200").model_dump())
+    assert (h200.backend, h200.arch, h200.units, h200.warp_size, h200.dependent_launch, h200.nvcc) == \
+        ("cuda", "sm_90a", 132, 32, True, True)
+    a100 = rk._dev.from_profile(profile("A100").model_dump())
+    assert (a100.arch, a100.dependent_launch) == ("sm_80", False)
+    c500 = rk._dev.from_profile(profile("C500").model_dump())
+    assert (c500.backend, c500.units, c500.warp_size, c500.smem_per_unit, c500.dependent_launch, c500.nvcc) == \
+        ("maca", 104, 64, 65536, False, False)
+    with pytest.raises(ValueError, match="cannot plan the kernel: no warp_size"):
+        rk._dev.from_profile({**profile("C500").model_dump(), "warp_size": None})
+    with pytest.raises(ValueError, match="cannot plan the kernel: no units"):
+        rk._dev.from_profile(profile("cpu").model_dump())
+
+
+@pytest.mark.parametrize("G,d,threads,want", [(4, 128, 128, 4), (8, 128, 128, 8), (1, 64, 128, 1), (2, 64, 128, 2),
+                                              (7, 64, 128, 8), (3, 64, 128, 4), (3, 128, 256, 4), (5, 64, 256, 8),
+                                              (7, 128, 128, 7)])
+def test_merge_rows(rk, G, d, threads, want):
+    """The last-CTA merge pads its rows only where G x d values do not spread evenly over the threads (GQA 7 at head dim
+    64: 'no available layout found' before); every H200 bench plan (G 4 or 8 at head dim 128) keeps G."""
+    import sys
+
+    assert sys.modules["tl_decode_cuda"].merge_rows(G, d, threads) == want
+
+
+@needs_nvcc
+def test_odd_gqa_at_head_dim_64_merges_in_the_last_cta(rk):
+    """GQA 7 at head dim 64 (Hq 14, Hkv 2), split with the last-CTA merge: lowered and nvcc-compiled for sm_90a without
+    spills (before merge_rows its merge found no fragment layout and the kernel did not compile)."""
+    info = rk.compile_cuda_check(dtype="float16", hq=14, hkv=2, d=64, split=True, last_cta=True)
+    assert info["main"]["cubin_bytes"] > 0 and all(s == 0 for s in info["main"]["spill_bytes"])
+    assert "decode_split_last_kernel" in info["main"]["source"]

@@ -44,7 +44,7 @@ def test_load_campaign(workspace):
     c = load_campaign(workspace)
     # No solution/ in this workspace: the top-ranked candidate is shown, and says so.
     assert c.best_id == "bbbbbbbbbbbb" and c.shown.source == "ledger best"
-    assert [r.case for r in c.rows] == list(range(1, 19))                  # every case of the matrix
+    assert [r.case for r in c.rows] == list(range(1, 22))                  # every case of the matrix
     by = {r.case: r for r in c.rows}
     assert [k for k, r in by.items() if r.basis == "verdict"] == [9, 10, 12]
     assert by[10].c500_ref_ms == 0.062 and by[10].ci[0] < 1.5 < by[10].ci[1]
@@ -54,7 +54,7 @@ def test_load_campaign(workspace):
     assert c.trajectory_source.startswith("ledger")
     assert [p.outcome for p in c.trajectory] == ["improved", "improved", "not improved", "failed"]
     assert c.backend == "tilelang"
-    assert c.marker()["kopt-candidate"] == "bbbbbbbbbbbb" and c.marker()["kopt-cases"] == "18"
+    assert c.marker()["kopt-candidate"] == "bbbbbbbbbbbb" and c.marker()["kopt-cases"] == "21"
 
 
 def test_plot_writes_pngs_naming_the_candidate(workspace):
@@ -73,7 +73,7 @@ def test_plot_writes_pngs_naming_the_candidate(workspace):
         with open(f, "rb") as fh:
             assert fh.read(8) == PNG
         meta = png_text(f)
-        assert meta["kopt-candidate"] == "bbbbbbbbbbbb" and meta["kopt-cases"] == "18", meta
+        assert meta["kopt-candidate"] == "bbbbbbbbbbbb" and meta["kopt-cases"] == "21", meta
     assert not (plots / "bandwidth.png").exists() and not (plots / "peers.png").exists()
     first = [open(f, "rb").read() for f in files]
     runner.invoke(app, ["plot"])

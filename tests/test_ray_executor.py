@@ -142,9 +142,9 @@ def test_verify_on_ray_matches_local(cluster, workspace):
     cases_yaml = workspace / "bench" / "cases.yaml"
     spec = yaml.safe_load(cases_yaml.read_text())
     spec["verify"] = {"seeds": 1, "matrix": [{"cases": [3], "dtype": "bf16", "page_size": 16, "seqlens": "ragged"}],
-                      "hidden": 1}   # a small Verdict: one perf row, one matrix row, one hidden row
+                      "hidden": 1, "heldout": 2}   # a small Verdict: perf, matrix, hidden rows and two held-out draws
     cases_yaml.write_text(yaml.safe_dump(spec, sort_keys=False))
-    base = ["verify", "--case", "2", "--device", "cpu", "--quick-timing", "--json"]
+    base = ["verify", "--case", "2", "--device", "cpu", "--quick-timing", "--json", "--heldout-seed", "7", "--no-pair"]
     loc = CliRunner().invoke(app, base)
     assert loc.exit_code == 0, loc.output
     r = CliRunner().invoke(app, base + ["--executor", "ray", "--ray-address", cluster.address, "--ray-shared"])
@@ -153,11 +153,13 @@ def test_verify_on_ray_matches_local(cluster, workspace):
     assert lj["verdict"].split()[0] == rj["verdict"].split()[0] == "VERDICT:pass"
     key = lambda row: (row["case"], row["variant"], row["status"], row["correct"])  # noqa: E731
     assert [key(x) for x in lj["rows"][:2]] == [key(x) for x in rj["rows"][:2]]      # hidden shapes are random
-    assert len(lj["rows"]) == len(rj["rows"]) == 3 and rj["rows"][2]["correct"]
+    assert len(lj["rows"]) == len(rj["rows"]) == 5 and rj["rows"][2]["correct"]
+    held = lambda rows: [(x["case"], x["shape"], x["variant"], x["heldout_seed"]) for x in rows[3:]]  # noqa: E731
+    assert held(lj["rows"]) == held(rj["rows"]) and {x["case_kind"] for x in rj["rows"][3:]} == {"heldout"}
     led = load(CaseResult, workspace / "candidates.jsonl").rows
-    assert len(led) == 6                    # the nodes share this workspace: a node's own append would show
-    assert all(x.host == socket.gethostname() and x.units for x in led[3:])
-    assert len({x.run_id for x in led[3:]}) == 1 and all(x.mode == "verdict" for x in led)
+    assert len(led) == 10                   # the nodes share this workspace: a node's own append would show
+    assert all(x.host == socket.gethostname() and x.units for x in led[5:])
+    assert len({x.run_id for x in led[5:]}) == 1 and all(x.mode == "verdict" for x in led)
 
 
 def _our_task_workers(temp_dir: str) -> list[int]:

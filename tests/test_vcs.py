@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from conftest import failure, kopt
 from kopt.cli.main import app, main
 from kopt.records import CaseResult
-from kopt.workspace import ledger, vcs
+from kopt.workspace import ledger, trajectory, vcs
 
 pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 
@@ -77,13 +77,15 @@ def test_snapshot_contents_and_numbering(ws):
         compiled=True, runtime_ms=0.05, ref_runtime_ms=0.1) for c in (4, 5)])
     assert kopt("log", "--title", "Split KV", "--hypothesis", "more blocks").exit_code == 0
     assert kopt("commit", "-m", "Split KV: 4 ways!").exit_code == 0
-    (snap, meta), = vcs.snapshots(ws)
+    (snap, meta), = trajectory.snapshots(ws)
     assert snap.name.startswith("1-") and snap.name.endswith("-split-kv-4-ways")
     assert len(snap.name.split("-")[1]) == 15 and snap.name.split("-")[1][8] == "T"       # YYYYmmddTHHMMSS
     assert (meta.iteration, meta.candidate_id, meta.candidate_hash) == (1, cid, h)
     assert meta.geomean == pytest.approx(2.0) and meta.n_cases == 2 and not meta.failed
-    assert [r["case"] for r in json.loads((snap / "results.json").read_text())] == [4, 5]
+    rows = {r["row_id"]: r["case"] for r in ledger.load_dicts(ws / "candidates.jsonl").rows}
+    assert [rows[i] for i in meta.rows] == [4, 5] and not (snap / "results.json").exists()  # by id: in the ledger
     assert (snap / "iteration.md").read_text().startswith("## Iteration 1 — Split KV")
+    assert meta.base is None and set(meta.files) == set(trajectory.workspace_files(ws))    # the first: whole
     assert (snap / "solution" / "tilelang" / "run_kernel.py").read_bytes() == \
         (ws / "solution" / "tilelang" / "run_kernel.py").read_bytes()
     # the tuning table the candidate reads two folders above its own: where the snapshot's copy looks for it
@@ -93,7 +95,11 @@ def test_snapshot_contents_and_numbering(ws):
     assert not [p for p in (ws / "trajectory").iterdir() if p.name.startswith(".tmp")]
     edit(ws, "# two\n")
     assert kopt("commit", "-m", "again").exit_code == 0      # a commit without a log entry still counts
-    assert vcs.next_iteration(ws) == 3 and [m.iteration for _, m in vcs.snapshots(ws)] == [1, 2]
+    assert vcs.next_iteration(ws) == 3 and [m.iteration for _, m in trajectory.snapshots(ws)] == [1, 2]
+    (_, _), (two, meta2) = trajectory.snapshots(ws)
+    assert meta2.base == snap.name and not (two / "solution").exists()          # a delta against the first
+    assert json.loads((two / "files.json").read_text())["files"]["solution/tilelang/run_kernel.py"]["ops"]
+    assert trajectory.files(two) == trajectory.workspace_files(ws)
 
 
 def test_refuse_not_a_repo(tmp_path, monkeypatch, capsys):
@@ -174,9 +180,9 @@ def test_revert_refusals(ws):
 
 
 def test_slugify():
-    assert vcs.slugify("Split-KV: 4 ways, BLOCK_N=64!") == "split-kv-4-ways-block-n-64"
-    assert vcs.slugify("...") == "iter"
-    assert len(vcs.slugify("x" * 100)) == 40
+    assert trajectory.slugify("Split-KV: 4 ways, BLOCK_N=64!") == "split-kv-4-ways-block-n-64"
+    assert trajectory.slugify("...") == "iter"
+    assert len(trajectory.slugify("x" * 100)) == 40
 
 
 def test_commit_in_subfolder_workspace(tmp_path, monkeypatch):
@@ -205,7 +211,7 @@ def test_failed_commit_leaves_no_snapshot(ws):
     res = kopt("commit", "-m", "blocked")
     code, err = failure(res)
     assert code == 2 and "git commit failed: hook says no" in err
-    assert vcs.snapshots(ws) == []
+    assert trajectory.snapshots(ws) == []
     assert "trajectory/1-" not in git.Repo(ws).git.status("--porcelain", "--untracked-files=all")
 
 
@@ -264,7 +270,7 @@ def test_commit_in_kopts_own_tree_syncs_its_templates(ws, monkeypatch):
 def test_commit_goes_ahead_when_the_views_fail(ws, monkeypatch):
     from kopt.report import page
 
-    def boom(ws, screenshot=None):
+    def boom(ws):
         raise RuntimeError("no figures today")
 
     monkeypatch.setattr(page, "refresh", boom)
@@ -312,3 +318,20 @@ def test_head_short_names_a_dirty_candidate_folder(ws, monkeypatch):
     assert vcs.head_short(folder) == head + "-dirty"
     monkeypatch.setenv("KOPT_COMMIT", "abc1234")
     assert vcs.head_short(folder) == "abc1234"
+
+
+def test_commit_stores_the_ledger_lean(ws):
+    """kopt commit stores the rows appended since the last one lean (the run's shared fields once) and commits that;
+    every row reads back the same."""
+    import git
+
+    ledger.append(ws / "candidates.jsonl", [CaseResult(row_id=f"r{c}", run_id="v1", mode="verdict", case=c,
+                                                       hypothesis="h" * 200, runtime_ms=0.01 * c) for c in (4, 5, 6)])
+    before = ledger.load_dicts(ws / "candidates.jsonl").rows
+    assert (ws / "candidates.jsonl").read_text().count("h" * 200) == 3
+    edit(ws)
+    res = kopt("commit", "-m", "lean")
+    assert res.exit_code == 0, (res.stdout, res.exception)
+    assert (ws / "candidates.jsonl").read_text().count("h" * 200) == 1
+    assert ledger.load_dicts(ws / "candidates.jsonl").rows == before
+    assert "candidates.jsonl" in git.Repo(ws).git.show("--name-only", "--format=", "HEAD").splitlines()

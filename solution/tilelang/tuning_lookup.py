@@ -147,8 +147,9 @@ def lookup(device_name, units, dtype, head_dim, batch, seqlen_k, kv_heads, gqa, 
     return dict(best) if best is not None else None
 
 
-def lookup_for(q, k_cache, block_table=None, path=None, keys=None):
+def lookup_for(q, k_cache, block_table=None, path=None, keys=None, device=None):
     """lookup() with every key taken from run()'s arguments: device, units, dtype, shape, page size.
+    ``device`` (name, units): the device to look up instead of q's (a plan resolved for a device profile).
 
     seqlen_k is the cache capacity (max_pages * page_size when paged), the same number the
     kernel's split heuristic uses. With `keys`, a row whose config names any other key is
@@ -161,7 +162,9 @@ def lookup_for(q, k_cache, block_table=None, path=None, keys=None):
     paged = block_table is not None
     page = int(k_cache.shape[1]) if paged else 0
     seqlen = int(block_table.shape[1]) * page if paged else int(k_cache.shape[1])
-    if q.is_cuda:
+    if device is not None:
+        name, units = device
+    elif q.is_cuda:
         idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
         name = torch.cuda.get_device_name(idx)
         units = torch.cuda.get_device_properties(idx).multi_processor_count

@@ -17,6 +17,8 @@ REQUIRED_PARAMS = ("q", "k_cache", "v_cache", "cache_seqlens")
 def resolve(path: Path | str) -> Path:
     """The candidate file as an absolute path; a missing file is a usage error (exit 2)."""
     p = Path(path).expanduser().resolve()
+    if p.is_dir():
+        raise UsageError(f"candidate is a folder, not a file: {path} (give its run_kernel.py)")
     if not p.is_file():
         raise UsageError(f"candidate file not found: {path}")
     if p.suffix != ".py":
@@ -47,6 +49,47 @@ def sources(path: Path) -> list[Path]:
                     seen[sib.name] = sib
                     todo.append(sib)
     return [path] + [seen[k] for k in sorted(seen)]
+
+
+#: Module-level names a candidate may declare its config keys under (a tuple or list of str), read without importing it.
+CONFIG_KEY_NAMES = ("CONFIG_KEYS", "_CFG_KEYS")
+#: Names the config dict goes by in a candidate's code: the string keys read from it (`cfg.get("k")`, `cfg["k"]`)
+#: are accepted beside the declared ones (the CPU path's own keys, for one).
+_CONFIG_VARS = ("cfg", "config", "conf")
+
+
+def config_keys(path: Path) -> frozenset[str] | None:
+    """The config keys a candidate accepts, read from its source (never imported: the parent runs no candidate
+    code): the tuple it declares (CONFIG_KEY_NAMES), with the keys its code reads from the config dict. None when
+    it declares none: its keys are then not known before it runs."""
+    import ast
+
+    declared: set[str] = set()
+    read: set[str] = set()
+    found = False
+    for f in sources(path):
+        try:
+            tree = ast.parse(f.read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in CONFIG_KEY_NAMES
+                                                    for t in node.targets):
+                if isinstance(node.value, (ast.Tuple, ast.List)):
+                    found = True
+                    declared |= {e.value for e in node.value.elts if isinstance(e, ast.Constant)
+                                 and isinstance(e.value, str)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                obj, args = node.func.value, node.args
+            elif isinstance(node, ast.Subscript):
+                obj, args = node.value, [node.slice]
+            else:
+                continue
+            if (isinstance(obj, ast.Name) and obj.id in _CONFIG_VARS and args and isinstance(args[0], ast.Constant)
+                    and isinstance(args[0].value, str)):
+                read.add(args[0].value)
+    return frozenset(declared | read) if found else None
 
 
 def content_hash(path: Path) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 from kopt.baselines.base import dist_version
 
@@ -74,3 +75,47 @@ def _plan(d: dict) -> tuple[list[str], list[str]]:
     if d["nvcc"]:
         yes.append("CUDA code generation checks (nvcc present)")
     return yes, no
+
+
+# ---------------------------------------------------------------- the plan of a device that is not here
+
+#: The switches that need the device's own backend, and what decides each in the plan (tl_decode_cuda).
+HOPPER_ONLY = {"pdl": "programmatic dependent launch: CUDA, compute capability 9+",
+               "red_once": "a prelude that specializes TileLang's CUDA reduce template for warps of 32",
+               "fast_math": "nvcc's --use_fast_math (approximate division, flush to zero)"}
+
+
+def device_plan(device: str, case_id: int, *, candidate: Path | None = None, dtype: str | None = None,
+                head_dim: int | None = None, page_size: int | None = None, config: dict | None = None,
+                wave64: bool = False) -> dict:
+    """The plan the candidate would run for a case on a device of hardware.yaml (e.g. C500), resolved here from the
+    device's profile (its device_plan hook); with ``wave64`` also its kernels lowered for TileLang's HIP target and
+    compiled for an AMD wave64 GPU where a toolchain is found (kopt.wave64). "plan" None with "why" when it cannot."""
+    from kopt import hardware, paths
+    from kopt import wave64 as w64
+    from kopt.cases import load_cases, select
+    from kopt.errors import UsageError
+
+    prof = hardware.profile(device)
+    gpus = [p.name for p in hardware.load_profiles() if p.vendor != "cpu"]
+    if prof is None or prof.vendor == "cpu":
+        raise UsageError(f"--plan-for {device!r}: no such GPU profile in hardware.yaml (known: {', '.join(gpus)})")
+    case = select(load_cases(), [case_id])[0].with_variant(dtype=dtype, head_dim=head_dim, page_size=page_size)
+    shape = case.shape_dict()
+    cand = Path(candidate) if candidate else paths.default_candidate()
+    out = {"device": prof.model_dump(include={"name", "vendor", "arch", "units", "warp_size", "l2_bytes",
+                                              "smem_per_unit_bytes"}),
+           "case": {"id": case.id, **shape}, "candidate": paths.relative(cand), "config": config, "plan": None,
+           "why": "", "hopper_only": HOPPER_ONLY, "wave64": None}
+    mod = w64.load_candidate(str(cand))
+    if not hasattr(mod, "device_plan"):
+        out["why"] = "the candidate has no device_plan hook"
+        return out
+    try:
+        out["plan"] = mod.device_plan(shape, prof.model_dump(), config)
+    except ValueError as e:  # a config the device cannot run: the answer, not a crash
+        out["why"] = str(e)
+        return out
+    if wave64:
+        out["wave64"] = w64.as_dict(w64.check_plan(str(cand), shape, prof.model_dump(), config))
+    return out

@@ -12,10 +12,17 @@ TEMPLATES = PACKAGE_DIR / "templates"
 
 
 def workspace(start: Path | None = None) -> Path:
-    """Return the workspace root: $KOPT_WORKSPACE, else the nearest parent holding bench/cases.yaml, else cwd."""
+    """Return the workspace root: $KOPT_WORKSPACE, else the nearest parent holding bench/cases.yaml, else cwd.
+    $KOPT_WORKSPACE naming no folder is a usage error: nothing is created there."""
     env = os.environ.get(ENV_WORKSPACE)
     if env:
-        return Path(env).resolve()
+        p = Path(env).expanduser().resolve()
+        if not p.is_dir():
+            from kopt.errors import WorkspaceError
+
+            why = "is not a folder" if p.exists() else "does not exist"
+            raise WorkspaceError(f"${ENV_WORKSPACE}={env} {why} (kopt init DIR makes a workspace)")
+        return p
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
         if (d / "bench" / "cases.yaml").is_file():

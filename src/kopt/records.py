@@ -137,9 +137,9 @@ class CaseResult(BaseModel):
     run_id: Optional[str] = None
     """Shared by every row of one `kopt bench` / `kopt verify` invocation."""
     timestamp: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    mode: Literal["signal", "verdict", "calibrate", "tune", "peers", "heldout", "screen"] = "signal"
+    mode: Literal["signal", "verdict", "calibrate", "tune", "peers", "heldout", "screen", "e2e"] = "signal"
     """signal: kopt bench; verdict: kopt verify; screen: kopt verify --quick (never judged as a verdict); tune,
-    peers, calibrate: those commands; heldout: the reigning candidate timed on a verdict's held-out draws."""
+    peers, calibrate, e2e: those commands; heldout: the reigning candidate timed on a verdict's held-out draws."""
     verdict_rows: Optional[int] = Field(default=None, ge=1)
     """mode=verdict: the rows its `kopt verify` run writes in all (perf, matrix, hidden). A run with fewer rows
     in the ledger was stopped before its end and is no verdict (kopt.workspace.ranking.latest_verdict)."""

@@ -66,6 +66,7 @@ def command(
     from kopt.records import FLUSH_KINDS, REPLAYS
 
     t0 = time.perf_counter()
+    options.output_mode(machine, as_json)
     if model or shape:
         cases = [_custom(model, shape, batch, lengths, page_size, dtype, head_dim, seqlens, case, all_)]
     else:
@@ -75,7 +76,7 @@ def command(
                         graph=graph, replay=options.choice(replay, REPLAYS, "--replay"), timeout_s=timeout,
                         record=not no_record, seeds=seeds, timing_sets=timing_sets, quick=quick,
                         baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
-                        config=options.config_json(config), hidden=hidden, deadline=deadline(budget, t0))
+                        config=options.config_for(config, path), hidden=hidden, deadline=deadline(budget, t0))
 
     def go(on_result, on_progress):
         opts.progress = on_progress

@@ -28,7 +28,7 @@ def _short(parents: list[str]) -> str:
 
 def command(
     top: Optional[int] = typer.Option(None, "--top", min=1, help="Show the N best candidates."),
-    case: Optional[int] = typer.Option(None, "--case", help="Rank candidates on one case by runtime."),
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Rank candidates on one case by runtime (one id)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     as_csv: bool = typer.Option(False, "--csv", help="Print the ranking as CSV."),
     device: Optional[str] = typer.Option(None, "--device", help="Only rows measured on this device (e.g. H200, cpu)."),
@@ -44,16 +44,22 @@ def command(
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")
+    from kopt.cli.options import one_case
+    from kopt.report.shown import check_device
+
+    case = one_case(case)
     # A terminal table of hundreds of rows is unreadable (and slow to lay out): 20 unless asked.
     rep = ranking.report(ledger_file(), top=top or (None if as_json or as_csv else TEXT_TOP), case=case,
                          device=device)
+    check_device(rep.rows, device)
     if rep.skipped:
         err_console().print(f"[yellow]skipped {len(rep.skipped)} unreadable ledger line(s)[/]")
     table = rep.candidates.assign(lineage=[" <- ".join(rep.lineage[c]) for c in rep.candidates["candidate_id"]])
     if as_csv:
         print(table.to_csv(index=False), end="")
         return
-    shown = shown_candidate(workspace(), rep.rows, device=device)
+    first = ranking.records(rep.candidates.head(1)) if case is None else []  # the ranking's first: not ranked again
+    shown = shown_candidate(workspace(), rep.rows, device=device, top=first[0] if first else None)
     if as_json:
         print(json.dumps({"case": case, "shown": shown.brief(), "candidates": ranking.records(table),
                           "best_per_case": ranking.records(rep.best_per_case),
@@ -63,7 +69,10 @@ def command(
 
     con = out_console()
     if not len(table):
-        con.print("no candidate rows in candidates.jsonl yet")
+        scope = ", ".join(x for x in (f"case {case}" if case is not None else "",
+                                      f"device {device}" if device else "") if x)
+        con.print(f"no candidate rows for {scope} among the ledger's {len(rep.rows)} rows" if rep.rows and scope
+                  else "no candidate rows in candidates.jsonl yet")
         return
     for line in shown.lines():
         con.print(line, highlight=False, soft_wrap=True)

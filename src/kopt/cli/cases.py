@@ -8,9 +8,11 @@ from typing import Optional
 
 import typer
 
+from kopt.cli import options
+
 
 def command(
-    case: Optional[str] = typer.Option(None, "--case", help="Case ids, e.g. 10 or 1,4-6."),
+    case: options.Case = None,
     file: Optional[Path] = typer.Option(None, "--file", help="Case file (default bench/cases.yaml)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:

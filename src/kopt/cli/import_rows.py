@@ -12,21 +12,27 @@ def command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be appended; write nothing."),
 ) -> None:
     """Append the rows of another ledger copy that this one does not hold (by row_id), in their order."""
+    import sys
     from collections import Counter
 
+    from kopt.errors import UsageError
     from kopt.paths import ledger_file, workspace
     from kopt.records import CaseResult
     from kopt.workspace import ledger
 
     dest = ledger_file(workspace())
+    if path.is_dir():
+        raise UsageError(f"{path} is a folder: give a candidates.jsonl or a campaign archive")
     res = ledger.import_rows(CaseResult, dest, path, dry_run=dry_run)
+    if not (res.added or res.present or res.skipped):  # nothing was written: an empty file is not a ledger copy
+        raise UsageError(f"{res.source}: no ledger rows in it (an empty file)")
     runs = Counter((r.run_id or "NA", r.mode, r.candidate_id or "NA") for r in res.added)
     for (run, mode, cid), n in runs.items():
         print(f"  run {run} {mode} candidate {cid}: {n} row(s)")
-    for no, why in res.skipped[:5]:
-        print(f"  line {no} refused: {why}")
+    for no, why in res.skipped[:5]:  # refusals are warnings: stderr, as every other one
+        print(f"kopt: warning: line {no} refused: {why}", file=sys.stderr)
     if len(res.skipped) > 5:
-        print(f"  ... {len(res.skipped) - 5} more line(s) refused")
+        print(f"kopt: warning: ... {len(res.skipped) - 5} more line(s) refused", file=sys.stderr)
     verb = "would append" if dry_run else "appended"
     print(f"{verb} {len(res.added)} row(s) to {dest.name} from {res.source} "
           f"({res.present} already there, {len(res.skipped)} refused)")

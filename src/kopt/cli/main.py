@@ -16,43 +16,64 @@ bytecode.use_cache()  # before the imports below, where the environment writes n
 
 import typer  # noqa: E402
 
-from kopt.errors import KoptError  # noqa: E402
+from kopt.cli.helpfmt import PANELS, KoptCommand, KoptGroup  # noqa: E402
+from kopt.errors import KoptError, UsageError  # noqa: E402
 
 app = typer.Typer(
     name="kopt",
+    cls=KoptGroup,
     help="Profile -> edit -> benchmark -> log -> commit loop for TileLang GQA decode kernels.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
-#: command name -> module under kopt.cli exposing `command` (a function) or `app` (a sub-typer).
+#: command name -> module under kopt.cli exposing `command` (a function) or `app` (a sub-typer), in loop order.
 COMMANDS: dict[str, str] = {
-    "bench": "bench",
-    "calibrate": "calibrate",
-    "cases": "cases",
-    "doctor": "doctor",
-    "import": "import_rows",
-    "candidates": "candidates",
-    "commit": "commit",
-    "init": "init",
-    "log": "log",
-    "peers": "peers",
-    "plot": "plot",
-    "profile": "profile",
-    "report": "report",
-    "revert": "revert",
     "status": "status",
+    "profile": "profile",
+    "bench": "bench",
+    "verify": "verify",
+    "log": "log",
+    "commit": "commit",
+    "candidates": "candidates",
+    "report": "report",
+    "plot": "plot",
+    "peers": "peers",
+    "workloads": "workloads",
+    "cases": "cases",
     "trace": "trace",
     "tune": "tune",
-    "verify": "verify",
-    "workloads": "workloads",
+    "calibrate": "calibrate",
+    "revert": "revert",
+    "import": "import_rows",
+    "init": "init",
+    "doctor": "doctor",
+    "e2e": "e2e",
+    "compact": "compact",
+    "pack": "pack",
 }
 
 
 #: Commands that run without a workspace (they make one, check the machine, or list kopt's packaged data);
 #: every other one outside a workspace says so and exits 2.
 NO_WORKSPACE = frozenset({"init", "doctor", "cases", "workloads"})
+
+
+#: errno values of a workspace that cannot be written (read-only, no permission, disk or quota full).
+_UNWRITABLE = {"EROFS": "read-only file system", "EACCES": "permission denied", "EPERM": "operation not permitted",
+               "ENOSPC": "no space left on the device", "EDQUOT": "disk quota exceeded"}
+
+
+def unwritable(e: OSError) -> UsageError | None:
+    """A usage error for an OSError that says the workspace cannot be written, else None."""
+    import errno
+
+    why = next((w for name, w in _UNWRITABLE.items() if e.errno == getattr(errno, name, None)), None)
+    if why is None:
+        return None
+    where = e.filename or "a file"
+    return UsageError(f"cannot write {where}: {why} (the workspace must be writable)")
 
 
 def guarded(fn, name: str = ""):
@@ -70,6 +91,12 @@ def guarded(fn, name: str = ""):
         except KoptError as e:
             print(f"kopt: error: {e}", file=sys.stderr)
             raise typer.Exit(e.exit_code) from None
+        except OSError as e:
+            u = unwritable(e)
+            if u is None:
+                raise
+            print(f"kopt: error: {u}", file=sys.stderr)
+            raise typer.Exit(u.exit_code) from None
 
     return wrapper
 
@@ -85,9 +112,10 @@ def _register(target: typer.Typer, name: str, module: str) -> None:
     if hasattr(m, "app"):
         for info in m.app.registered_commands:
             info.callback = guarded(info.callback, name)
-        target.add_typer(m.app, name=name)
+            info.cls = KoptCommand
+        target.add_typer(m.app, name=name, cls=KoptGroup, rich_help_panel=PANELS.get(name))
     else:
-        target.command(name=name)(guarded(m.command, name))
+        target.command(name=name, cls=KoptCommand, rich_help_panel=PANELS.get(name))(guarded(m.command, name))
 
 
 for _name, _mod in COMMANDS.items():
@@ -154,6 +182,13 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:  # the reader of stdout left (`kopt status | head -1`): quiet, as the shell's tools
         sys.exit(pipe_closed())
+    except OSError as e:  # a workspace that cannot be written is the user's to fix: exit 2, one line
+        u = unwritable(e)
+        if u is None:
+            print(f"kopt: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+            sys.exit(3)
+        print(f"kopt: error: {u}", file=sys.stderr)
+        sys.exit(2)
     except Exception as e:  # click usage errors and anything unexpected: one line, never a traceback
         # Usage errors of click, or of the click copy newer typer vendors, by shape (click may be absent).
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):

@@ -16,6 +16,8 @@ from kopt.errors import UsageError
 Case = Annotated[Optional[str], typer.Option("--case", "-c", help="Case ids: 10, or 1,4-6.")]
 #: --all: every case.
 AllCases = Annotated[bool, typer.Option("--all", help="Every case of bench/cases.yaml.")]
+#: --case N: one case (profile, candidates); the same text as --case, one id.
+OneCase = Annotated[Optional[str], typer.Option("--case", "-c", help="One case id, e.g. 10.")]
 #: --candidate PATH (default: the workspace's solution/tilelang/run_kernel.py).
 Candidate = Annotated[Optional[Path], typer.Option(
     "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py).")]
@@ -26,7 +28,9 @@ Json = Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")
 #: --machine: only machine lines on stdout.
 Machine = Annotated[bool, typer.Option("--machine", help="Only machine lines on stdout; logs on stderr.")]
 #: --config JSON passed to run(config=...).
-Config = Annotated[Optional[str], typer.Option("--config", help="JSON config passed to run(config=...).")]
+Config = Annotated[Optional[str], typer.Option(
+    "--config", help="JSON object passed to run(config=...); its keys are checked against the candidate's "
+                     "declared ones (CONFIG_KEYS / _CFG_KEYS) before any work.")]
 
 
 class VariantOpts:
@@ -91,3 +95,53 @@ def config_json(text: Optional[str]) -> Optional[dict]:
     if not isinstance(v, dict):
         raise UsageError("--config must be a JSON object")
     return v
+
+
+def config_for(text: Optional[str], candidate) -> Optional[dict]:
+    """config_json, checked against the keys the candidate declares (kopt.candidate.config_keys) before any work, on
+    every device: an unknown key, or a value that is not a non-negative integer, true/false or null (the plan's
+    default), is a usage error. A candidate that declares no keys gets its config as given."""
+    from kopt.candidate import config_keys
+
+    cfg = config_json(text)
+    if not cfg:
+        return cfg
+    known = config_keys(candidate)
+    if known is None:
+        return cfg
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise UsageError(f"--config: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                         f"(the candidate's keys: {', '.join(sorted(known))})")
+    for k, v in cfg.items():
+        if not (v is None or isinstance(v, bool) or (isinstance(v, int) and v >= 0)):
+            raise UsageError(f"--config: {k}={json.dumps(v)} is out of range: a value is a non-negative integer, "
+                             "true/false, or null (the plan's default)")
+    return cfg
+
+
+def one_case(text: Optional[str], flag: str = "--case") -> Optional[int]:
+    """The one case id of `text` (None stays None); a list, or an id not in bench/cases.yaml, is a usage error."""
+    from kopt.cases import load_cases, select
+    from kopt.cli.common import parse_ids
+
+    ids = parse_ids(text)
+    if ids is None:
+        return None
+    if len(ids) != 1:
+        raise UsageError(f"{flag} takes one case id here (got {text!r})")
+    select(load_cases(), ids)  # an unknown id -> usage error listing the valid ones
+    return ids[0]
+
+
+def output_mode(machine: bool, as_json: bool) -> None:
+    """--machine and --json are two ways to write stdout: one at a time."""
+    if machine and as_json:
+        raise UsageError("--machine and --json are exclusive")
+
+
+def candidate_arg(option: Optional[Path], positional: Optional[Path] = None) -> Optional[Path]:
+    """The candidate of --candidate, or of the older positional PATH; both at once is a usage error."""
+    if option is not None and positional is not None:
+        raise UsageError("give the candidate once: --candidate PATH")
+    return option if option is not None else positional

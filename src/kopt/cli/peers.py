@@ -31,6 +31,11 @@ def command(
                                                            "results/<backend>/peers-<device>-<date>.csv)."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (smoke runs; not for results)."),
+    heldout: int = typer.Option(0, "--heldout", min=0, max=256, help="Also N held-out draws from "
+                                                                     "bench/workloads.yaml (kopt workloads)."),
+    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0, help="Seed of the held-out draw "
+                                                                                   "(a verdict's HELDOUT_SEED draws "
+                                                                                   "its shapes)."),
 ) -> None:
     """Time the candidate against every available peer (FA2, FA2 paged-256, FA3, FlashInfer, torch SDPA), per case."""
     from kopt.candidate import resolve
@@ -42,11 +47,20 @@ def command(
     from kopt.report import panel
 
     t0 = time.perf_counter()
-    cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
+    cases = [] if heldout and not (case or all_) else \
+        resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
+    if heldout:
+        from kopt.eval.jobs import fresh_seed
+        from kopt.eval.verdict import heldout_draw
+        from kopt.hardware import resolve_device
+
+        seed = fresh_seed() if heldout_seed is None else heldout_seed
+        cases += [c.with_variant(dtype=dtype) for c in heldout_draw(heldout, seed, resolve_device(device))]
     names = check_names([p.strip() for p in peers.split(",")]) if peers is not None else None
     path = resolve(candidate or default_candidate())
     err = err_console()
-    opts = bench.BenchOptions(device=device, timeout_s=timeout, record=not no_record, quick=quick)
+    opts = bench.BenchOptions(device=device, timeout_s=timeout, record=not no_record, quick=quick,
+                              heldout_seed=seed if heldout else None)
 
     def on_result(r):
         if machine:  # the row's line: REF and SPEEDUP are the best peer's

@@ -11,7 +11,7 @@ from kopt.cli.options import VariantOpts
 
 
 def command(
-    case: int = typer.Option(..., "--case", "-c", help="Case id of bench/cases.yaml."),
+    case: options.OneCase = None,
     tool: str = typer.Option("auto", "--tool", help="auto | ncu | torch | mcprofiler | mctracer."),
     candidate: options.Candidate = None,
     device: options.Device = "auto",
@@ -30,15 +30,23 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="One JSON object (summary.json) on stdout."),
 ) -> None:
     """Profile one case of a candidate; raw reports, summary.md and summary.json go to results/<backend>/profiling/."""
+    from kopt.candidate import resolve
     from kopt.cli.common import err_console, out_console
+    from kopt.errors import UsageError
+    from kopt.paths import default_candidate
     from kopt.profile.diagnosis import pattern_titles
     from kopt.profile.render import diagnosis_table
     from kopt.profile.runner import ProfileOptions, profile
 
+    if case is None:
+        raise UsageError("choose the case to profile with --case N (e.g. --case 10)")
+    case = options.one_case(case)
+    candidate = resolve(candidate or default_candidate())
+    cfg = options.config_for(config, candidate)
     opts = ProfileOptions(case=case, tool=tool, candidate=candidate, device=device, dtype=dtype, head_dim=head_dim,
                           page_size=page_size, seqlens=seqlens, seed=seed, warmup=warmup, calls=calls,
                           timeout_s=timeout, timeline=timeline, kernel_name=kernel_name,
-                          config=options.config_json(config))
+                          config=cfg)
     err = err_console()
     with err.status(f"profiling case {case}...") as st:
         s = profile(opts, progress=lambda msg: st.update(f"case {case}: {msg}"))

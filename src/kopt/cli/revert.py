@@ -1,6 +1,9 @@
-"""`kopt revert [N|best]`: restore solution/ from a trajectory snapshot as a new commit."""
+"""`kopt revert [N|best]`: restore solution/ from a trajectory snapshot as a new commit (or into a folder)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -8,12 +11,19 @@ import typer
 def command(
     target: str = typer.Argument("best", help="Iteration number, or 'best' (the best iteration by the improvement "
                                               "rule, as `kopt status` names it)."),
+    to: Optional[Path] = typer.Option(None, "--to", help="Write the snapshot's files (solution/, its tuning "
+                                                         "tables) into this folder instead; commit nothing."),
 ) -> None:
     """Restore solution/ from snapshot N (or the best iteration's) as a new revert commit, never a reset. An
     uncommitted attempt in solution/ is first committed as an iteration of its own (not judged without a verdict)."""
     from kopt.paths import workspace
-    from kopt.workspace import commit
+    from kopt.workspace import commit, trajectory, vcs
 
+    if to is not None:
+        path, meta = vcs.pick_snapshot(workspace(), target.strip().lower())
+        written = trajectory.extract(path, to)
+        print(f"iteration {meta.iteration} ({path.name}): {len(written)} file(s) written under {to}")
+        return
     attempt, res = commit.revert(workspace(), target.strip().lower())
     if attempt is not None:
         print(f"{attempt.message}  {attempt.sha[:10]}  snapshot {attempt.snapshot.name if attempt.snapshot else 'NA'}")

@@ -23,10 +23,13 @@ def _pct(v) -> str:
 def command(
     last: int = typer.Option(5, "--last", min=0, help="How many recent iterations to list."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    no_record: bool = typer.Option(False, "--no-record", help="Do not record stagnation in the ledger."),
+    no_record: bool = typer.Option(False, "--no-record", help="Write nothing. Without it, status appends one "
+                                                              "stagnation row to candidates.jsonl per stagnation "
+                                                              "episode (after 3 non-improving iterations)."),
     device: Optional[str] = typer.Option(None, "--device", help="Rank and list best-per-case rows of one device only."),
 ) -> None:
-    """Where the loop stands; after 3 non-improving iterations, the re-profile protocol."""
+    """Where the loop stands: the shipped candidate, the rule's best, the worst case; after 3 non-improving
+    iterations the re-profile protocol (recorded once in candidates.jsonl unless --no-record)."""
     from kopt.cli.common import out_console
     from kopt.paths import workspace
     from kopt.workspace import status
@@ -38,24 +41,15 @@ def command(
     from rich.table import Table
 
     con = out_console()
-    best = rep.best
-    con.print(f"iterations: {rep.iterations}   since last improvement: {rep.since_improvement}   "
-              f"improvement threshold: +{rep.threshold * 100:.1f}%")
-    if best:
-        con.print(f"best iteration: {best.iteration} ({best.label}) candidate {best.candidate_id} "
-                  f"geomean {_x(best.geomean)} over {best.n_cases} cases, ragged {_x(best.geomean_ragged)} "
-                  f"over {best.n_ragged}, % limit {_pct(best.pct_limit)} (ragged {_pct(best.pct_limit_ragged)})")
     from kopt.report.shown import Shown
 
-    for line in Shown.model_validate(rep.shown).lines():
+    shown = Shown.model_validate(rep.shown)
+    lines = shown.lines()
+    con.print(lines[0], highlight=False, soft_wrap=True)  # the headline: shipped, the rule's best, the ranking's first
+    con.print(f"iterations: {rep.iterations}   since last improvement: {rep.since_improvement}   "
+              f"improvement threshold: +{rep.threshold * 100:.1f}%")
+    for line in lines[1:]:
         con.print(line, highlight=False, soft_wrap=True)
-    if rep.best_candidate:
-        c = rep.best_candidate
-        con.print(f"best candidate in the ledger: {c['candidate_id']} geomean {_x(c['geomean'])} "
-                  f"over {c['n_cases']} cases, ragged {_x(c.get('geomean_ragged'))} over {c.get('n_ragged', 0)} "
-                  f"({c['basis']})")
-    if rep.why_best:
-        con.print(f"why: {rep.why_best}", highlight=False)
     if rep.best_per_case:
         t = Table(title="best per case")
         for col in ("case", "variant", "candidate", "runtime ms", "speedup", "% limit", "basis"):

@@ -1,4 +1,4 @@
-"""`kopt verify [PATH]`: the Verdict. A machine line per run and one aggregate VERDICT line."""
+"""`kopt verify [--candidate PATH]`: the Verdict. A machine line per run and one aggregate VERDICT line."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ from kopt.cli.options import ExecutorOpts
 
 
 def command(
-    path: Optional[Path] = typer.Argument(None, help="Candidate file (default solution/tilelang/run_kernel.py)."),
-    case: Optional[str] = typer.Option(None, "--case", "-c", help="Perf cases to time (default: every perf and ragged "
-                                                                  "case)."),
+    path: Optional[Path] = typer.Argument(None, hidden=True, help="Candidate file (older form of --candidate)."),
+    candidate: options.Candidate = None,
+    case: options.Case = None,
     device: options.Device = "auto",
     parent: Optional[str] = typer.Option(None, "--parent", help="Parent candidate id (default: the current best)."),
     technique: Optional[str] = typer.Option(None, "--technique", help="What this candidate tries (e.g. split-kv)."),
     hypothesis: Optional[str] = typer.Option(None, "--hypothesis", help="The prediction being tested."),
     config: options.Config = None,
-    machine: bool = typer.Option(False, "--machine", help="Only machine lines on stdout."),
+    machine: options.Machine = False,
     as_json: options.Json = False,
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per run, seconds."),
     quick: bool = typer.Option(False, "--quick", help="The quick verdict, a screen (<= 3 min on a 2-core CPU, <= 60 s "
@@ -49,6 +49,8 @@ def command(
     against: Optional[Path] = typer.Option(None, "--against", help="Reigning candidate to time on the same held-out "
                                                                    "draws (default: the best's source from git)."),
     no_pair: bool = typer.Option(False, "--no-pair", help="Do not time the reigning candidate on the held-out draws."),
+    e2e: bool = typer.Option(False, "--e2e", help="Also run a small `kopt e2e` check (the candidate as a decoder's "
+                                                  "attention): the verdict passes only when it passes too."),
     executor: str = ExecutorOpts.executor,
     ray_address: Optional[str] = ExecutorOpts.ray_address,
     ray_shared: bool = ExecutorOpts.ray_shared,
@@ -69,6 +71,12 @@ def command(
     from kopt.records import machine_line
 
     t0 = time.perf_counter()
+    options.output_mode(machine, as_json)
+    path = options.candidate_arg(candidate, path)
+    if against is not None and no_pair:
+        from kopt.errors import UsageError
+
+        raise UsageError("--against and --no-pair are exclusive: --against names the candidate to pair with")
     cf = load_file()
     ids = parse_ids(case)
     if ids:
@@ -78,7 +86,7 @@ def command(
     seed = fresh_seed() if heldout_seed is None else heldout_seed
     best = _current_best(ledger_file())
     opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick_timing,
-                        config=options.config_json(config), baseline=options.choice(baseline, BASELINE_CHOICES,
+                        config=options.config_for(config, p), baseline=options.choice(baseline, BASELINE_CHOICES,
                                                                                     "--baseline"),
                         parent_id=parent or best, technique=technique, hypothesis=hypothesis, heldout_seed=seed,
                         deadline=deadline(budget, t0))
@@ -103,8 +111,14 @@ def command(
     ref_rows = []
     if v.heldout and not no_pair and not quick and not v.stopped:
         ref_rows = _time_reigning(p, reigning, best, v, held, opts, err, on_result if machine else None)
+    e2e_res = _e2e(p, device, timeout, v, machine) if e2e else None
+    passed = v.passed and (e2e_res is None or e2e_res.passed)
+    line = v.line()
+    if e2e_res is not None:  # the e2e check is part of the verdict: it fails with it
+        line = ("VERDICT:fail" + line[len("VERDICT:pass"):] if not passed and line.startswith("VERDICT:pass")
+                else line) + f" E2E:{'pass' if e2e_res.passed else 'fail'}"
     if as_json:
-        print(json.dumps({"verdict": v.line(), "passed": v.passed, "outcome": v.outcome, "not_run": v.not_run,
+        print(json.dumps({"verdict": line, "passed": passed, "outcome": v.outcome, "not_run": v.not_run,
                           "geomean_speedup": v.geomean,
                           "geomean_speedup_ragged": v.geomean_ragged, "geomean_pct_limit": v.geomean_pct_limit,
                           "geomean_pct_limit_ragged": v.geomean_pct_limit_ragged,
@@ -114,19 +128,35 @@ def command(
                           "heldout_vs_best": v.vs_best, "best": v.best_id,
                           "min_speedup": v.min_speedup, "rows": [r.model_dump(mode="json") for r in v.rows],
                           "reigning_rows": [r.model_dump(mode="json") for r in ref_rows],
+                          "e2e": e2e_res.model_dump(mode="json") if e2e_res else None,
                           "wall_s": round(time.perf_counter() - t0, 2)}))
     else:
         if not machine:
             from kopt.cli.output import table
 
             table(v.rows)
-        print(v.line(), flush=True)
+        if e2e_res is not None:
+            print(e2e_res.line(), flush=True)
+        print(line, flush=True)
     if v.stopped:
         print(f"kopt verify: the budget of {budget:g} s was spent; not run: "
               + ", ".join(f"{n} {g} row(s)" for g, n in v.not_run.items()) + " (a stopped run is no verdict)",
               file=sys.stderr)
-    if v.failed_rows or not v.rows:
+    if v.failed_rows or not v.rows or (e2e_res is not None and not e2e_res.passed):
         raise typer.Exit(1)
+
+
+def _e2e(p: Path, device: str, timeout: float, v, machine: bool):
+    """The small e2e check of the verdict (kopt.e2e.small_check), its row recorded with the verdict's run id."""
+    from kopt import e2e
+    from kopt.cli.common import err_console
+
+    o = e2e.small_check(device)
+    if not machine:
+        err_console().print(f"[dim]e2e check: {o.model} x{o.layers} layers, batch {o.batch}, {o.tokens} tokens[/dim]")
+    res = e2e.run(p, o, timeout)
+    e2e.record(res, v.rows[0].run_id if v.rows else None)
+    return res
 
 
 def _time_reigning(p: Path, reigning: Optional[Path], best: Optional[str], v, held, opts, err, on_result) -> list:
@@ -141,19 +171,23 @@ def _time_reigning(p: Path, reigning: Optional[Path], best: Optional[str], v, he
     from kopt.workspace.vcs import export_candidate
 
     me = candidate.candidate_id(p)
-    if reigning is None:
-        if not best or best == me:
-            err.print("held-out pairing: NA (" + ("this candidate is the best" if best else "no best candidate yet")
-                      + ")")
-            return []
-        reigning = export_candidate(workspace(), best, Path(tempfile.mkdtemp(prefix="kopt-reigning-")))
+    with tempfile.TemporaryDirectory(prefix="kopt-reigning-") as tmp:
         if reigning is None:
-            err.print(f"held-out pairing: NA (no commit holds the best candidate {best}; pass --against PATH)")
+            if not best or best == me:
+                err.print("held-out pairing: NA (" + ("this candidate is the best" if best else
+                                                      "no best candidate yet") + ")")
+                return []
+            reigning = export_candidate(workspace(), best, Path(tmp))
+            if reigning is None:
+                err.print(f"held-out pairing: NA (no commit holds the best candidate {best}; pass --against PATH)")
+                return []
+        if candidate.candidate_id(reigning) == me:
+            err.print("held-out pairing: NA (--against is this candidate)")
             return []
-    err.print(f"held-out pairing: timing the reigning candidate {candidate.candidate_id(reigning)} on the same "
-              f"{len(v.heldout)} draws")
-    rows = verdict.time_reigning(reigning, held, opts, v.heldout[0].run_id or "", on_result)
-    v.best_id = candidate.candidate_id(reigning)
+        err.print(f"held-out pairing: timing the reigning candidate {candidate.candidate_id(reigning)} on the same "
+                  f"{len(v.heldout)} draws")
+        v.best_id = candidate.candidate_id(reigning)
+        rows = verdict.time_reigning(reigning, held, opts, v.heldout[0].run_id or "", on_result)
     v.vs_best = ranking.heldout_ratio([r.model_dump(mode="json") for r in v.heldout],
                                       [r.model_dump(mode="json") for r in rows])
     return rows

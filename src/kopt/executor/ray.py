@@ -42,8 +42,8 @@ CANCEL_GRACE_S = 15.0
 #: Seconds to wait for a TCP answer from --ray-address (ray.init itself waits minutes on a dead address).
 CONNECT_S = 5.0
 #: Workspace paths never shipped: the history and the ledger are the head's alone.
-EXCLUDES = [".git", "/candidates.jsonl", "/trajectory", "__pycache__", "*.pyc", "*.egg-info", ".pytest_cache",
-            ".hypothesis"]
+EXCLUDES = [".git", "/candidates.jsonl", "/candidates.archive", "/trajectory", "__pycache__", "*.pyc", "*.egg-info",
+            ".pytest_cache", ".hypothesis"]
 INSTALL = 'pip install -e ".[ray]"'
 
 

@@ -73,6 +73,16 @@ class Campaign:
         """Ledger lines skipped as unreadable."""
         return len(self.ledger.skipped) if self.ledger else 0
 
+    def newest(self) -> dict[str, str]:
+        """Per device (as the ledger names it), the day of its newest row: one device's fresh rows never date
+        another's."""
+        out: dict[str, str] = {}
+        for r in self.ledger.rows if self.ledger else []:
+            d, t = str(r.get("device") or "NA"), str(r.get("timestamp") or "")[:10]
+            if t and d != "NA" and t > out.get(d, ""):  # NA: bookkeeping rows (stagnation), no device
+                out[d] = t
+        return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
+
     @property
     def best_id(self) -> Optional[str]:
         """The shown candidate's id (the name older callers use)."""
@@ -84,14 +94,16 @@ class Campaign:
         if not s or not s.candidate_id:
             return "kopt: no candidate rows yet"
         commits = ", ".join(s.commits[-3:]) or "NA"
+        rule = f"best by the rule {s.rule_best}" if s.rule_best else "no best by the rule yet"
         return (f"kopt: {s.source} candidate {s.candidate_id}, verdict run {s.verdict_run or 'none'} on "
-                f"{s.device or 'NA'}; measured at commit {commits}; {len(self.rows)} cases")
+                f"{s.device or 'NA'}; {rule}; measured at commit {commits}; {len(self.rows)} cases")
 
     def marker(self) -> dict[str, str]:
         """Machine-readable identity (PNG text chunks, report meta tags): checked against the data."""
         s = self.shown
         return {"kopt-candidate": (s.candidate_id if s else None) or "none",
                 "kopt-source": s.source if s else "none", "kopt-cases": str(len(self.rows)),
+                "kopt-rule-best": (s.rule_best if s else None) or "none",
                 "kopt-verdict-run": (s.verdict_run if s else None) or "none"}
 
 
@@ -137,8 +149,9 @@ def _case_row(case, view) -> CaseRow:
     return c
 
 
-def _peers(rows: list[dict], kinds: dict[int, str]) -> dict:
-    """The newest `kopt peers` run of each device that has one, as panels (kopt.report.panel)."""
+def _peers(rows: list[dict], kinds: dict[int, str], shown=None) -> dict:
+    """The newest `kopt peers` run of each device that has one, as panels (kopt.report.panel), each marked stale
+    when it timed another candidate than the shown one."""
     from kopt.report import panel
 
     devices = dict.fromkeys(str(r.get("device", "NA")) for r in rows if r.get("mode") == "peers")
@@ -147,6 +160,8 @@ def _peers(rows: list[dict], kinds: dict[int, str]) -> dict:
         run = panel.latest_rows(rows, dev)
         if run:
             p = panel.build(run, kinds)
+            if shown is not None:
+                p.mark_stale(shown.candidate_id, shown.verdict_date)
             out[p.slug] = p  # the file name kopt peers gives its plot
     return out
 
@@ -163,6 +178,9 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     c = Campaign()
     c.ledger = load_dicts(ledger_file(ws))
     rows = c.ledger.rows
+    from kopt.report.shown import check_device
+
+    device = check_device(rows, device)  # before any figure is drawn
     if device:
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
     # Iteration geomeans in git snapshots mix devices; a per-device view rebuilds them from its own rows.
@@ -183,5 +201,5 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
         if got:
             c.ceiling_gbps, c.ceiling_kind = got, kind
             break
-    c.peers = _peers(rows, {k: x.kind for k, x in cases.items()})
+    c.peers = _peers(rows, {k: x.kind for k, x in cases.items()}, c.shown)
     return c

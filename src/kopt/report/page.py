@@ -142,6 +142,16 @@ def _heldout_section(c) -> str:
                       "status"], body, 4))
 
 
+def _e2e_section(c) -> str:
+    """The newest `kopt e2e` line (the candidate inside a decoder's loop), or how to get one."""
+    from kopt.e2e.models import latest_line
+
+    line = latest_line(c.ledger.rows)
+    return "<h2>End to end</h2>" + (f"<p><code data-e2e='1'>{_e(line)}</code></p>" if line else
+                                    "<p class='note'>No e2e rows yet: <code>kopt e2e --model NAME</code> runs the "
+                                    "candidate as a decoder's attention.</p>")
+
+
 def _shown_section(c, ranked: list[dict]) -> str:
     s = c.shown
     if not s or not s.candidate_id:
@@ -149,8 +159,9 @@ def _shown_section(c, ranked: list[dict]) -> str:
     from kopt.paths import CANDIDATE_REL
 
     where = f"({CANDIDATE_REL})" if s.source == "shipped" else "(no shipped solution in the workspace)"
-    out = (f"<h2>Shown candidate</h2><div class='box'><p><b>{_e(s.source)} candidate <code>{_e(s.candidate_id)}"
-           f"</code></b> {_e(where)} {_e(s.detail())}; measured at commit {_e(', '.join(s.commits) or 'NA')}.</p>")
+    out = (f"<h2>Shown candidate</h2><div class='box'><p data-headline='1'><b>{_e(s.headline())}</b></p>"
+           f"<p>{_e(s.source)} candidate <code>{_e(s.candidate_id)}</code> {_e(where)} {_e(s.detail())}; measured at "
+           f"commit {_e(', '.join(s.commits) or 'NA')}.</p>")
     if b := s.best_by_rule:
         out += (f"<p><b>Best by the improvement rule: <code>{_e(b.candidate_id)}</code></b> (iteration "
                 f"{_e(b.iteration)}, geomean {_e(b.geomean)}): {_e(b.reason)}.</p>")
@@ -187,7 +198,7 @@ def _trajectory_section(c, img: str) -> str:
                if rows else "<p>No iterations yet.</p>"))
 
 
-def _diagnosis_section(ws: Path) -> str:
+def _diagnosis_section(ws: Path, shown_id: Optional[str] = None) -> str:
     from kopt.profile.diagnosis import pattern_titles
     from kopt.profile.models import ProfileSummary, config_text
 
@@ -204,7 +215,11 @@ def _diagnosis_section(ws: Path) -> str:
              _e(", ".join(f"{x} ({titles[x]})" if x in titles else x for x in d.patterns) or "-")]
             for d in s.diagnosis.dimensions]
     notes = "".join(f"<li>{_e(n)}</li>" for n in s.notes)
-    return (f"<h2>Latest diagnosis</h2><p>case {_e(s.case)} ({_e(s.variant)}), candidate {_e(s.candidate_id)}, "
+    stale = (f"<p class='limiting' data-stale='{_e(s.candidate_id)}'>stale: this profile is of candidate "
+             f"{_e(s.candidate_id)} ({_e(str(s.created)[:10])}), not the shown candidate {_e(shown_id)}; run "
+             f"<code>kopt profile --case {_e(s.case)}</code> to see the shown one</p>"
+             if shown_id and s.candidate_id != shown_id else "")
+    return (f"<h2>Latest diagnosis</h2>{stale}<p>case {_e(s.case)} ({_e(s.variant)}), candidate {_e(s.candidate_id)}, "
             + (f"config <code>{_e(config_text(s.config))}</code> (a variant, not the candidate's own "
                f"plan), " if s.config is not None else "")
             + f"tool {_e(s.tool.value)} on {_e(s.device_name)}, {_e(s.created)}; kernel "
@@ -239,15 +254,15 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
     with tempfile.TemporaryDirectory() as tmp:
         files = {p.stem: p for p in (plots or make_plots(ws, Path(tmp), campaign=c))}
         imgs = {k: _img(p, f"{k} of {c.best_id or 'no candidate'}") for k, p in files.items()}
-    newest = max((str(r["timestamp"]) for r in c.ledger.rows if r.get("timestamp")), default=None)
+    newest = "; ".join(f"{d} {t}" for d, t in c.newest().items()) or "none"
     meta = "".join(f"<meta name='{k}' content='{html.escape(v, quote=True)}'>"
                    for k, v in {**c.marker(), "kopt-images": ",".join(imgs)}.items())
-    body = (f"<h1>kopt campaign report</h1><p class='note'>device {_e(device or 'all')}, ledger rows up to "
-            f"{_e(newest)}; ledger lines skipped as unreadable: {c.skipped}. "
+    body = (f"<h1>kopt campaign report</h1><p class='note'>device {_e(device or 'all')}; newest ledger row per "
+            f"device: {_e(newest)}; ledger lines skipped as unreadable: {c.skipped}. "
             f"{_e(c.stamp())}.</p>" + _shown_section(c, _ranked(ws, c, device)) + _cases_section(c)
-            + _heldout_section(c)
+            + _heldout_section(c) + _e2e_section(c)
             + imgs["speedup"] + imgs["roofline"] + _peers_section(c, imgs)
-            + _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws))
+            + _trajectory_section(c, imgs["trajectory"]) + _diagnosis_section(ws, c.best_id))
     doc = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{meta}<title>kopt report</title>"
            f"<style>{_CSS}</style></head><body>{body}<script>{_SCRIPT}</script></body></html>\n")
     out = Path(out) if out else ws / "results" / c.backend / "report.html"
@@ -256,22 +271,18 @@ def build(ws: Path, out: Optional[Path] = None, device: Optional[str] = None, ca
     return out
 
 
-def refresh(ws: Path, screenshot: Optional[bool] = None) -> list[Path]:
-    """Regenerate the committed views from the workspace's data: the plots, report.html and its
-    screenshot report.png (screenshot None: only where one is already kept and a headless Chromium
-    is installed). Returns the files written."""
-    from kopt.report import browser
+def refresh(ws: Path) -> list[Path]:
+    """Regenerate the committed views from the workspace's data: the plots, report.html and results/STATUS.md (the
+    report's PNG screenshot, `kopt report --screenshot`, is for looking at and is not committed: .gitignore).
+    Returns the files written."""
+    from kopt.report import status_md
     from kopt.report.campaign import load_campaign
     from kopt.report.plot import make_plots
 
     ws = Path(ws)
     c = load_campaign(ws)
     plots = make_plots(ws, campaign=c)
-    page = build(ws, campaign=c, plots=plots)
-    shot = page.with_suffix(".png")
-    if screenshot is None:
-        screenshot = shot.is_file() and browser.find() is not None
-    return plots + [page] + ([browser.screenshot(page, shot)] if screenshot else [])
+    return plots + [build(ws, campaign=c, plots=plots), status_md.write(ws, campaign=c)]
 
 
 def refresh_for_commit(ws: Path) -> tuple[list[Path], Optional[str]]:
@@ -279,5 +290,5 @@ def refresh_for_commit(ws: Path) -> tuple[list[Path], Optional[str]]:
     reported, not fatal: an iteration's kernel and rows matter more than its figures."""
     try:
         return refresh(ws), None
-    except Exception as e:  # matplotlib, a malformed case file, the browser: the commit goes ahead
+    except Exception as e:  # matplotlib, a malformed case file: the commit goes ahead
         return [], f"plots and report not regenerated: {type(e).__name__}: {str(e)[:200]}"

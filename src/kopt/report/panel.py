@@ -72,6 +72,31 @@ class Panel:
     candidate_id: str = "NA"
     date: str = "NA"
     commit: str = "NA"
+    stale: str = ""
+    """Why this panel is not of the shown candidate (set where it is shown beside one: kopt.report.campaign)."""
+    stale_age: str = ""
+    """Its age against the shown candidate's verdict, e.g. "3 days before the shown candidate's verdict"."""
+
+    def mark_stale(self, shown_id: Optional[str], shown_date: Optional[str]) -> str:
+        """Set and return `stale`: empty when the panel timed the shown candidate, else its candidate and its age
+        against the shown candidate's verdict."""
+        self.stale_age = ""
+        if not shown_id or self.candidate_id == shown_id:
+            self.stale = ""
+            return ""
+        age = ""
+        try:
+            from datetime import date
+
+            days = (date.fromisoformat(str(shown_date)) - date.fromisoformat(self.date)).days
+            self.stale_age = (f"{days} day{'s' if days != 1 else ''} before the shown candidate's verdict"
+                              if days > 0 else f"the shown candidate's verdict is of {shown_date}")
+            age = f", {self.stale_age}" + (f" ({shown_date})" if days > 0 else "")
+        except (TypeError, ValueError):  # a date missing on either side: the candidate alone says it
+            pass
+        self.stale = (f"stale: this panel timed candidate {self.candidate_id} on {self.date}{age}, not the shown "
+                      f"candidate {shown_id}; run kopt peers to time it")
+        return self.stale
 
     @property
     def slug(self) -> str:
@@ -118,7 +143,11 @@ def build(rows: list[dict], kinds: Optional[dict[int, str]] = None) -> Panel:
         cells = {c.peer: c for c in map(_cell, r.get("peers") or [])}
         seen |= set(cells)
         case = int(r.get("case") or 0)
-        prs.append(PanelRow(case, (kinds or {}).get(case, "NA"), r.get("variant") or "NA", str(r.get("status", "NA")),
+        kind = r.get("case_kind") if r.get("case_kind") in ("seed", "heldout", "custom") else None
+        variant = r.get("variant") or "NA"
+        if r.get("model"):  # a held-out draw's id is a position in its draw: its model and shape name it
+            variant = f"{r['model']} {r.get('shape') or ''} {variant}"
+        prs.append(PanelRow(case, kind or (kinds or {}).get(case, "NA"), variant, str(r.get("status", "NA")),
                             r.get("runtime_ms"), cells))
     first = rows[0] if rows else {}
     return Panel([p for p in PEERS if p in seen] + sorted(seen - set(PEERS)), prs, str(first.get("device", "NA")),
@@ -154,9 +183,11 @@ def notes(p: Panel) -> list[str]:
     """Geomeans (over the best peer per case; per peer over the cases it ran) and every NA reason."""
     gm, n = p.geomean_best()
     out = [f"geomean speedup over the best peer per case: {_x(gm)} ({n} of {len(p.rows)} cases)"]
-    kinds = {r.kind for r in p.rows}
-    if "ragged" in kinds and len(kinds) > 1:
-        for label, ks in (("edge + perf", {"edge", "perf"}), ("ragged", {"ragged"})):
+    groups = (("edge + perf", {"edge", "perf"}), ("ragged", {"ragged"}), ("seed", {"seed"}),
+              ("held-out", {"heldout"}), ("custom", {"custom"}))
+    present = [(label, ks) for label, ks in groups if any(r.kind in ks for r in p.rows)]
+    if len(present) > 1:
+        for label, ks in present:
             g, k = p.geomean_best(ks)
             out.append(f"  {label}: {_x(g)} ({k} cases)")
     for peer in p.peers:
@@ -201,9 +232,11 @@ def panel_html(p: Panel) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
     items = "".join(f"<li>{html.escape(n)}</li>" for n in notes(p))
-    return (f"<h2>Peers</h2><p class='note'>candidate {html.escape(p.candidate_id)} on {html.escape(p.device)}, "
-            f"{html.escape(p.date)}: cold, device-only, ABBA-paired per peer</p><table><tr>{th}</tr>{trs}</table>"
-            f"<ul class='note'>{items}</ul>")
+    stale = (f"<p class='limiting' data-stale='{html.escape(p.candidate_id, quote=True)}'>{html.escape(p.stale)}</p>"
+             if p.stale else "")
+    return (f"<h2>Peers</h2>{stale}<p class='note'>candidate {html.escape(p.candidate_id)} on "
+            f"{html.escape(p.device)}, {html.escape(p.date)}: cold, device-only, ABBA-paired per peer</p>"
+            f"<table><tr>{th}</tr>{trs}</table><ul class='note'>{items}</ul>")
 
 
 def report_section(ws: Path, device: Optional[str] = None) -> str:
@@ -274,7 +307,11 @@ def plot(p: Panel, path: Path, finish: Optional[Callable] = None) -> Path:
     ax.set_xlabel("case")
     ax.set_ylabel("candidate speedup over the peer (95% CI)")
     gm, n = p.geomean_best()
-    ax.set_title(f"peers on {p.device}: geomean over the best peer per case {_x(gm)} ({n} cases)")
+    title = f"peers on {p.device}: geomean over the best peer per case {_x(gm)} ({n} cases)"
+    if p.stale:  # said where the figure is seen, not only in its stamp
+        title = (f"STALE: timed candidate {p.candidate_id} on {p.date}" + (f", {p.stale_age}" if p.stale_age else "")
+                 + f"\n{title}")
+    ax.set_title(title, color="firebrick" if p.stale else "black")
     if shown:
         ax.legend(fontsize=8)
     if finish is not None:

@@ -5,7 +5,7 @@
   (reference data from another device, shown, never compared as a measurement).
 - roofline.png: % of the roofline limit per case against 100%, and achieved GB/s against the
   measured ceiling.
-- trajectory.png: verdict geomeans per iteration (uniform and ragged cases), the best so far,
+- trajectory.png: verdict geomeans per iteration (uniform and ragged cases, held-out draws), the best so far,
   non-improving and failed iterations marked, the shipped and the rule's best named.
 - peers-<device>.png: the peer panel (kopt.report.panel) of each device's newest `kopt peers` run.
 
@@ -166,7 +166,7 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
             floor = min(floor, min(ys))
     for outcome, style in (("improved", dict(marker="o", color="tab:green")),
                            ("not improved", dict(marker="s", color="tab:orange")),
-                           ("overfit", dict(marker="D", color="tab:purple")),
+                           ("overfit", dict(marker="D", color="tab:brown")),
                            ("failed", dict(marker="x", color="tab:red")),
                            ("not judged", dict(marker=".", color="tab:gray"))):
         sel = [p for p in pts if p.outcome == outcome]
@@ -178,6 +178,12 @@ def plot_trajectory(c: Campaign, path: Path) -> Path:
         ax.plot([p.iteration for p in rag], [p.ragged for p in rag], "d--", color="tab:purple", label="ragged cases")
     else:
         ax.plot([], [], " ", label="ragged cases: no verdict timed them yet")
+    held = [p for p in pts if p.heldout]
+    if held:  # each verdict's own draws: the number to move, not a comparison between iterations
+        ax.plot([p.iteration for p in held], [p.heldout for p in held], "^:", color="tab:cyan",
+                label="held-out draws (each verdict's own)")
+    else:
+        ax.plot([], [], " ", label="held-out draws: no verdict timed them yet")
     s = c.shown
     bb = s.best_by_rule.candidate_id if s and s.best_by_rule else None
     for p in pts[::-1]:
@@ -211,14 +217,24 @@ def plot_peers(c: Campaign, dev: str, path: Path) -> Path:
 
 
 def _save(fig, path: Path, c: Campaign, stamp: Optional[str] = None) -> Path:
+    import io
+
     import matplotlib.pyplot as plt
+    from PIL import Image, PngImagePlugin
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.text(0.005, 0.005, stamp or c.stamp(), fontsize=7, color="dimgray", ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    # Software pins the text chunk matplotlib would fill with its version: same data, same bytes.
-    fig.savefig(path, format="png", dpi=110, metadata={"Software": "kopt", **c.marker()})
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    info = PngImagePlugin.PngInfo()
+    for k, v in {"Software": "kopt", **c.marker()}.items():  # Software: no library version in the file
+        info.add_text(k, v)
+    # A palette of 256 colours holds a plot's few colours and their anti-aliasing: the file (committed, and
+    # inlined in the report) is ~40% of the RGBA one. Same data, same bytes.
+    img = Image.open(buf).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT)
+    img.save(path, format="PNG", optimize=True, pnginfo=info)
     return path
 
 

@@ -50,6 +50,16 @@ class BestByRule(BaseModel):
     reason: str
 
 
+class RankedFirst(BaseModel):
+    """The candidate `kopt candidates` ranks first (by uniform geomean), when it is not the shown one."""
+
+    candidate_id: str
+    geomean: Optional[float] = None
+    basis: Optional[str] = None
+    why: str = ""
+    """Why the rule does not take it: its iteration's outcome, or that it is no committed iteration."""
+
+
 class Shown(BaseModel):
     """What every view shows: the candidate, its verdict, one row per case, the rule's best beside it."""
 
@@ -70,10 +80,46 @@ class Shown(BaseModel):
     verdict_timed: int = 0
     verdict_rows: int = 0
     verdict_correct: int = 0
+    verdict_date: Optional[str] = None
+    """The day (UTC, YYYY-MM-DD) of the shown verdict."""
+    iteration: Optional[int] = None
+    """The first iteration that holds the shown candidate (None: none does)."""
+    outcome: str = ""
+    """The improvement rule's latest outcome for it (its last iteration's), with the rule's reason."""
     commits: list[str] = Field(default_factory=list)
     """Commits the shown rows were measured at (their `commit` field), oldest row first."""
     cases: list[CaseView] = Field(default_factory=list)
+    rule_best: Optional[str] = None
+    """The best candidate by the improvement rule (the last improving iteration's), the shown one included."""
     best_by_rule: Optional[BestByRule] = None
+    ranked_first: Optional[RankedFirst] = None
+
+    def headline(self) -> str:
+        """The first line of every view: which candidate is shipped, which is best by the rule and which the ranking
+        puts first, and why they differ when they do."""
+        if not self.candidate_id:
+            return "no candidate yet: no solution/ and no candidate rows in the ledger"
+        it = f"iteration {self.iteration}" if self.iteration is not None else "no iteration"
+        what = "shipped" if self.source == "shipped" else "shown (no solution/; first in the ranking)"
+        out = f"{what} {self.candidate_id} ({it}"
+        out += f", verdict {self.verdict_date} on {self.device})" if self.verdict_date else ", no verdict)"
+        b, r = self.best_by_rule, self.ranked_first
+        if b is not None:
+            one = "the shipped one" if self.source == "shipped" else "the shown one"
+            why = (f"the rule judged {one} {self.outcome}" if self.outcome else
+                   f"no iteration holds {one}, so the rule never judged it")
+            out += f"; best by the improvement rule: {b.candidate_id} (iteration {b.iteration}), as {why}"
+        elif self.rule_best == self.candidate_id:
+            out += "; also the best by the improvement rule"
+        else:
+            out += "; no iteration improved yet, so no best by the rule"
+        if r is not None:
+            out += f"; first in the ranking by uniform geomean: {r.candidate_id} ({fmt_na(r.geomean, SPEEDUP_FMT)}"
+            basis = {"signal": "bench"}.get(r.basis or "", r.basis)
+            out += f", {basis} rows), {r.why}" if basis else f"), {r.why}"
+        elif self.source == "shipped":
+            out += "; also first in the ranking"
+        return out
 
     def by_basis(self, basis: Optional[str]) -> list[int]:
         """Cases whose row comes from `basis` (None: not measured)."""
@@ -103,16 +149,34 @@ class Shown(BaseModel):
         return "; ".join(parts)
 
     def lines(self) -> list[str]:
-        """For terminals: the shown candidate and, when it is another one, the best by the improvement rule."""
-        out = [f"shown: {self.summary()}"]
+        """For terminals: the headline, the shown candidate and, when it is another one, the best by the rule."""
+        out = [self.headline(), f"shown: {self.summary()}"]
         if b := self.best_by_rule:
             out.append(f"best by the improvement rule: {b.candidate_id} (iteration {b.iteration}, geomean "
                        f"{fmt_na(b.geomean, SPEEDUP_FMT)}): {b.reason}")
         return out
 
     def brief(self) -> dict:
-        """JSON-ready form without the raw rows."""
-        return self.model_dump(exclude={"cases": {"__all__": {"row"}}})
+        """JSON-ready form without the raw rows, with the headline every view opens with."""
+        return {"headline": self.headline(), **self.model_dump(exclude={"cases": {"__all__": {"row"}}})}
+
+
+def check_device(rows: list[dict], device: Optional[str]) -> Optional[str]:
+    """`device` as the ledger names it (None stays None); a device no ledger row was measured on is a usage error,
+    so a typo never reads as "no rows yet"."""
+    if device is None:
+        return None
+    from kopt.errors import UsageError
+
+    names = {}
+    for r in rows:
+        d = r.get("device")
+        if d and d != "NA":
+            names.setdefault(str(d).lower(), str(d))
+    if device.lower() not in names:
+        have = ", ".join(sorted(names.values(), key=str.lower)) or "none yet"
+        raise UsageError(f"unknown device {device!r}: the ledger's rows were measured on {have}")
+    return names[device.lower()]
 
 
 def _cases(ids: list[int]) -> str:
@@ -181,9 +245,10 @@ def _case_views(ws: Path, rows: list[dict], cid: str, verdict: list[dict], devic
 
 
 def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optional[str] = None,
-                    points: Optional[list] = None) -> Shown:
+                    points: Optional[list] = None, top: Optional[dict] = None) -> Shown:
     """The shown candidate under the module's rule. rows: the ledger's rows when already read;
-    points: the iterations (kopt.workspace.iterations.trajectory) when already computed."""
+    points: the iterations (kopt.workspace.iterations.trajectory) when already computed; top: the ranking's first
+    candidate (kopt.workspace.ranking.best) when already computed."""
     from kopt.paths import ledger_file
     from kopt.workspace import ranking
     from kopt.workspace.iterations import GENERATIONS, current_candidate, timing_generation
@@ -196,11 +261,12 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
     s = Shown()
     cid = current_candidate(ws)
+    if top is None:
+        df, _ = ranking.load_frame(ledger_file(ws), device, Loaded(rows=everything))  # filtered there
+        top = ranking.best(df)
     if cid:
         s.candidate_id, s.source = cid, "shipped"
     else:
-        df, _ = ranking.load_frame(ledger_file(ws), device, Loaded(rows=everything))  # filtered there
-        top = ranking.best(df)
         if not top:  # still one row per case: the tables say what is missing, they do not shrink
             from kopt.cases import load_cases
             from kopt.paths import cases_file
@@ -220,6 +286,7 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         s.verdict_timing = GENERATIONS[timing_generation(verdict)]
         s.verdict_rows = len(verdict)
         s.verdict_correct = sum(r.get("correct") is True for r in verdict)
+        s.verdict_date = str(verdict[0].get("timestamp") or "")[:10] or None
     if runs and not ranking.run_finished(runs[-1]):  # the last run stopped: after the verdict shown, if any
         last = runs[-1]
         s.verdict_stopped = f"run {last[0].get('run_id')}: {len(last)} of {ranking.planned_rows(last)} rows"
@@ -233,8 +300,34 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         from kopt.workspace.iterations import trajectory
 
         points, _ = trajectory(ws, rows, use_git=not device)  # git geomeans mix devices
+    mine = [p for p in points if p.candidate_id == cid]
+    if mine:
+        s.iteration = mine[0].iteration  # where it came in; the rule's latest word on it below
+        s.outcome = mine[-1].outcome + (f" ({mine[-1].reason})" if mine[-1].reason else "")
+    rb = _rule_best(points, s.device)
+    s.rule_best = rb.candidate_id if rb else None
     s.best_by_rule = _best_by_rule(ws, rows, s, points)
+    s.ranked_first = _ranked_first(top, s, points)
     return s
+
+
+def _rule_best(points: list, device: Optional[str]):
+    """The last improving iteration on `device` (any device when None), or None."""
+    return next((p for p in reversed(points) if p.outcome == "improved" and p.candidate_id
+                 and (device is None or p.device is None or str(p.device).lower() == device.lower())), None)
+
+
+def _ranked_first(top: Optional[dict], s: Shown, points: list) -> Optional[RankedFirst]:
+    """The ranking's first candidate when it is neither the shown one nor the rule's best, with why the rule
+    does not take it."""
+    if not top or top.get("candidate_id") in (s.candidate_id, s.rule_best):
+        return None
+    cid = str(top["candidate_id"])
+    mine = [p for p in points if p.candidate_id == cid]
+    why = (f"iteration {mine[0].iteration}, judged {mine[-1].outcome}"
+           + (f" ({mine[-1].reason})" if mine[-1].reason else "") if mine else
+           "no iteration holds it, so the rule never judged it")
+    return RankedFirst(candidate_id=cid, geomean=top.get("geomean"), basis=top.get("basis"), why=why)
 
 
 def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optional[BestByRule]:
@@ -242,8 +335,7 @@ def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optiona
     from kopt.workspace.iterations import threshold
     from kopt.workspace.ranking import latest_verdict
 
-    best = next((p for p in reversed(points) if p.outcome == "improved" and p.candidate_id
-                 and (s.device is None or p.device is None or str(p.device).lower() == s.device.lower())), None)
+    best = _rule_best(points, s.device)
     if best is None or best.candidate_id == s.candidate_id:
         return None
     thr = threshold(ws, s.device, rows)
@@ -265,11 +357,11 @@ def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optiona
     if ahead:
         cases = "; ".join(f"case {c} {so:.3f}x vs {sm:.3f}x ({n or 'timings not flagged noisy'})"
                           for c, so, sm, n in ahead)
-        head += f"; ahead by more than the +{thr:.0%} threshold on {cases}"
+        head += f"; ahead by more than the +{thr:.1%} threshold on {cases}"
         if all(n for *_, n in ahead):
             head += "; every case it leads on rests on a noisy timing"
     else:
-        head += f"; no case ahead by more than the +{thr:.0%} threshold (a spread lead)"
+        head += f"; no case ahead by more than the +{thr:.1%} threshold (a spread lead)"
     if best.reason:
         head += f" (the rule at iteration {best.iteration}: {best.reason})"
     return BestByRule(candidate_id=best.candidate_id, iteration=best.iteration, geomean=best.geomean,

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from kopt.errors import UsageError, WorkspaceError
+from kopt.errors import LedgerError, UsageError, WorkspaceError
+from kopt.paths import ledger_file
 from kopt.report import refresh_for_commit
-from kopt.workspace import journal, log, scaffold, vcs
+from kopt.workspace import journal, ledger, log, scaffold, trajectory, vcs
 
 
 def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> vcs.CommitResult:
@@ -43,9 +45,15 @@ def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> v
         specs += vcs.pathspecs(repo, ws, (scaffold.OWN_TEMPLATES,))
     if not vcs.changed(repo, specs):
         raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
-                             "candidates.jsonl, trajectory/, knowledge/) since the last commit")
+                             "candidates.jsonl, candidates.archive/, trajectory/, knowledge/) since the last commit")
     description = _without_prefix(description, n)
-    snap = vcs.write_snapshot(ws, repo, n, description)
+    try:  # the ledger stored lean, older rows archived; refused (nothing written) unless every row reads back
+        ledger.compact(ledger_file(ws))
+        lean_warning = None
+    except LedgerError as e:
+        lean_warning = f"ledger left as it was: {e}"
+    snap = trajectory.write(ws, n, description, repo.active_branch.name,
+                            repo.head.commit.hexsha if repo.head.is_valid() else None)
     refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
     message = f"[iter {n}] {description}"
     try:
@@ -55,6 +63,7 @@ def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> v
         spec = vcs.pathspecs(repo, ws, (snap.relative_to(ws).as_posix(),))
         repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
         raise
+    warning = "; ".join(w for w in (lean_warning, warning) if w) or None
     return vcs.CommitResult(n, message, sha, snap, synced + list(refreshed), warning)
 
 
@@ -104,3 +113,18 @@ def _without_prefix(description: str, n: int) -> str:
     if not rest:
         raise UsageError("give a description after the prefix: kopt commit -m \"what changed\"")
     return rest
+
+
+@dataclass
+class Compaction:
+    """What `kopt compact` did (or, dry, would do)."""
+
+    ledger: ledger.Compacted
+    snapshots: list[trajectory.Migrated]
+
+
+def compact_workspace(ws: Path, dry_run: bool = False) -> Compaction:
+    """Store the workspace lean: the ledger (run records, older rows archived: kopt.workspace.ledger.compact) and
+    every schema 1 trajectory snapshot (its files as a delta: kopt.workspace.trajectory.migrate). Every row and
+    snapshot is checked to read back the same before it replaces the old one. The result is for `kopt commit`."""
+    return Compaction(ledger.compact(ledger_file(ws), dry_run=dry_run), trajectory.migrate(ws, dry_run=dry_run))

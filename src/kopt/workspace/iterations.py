@@ -1,7 +1,7 @@
 """The loop's iterations and the improvement rule that judges them.
 
 An iteration is one `kopt commit`; its trajectory snapshot records the candidate id and the
-geomeans of that candidate's latest verdict (see kopt.workspace.vcs.SnapshotMeta). The candidate's latest
+geomeans of that candidate's latest verdict (see kopt.workspace.trajectory.SnapshotMeta). The candidate's latest
 verdict in the ledger on the snapshot's device wins over the snapshot's copy, so re-verifying a
 candidate (a newer harness, the ragged cases) re-judges its iteration.
 
@@ -210,7 +210,7 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     earlier H200 iteration, never against a CPU one; the first verdict on a device is an improvement
     (the device's first best)."""
     from kopt.workspace import ranking
-    from kopt.workspace.vcs import snapshots
+    from kopt.workspace.trajectory import snapshots
 
     best: dict = {}
     thr: dict = {}
@@ -329,6 +329,8 @@ class IterPoint:
     """Geomean speedup of the verdict over the ragged cases (None: none timed)."""
     reason: str = ""
     """The improvement rule's reason for the outcome."""
+    heldout: Optional[float] = None
+    """Geomean speedup of the verdict over its held-out draws (None: none timed)."""
 
 
 def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
@@ -353,9 +355,12 @@ def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
         except Exception:  # no git, no snapshots, an older layout: fall back to the ledger
             hist = []
     if hist:
-        return [IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
-                          h.geomean_ragged or geomeans(verdict(h.candidate_id)).ragged, h.reason)
-                for h in hist], "git [iter N] commits"
+        out = []
+        for h in hist:
+            g = geomeans(verdict(h.candidate_id))
+            out.append(IterPoint(h.iteration, h.candidate_id, h.geomean, h.outcome, h.device,
+                                 h.geomean_ragged or g.ragged, h.reason, g.heldout))
+        return out, "git [iter N] commits"
 
     order = {cid: str(rs[0].get("timestamp") or "") for cid, rs in by_cid.items()}
     thr, best, best_r, out = threshold(ws, rows=rows), None, None, []
@@ -365,6 +370,8 @@ def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
         gm, gr = g.uniform, g.ragged
         j = judge(gm, gr, failed(v), best, best_r, thr)  # the rule `history` applies
         if j.outcome == "improved":
+            j = overfit(j, v, rows, thr)
+        if j.outcome == "improved":
             best, best_r = gm, gr
-        out.append(IterPoint(i, cid, gm, j.outcome, verdict_device(v), gr, j.reason))
+        out.append(IterPoint(i, cid, gm, j.outcome, verdict_device(v), gr, j.reason, g.heldout))
     return out, "ledger verdict rows by candidate" if out else "none"

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Optional, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from kopt.errors import LedgerError
+from kopt.workspace import lean
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -79,52 +79,82 @@ class Loaded:
 
 
 def _parse(model: type[M], text: str):
-    """Yield (line number, line, row or None, why not) for every non-blank line of JSONL text."""
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+    """Yield (line number, line, row or None, why not) for every row line of ledger text, lean rows read back
+    whole (kopt.workspace.lean)."""
+    for no, line, obj, why in lean.decode(text):
+        if obj is None:
+            yield no, line, None, why
             continue
         try:
-            yield no, line, model.model_validate(json.loads(line)), ""
-        except json.JSONDecodeError:
-            yield no, line, None, "torn or invalid JSON"
+            yield no, line, model.model_validate(obj), ""
         except ValidationError as e:
             yield no, line, None, f"schema: {e.errors()[0]['msg']}"
 
 
-def load(model: type[M], path: Path) -> Loaded:
-    """Load every valid row of a JSONL file; malformed or torn lines are reported, never fatal."""
-    out = Loaded()
+def archive_dir(path: Path) -> Path:
+    """Where the older generations of ledger `path` lie: candidates.jsonl -> candidates.archive/."""
     path = Path(path)
-    if not path.exists():
-        return out
+    return path.parent / f"{path.stem}.archive"
+
+
+def generations(path: Path) -> list[Path]:
+    """The archived generations of ledger `path`, oldest first (NNNN.jsonl.xz, never rewritten)."""
+    d = archive_dir(path)
+    return sorted(d.glob("[0-9]*.jsonl.xz"), key=lambda p: int(p.name.split(".")[0])) if d.is_dir() else []
+
+
+_TEXTS: dict[tuple[str, int, int], str] = {}
+
+
+def _archived_text(p: Path) -> str:
+    """The text of one archived generation (decompressed once per process and version of the file)."""
+    import lzma
+
     try:
-        text = path.read_text(errors="replace")
-    except OSError as e:
-        raise LedgerError(f"cannot read ledger {path}: {e.strerror or e}") from None
-    for no, _, row, why in _parse(model, text):
-        if row is None:
-            out.skipped.append((no, why))
-        else:
-            out.rows.append(row)
+        st = p.stat()
+        key = (str(p), st.st_mtime_ns, st.st_size)
+        if key not in _TEXTS:
+            _TEXTS[key] = lzma.decompress(p.read_bytes()).decode(errors="replace")
+        return _TEXTS[key]
+    except (OSError, lzma.LZMAError) as e:
+        raise LedgerError(f"cannot read ledger archive {p}: {e}") from None
+
+
+def _texts(path: Path):
+    """(name, text) of every part of ledger `path`: its archived generations, oldest first, then the file."""
+    path = Path(path)
+    for p in generations(path):
+        yield f"{archive_dir(path).name}/{p.name}", _archived_text(p)
+    if path.exists():
+        try:
+            yield "", path.read_text(errors="replace")
+        except OSError as e:
+            raise LedgerError(f"cannot read ledger {path}: {e.strerror or e}") from None
+
+
+def load(model: type[M], path: Path) -> Loaded:
+    """Load every valid row of a ledger (its archived generations first); malformed or torn lines are reported
+    (line number; in an archive, its name in the reason), never fatal."""
+    out = Loaded()
+    for name, text in _texts(path):
+        for no, _, row, why in _parse(model, text):
+            if row is None:
+                out.skipped.append((no, f"{name}: {why}" if name else why))
+            else:
+                out.rows.append(row)
     return out
 
 
 def load_dicts(path: Path) -> Loaded:
-    """Raw dict rows (any schema version), for tolerant readers such as the ranking."""
+    """Raw dict rows (any schema version), for tolerant readers such as the ranking; archived generations
+    first, lean rows read back whole."""
     out = Loaded()
-    path = Path(path)
-    if not path.exists():
-        return out
-    for no, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise ValueError
-            out.rows.append(row)
-        except ValueError:
-            out.skipped.append((no, "torn or invalid JSON"))
+    for name, text in _texts(path):
+        for no, _, row, why in lean.decode(text):
+            if row is None:
+                out.skipped.append((no, f"{name}: {why}" if name else why))
+            else:
+                out.rows.append(row)
     return out
 
 
@@ -185,4 +215,98 @@ def import_rows(model: type[M], dest: Path, path: Path, dry_run: bool = False) -
         raise LedgerError(f"{name}: not a ledger, no line is a row ({len(out.skipped)} refused; line {no}: {why})")
     if lines and not dry_run:
         append_lines(dest, lines)
+    return out
+
+
+#: A ledger file longer than this (bytes, lean) gives its older rows to a new archived generation...
+ARCHIVE_AT = 1 << 20
+#: ...and keeps about this many bytes of its newest rows.
+KEEP = 256 << 10
+
+
+@dataclass
+class Compacted:
+    """What `compact` did (or, dry, would do) to a ledger file."""
+
+    rows: int = 0
+    before: int = 0
+    """Bytes of the file before, and after."""
+    after: int = 0
+    archived: int = 0
+    """Rows moved into the new generation (none: 0)."""
+    generation: Optional[Path] = None
+    generation_bytes: int = 0
+    changed: bool = False
+
+
+def _items(text: str) -> list:
+    """A ledger text as rows (dicts) and the lines that are no row (verbatim)."""
+    return [row if row is not None else line for _, line, row, _ in lean.decode(text)]
+
+
+def _key(item) -> str:
+    return lean.dumps(item) if isinstance(item, dict) else item
+
+
+def _lines_bytes(lines: list[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode(errors="surrogateescape")
+
+
+def _checked(items: list) -> list[str]:
+    """lean.encode(items), read back and compared with them first: LedgerError when a row would change."""
+    lines = lean.encode(items)
+    if [_key(i) for i in _items("\n".join(lines))] != [_key(i) for i in items]:
+        raise LedgerError("the lean ledger would not read back as the rows it was made from: nothing written")
+    return lines
+
+
+def compact(path: Path, archive_at: Optional[int] = None, keep: Optional[int] = None,
+            dry_run: bool = False) -> Compacted:
+    """Store ledger `path` lean (kopt.workspace.lean: every row reads back the same, checked before anything is
+    replaced); when it is still longer than `archive_at` bytes (ARCHIVE_AT), its older rows go to a new
+    xz-compressed generation in archive_dir(path), never rewritten, and about `keep` bytes (KEEP) of the newest
+    stay. Under the ledger's lock, so appends wait; each file is replaced atomically."""
+    import lzma
+
+    from kopt import atomic
+
+    path, archive_at, keep = Path(path), archive_at or ARCHIVE_AT, keep or KEEP
+    out = Compacted()
+    if not path.is_file():
+        return out
+    with _lock(path):
+        raw = path.read_bytes()
+        items = _items(raw.decode(errors="surrogateescape"))
+        gens = generations(path)
+        if gens and items:  # a compaction cut short between its two files left the file whole: its head archived
+            text = _archived_text(gens[-1])
+            first = next((r if r is not None else line for _, line, r, _ in lean.decode(text)), None)
+            done = [_key(i) for i in _items(text)] if first is not None and _key(first) == _key(items[0]) else []
+            if done and [_key(i) for i in items[:len(done)]] == done:
+                items = items[len(done):]
+        out.rows, out.before = sum(isinstance(i, dict) for i in items), len(raw)
+        lines = _checked(items)
+        split = 0
+        if sum(len(line) + 1 for line in lines) > archive_at:
+            whole = [len(_key(i)) + 1 for i in items]
+            budget = keep * sum(whole) / max(1, sum(len(line) + 1 for line in lines))  # lean bytes as whole ones
+            split, tail = len(items), 0
+            while split > 0 and tail + whole[split - 1] <= budget:
+                split, tail = split - 1, tail + whole[split - 1]
+        data = _lines_bytes(_checked(items[split:]) if split else lines)
+        out.after, out.archived = len(data), sum(isinstance(i, dict) for i in items[:split])
+        out.changed = data != raw
+        if split:
+            n = int(gens[-1].name.split(".")[0]) + 1 if gens else 1
+            out.generation = archive_dir(path) / f"{n:04d}.jsonl.xz"
+            packed = lzma.compress(_lines_bytes(_checked(items[:split])), preset=9 | lzma.PRESET_EXTREME)
+            out.generation_bytes = len(packed)
+        if dry_run or not out.changed:
+            return out
+        try:
+            if split:  # the generation first: a crash before the file is replaced leaves rows twice, not none
+                atomic.write_bytes(out.generation, packed)
+            atomic.write_bytes(path, data)
+        except OSError as e:
+            raise LedgerError(f"cannot write ledger {path}: {e.strerror or e}") from None
     return out

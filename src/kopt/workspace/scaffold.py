@@ -31,6 +31,8 @@ trajectory/.tmp-*
 *.sqlite
 # raw profiler logs record the host's paths: summary.md / summary.json are what results/ keeps
 results/**/profiling/**/*.log
+# the report's screenshot (kopt report --screenshot) is for looking at: report.html is the committed view
+results/**/report.png
 """
 KEEP = ("results/.gitkeep", "trajectory/.gitkeep", "scripts/.gitkeep")
 INIT_MESSAGE = "kopt init"

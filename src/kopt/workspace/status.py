@@ -129,6 +129,9 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     ws = Path(ws)
     loaded = load_dicts(ledger_file(ws))  # read once: nothing below writes before the stagnation row
     rows = loaded.rows
+    from kopt.report.shown import check_device
+
+    device = check_device(rows, device)  # before anything is written
     hist = history(ws, rows)
     df, _ = ranking.load_frame(ledger_file(ws), device, loaded)
     top = ranking.best(df)
@@ -140,7 +143,7 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     from kopt.report.shown import shown_candidate
 
     points = None if device else trajectory(ws, rows, hist=hist)[0]  # the history above, not computed again
-    rep.shown = shown_candidate(ws, rows, device, points=points).brief()
+    rep.shown = shown_candidate(ws, rows, device, points=points, top=top).brief()
     if stagnating:
         rep.worst_case = _worst_case(ranking.latest_verdict(rows, hist[-1].candidate_id))
         if rep.worst_case is None and rep.best is not None:  # the last iteration has no verdict

@@ -1,4 +1,4 @@
-"""Git for the loop (GitPython, imported lazily): `[iter N]` commits, trajectory snapshots, reverts.
+"""Git for the loop (GitPython, imported lazily): `[iter N]` commits, reverts (from kopt.workspace.trajectory).
 
 Iteration numbering rule (one rule, used by `kopt log`, `kopt commit` and `kopt status`):
 N = 1 + the number of commits reachable from HEAD whose subject starts with `[iter `.
@@ -12,58 +12,25 @@ Only the workspace paths are ever staged, and commits are made with an explicit 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Optional
 
 from kopt.errors import UsageError, WorkspaceError
-from kopt.paths import CANDIDATE_REL
 
-WORKSPACE_PATHS = ("solution", "results", "ITERATIONS.md", "candidates.jsonl", "trajectory", "knowledge")
+if TYPE_CHECKING:
+    from kopt.workspace import trajectory
+
+WORKSPACE_PATHS = ("solution", "results", "ITERATIONS.md", "candidates.jsonl", "candidates.archive", "trajectory",
+                   "knowledge")
+#: The file at the top of a lean copy of the workspace (kopt pack) naming the commit it was copied from.
+COPIED_FROM = ".kopt-commit"
 ITER_RE = re.compile(r"^\[iter (\d+)\]")
 _STATE_FILES = (("MERGE_HEAD", "a merge"), ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a git revert"),
                 ("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or git am"))
-
-
-class SnapshotMeta(BaseModel):
-    """trajectory/<N>-<stamp>-<label>/meta.json: what one iteration committed and how it measured."""
-
-    schema_version: int = 1
-    iteration: int = Field(ge=1)
-    label: str
-    description: str
-    created: str
-    """UTC time of the snapshot, ISO 8601."""
-    candidate_path: str = CANDIDATE_REL
-    candidate_hash: Optional[str] = None
-    """sha256 of the candidate file's bytes (the bench's candidate_hash); None when absent."""
-    candidate_id: Optional[str] = None
-    """First 12 hex of candidate_hash: the key into candidates.jsonl."""
-    geomean: Optional[float] = Field(default=None, gt=0)
-    """Geomean speedup of the candidate's latest verdict over its correct uniform cases; None = no verdict."""
-    n_cases: int = Field(0, ge=0)
-    geomean_ragged: Optional[float] = Field(default=None, gt=0)
-    """Geomean speedup over its correct ragged cases; None = none timed (and in older snapshots)."""
-    n_ragged: int = Field(0, ge=0)
-    pct_limit: Optional[float] = Field(default=None, ge=0)
-    """Geomean PCT_LIMIT over the correct uniform cases that have one (None in older snapshots)."""
-    pct_limit_ragged: Optional[float] = Field(default=None, ge=0)
-    verdict_rows: int = Field(0, ge=0)
-    failed: bool = True
-    """No verdict, or a verdict row that is incorrect or not ok."""
-    device: Optional[str] = None
-    """Device of that verdict (geomeans are compared only between iterations on one device)."""
-    parent_commit: Optional[str] = None
-    """HEAD before this iteration's commit."""
-    branch: str = ""
 
 
 @dataclass
@@ -91,12 +58,6 @@ def candidate_hash(path: Path) -> tuple[Optional[str], Optional[str]]:
     except OSError:
         return None, None
     return h, short_id(h)
-
-
-def slugify(text: str, limit: int = 40) -> str:
-    """A folder-safe label: lowercase ascii words joined by '-'."""
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    return slug[:limit].rstrip("-") or "iter"
 
 
 def open_repo(ws: Path):
@@ -170,77 +131,6 @@ def diff_stat(ws: Path) -> Optional[str]:
     return "\n".join(lines)
 
 
-def snapshots(ws: Path) -> list[tuple[Path, SnapshotMeta]]:
-    """Every readable trajectory snapshot, by iteration then name (unreadable ones are skipped)."""
-    out = []
-    root = Path(ws) / "trajectory"
-    for d in root.iterdir() if root.is_dir() else ():
-        if d.name.startswith(".") or not (d / "meta.json").is_file():
-            continue
-        try:
-            out.append((d, SnapshotMeta.model_validate_json((d / "meta.json").read_text())))
-        except ValueError:
-            continue
-    return sorted(out, key=lambda t: (t[1].iteration, t[0].name))
-
-
-def _copy_solution(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*.swp"))
-
-
-def _copy_tuning_tables(ws: Path, dst: Path) -> None:
-    """results/<backend>/tuning.csv of the workspace into dst/results/<backend>/: a candidate that reads its
-    tuned configs from the workspace (two folders above its own folder) finds, run from its snapshot, the
-    table it was verified with instead of none."""
-    for table in sorted((ws / "results").glob("*/tuning.csv")):
-        target = dst / "results" / table.parent.name / table.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(table, target)
-
-
-def write_snapshot(ws: Path, repo, n: int, description: str) -> Path:
-    """Snapshot solution/, the tuning tables (results/*/tuning.csv), the latest verdict rows and entry N into
-    trajectory/<N>-<stamp>-<label>/ atomically."""
-    from kopt.paths import ledger_file
-    from kopt.workspace import journal, ranking
-    from kopt.workspace.ledger import load_dicts
-
-    ws = Path(ws)
-    now = datetime.now(timezone.utc)
-    label = slugify(description)
-    h, cid = candidate_hash(ws / CANDIDATE_REL)
-    rows = ranking.latest_verdict(load_dicts(ledger_file(ws)).rows, cid) if cid else []
-    g = ranking.geomeans(rows)
-    meta = SnapshotMeta(iteration=n, label=label, description=description, created=now.isoformat(timespec="seconds"),
-                        candidate_hash=h, candidate_id=cid, geomean=g.uniform, n_cases=g.n_uniform,
-                        geomean_ragged=g.ragged, n_ragged=g.n_ragged, pct_limit=g.pct_limit,
-                        pct_limit_ragged=g.pct_limit_ragged, verdict_rows=len(rows),
-                        failed=ranking.failed(rows), device=ranking.verdict_device(rows),
-                        branch=repo.active_branch.name,
-                        parent_commit=repo.head.commit.hexsha if repo.head.is_valid() else None)
-    traj = ws / "trajectory"
-    traj.mkdir(exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{n}-", dir=traj))
-    tmp.chmod(0o755)  # mkdtemp makes 0700; the snapshot is ordinary workspace content
-    try:
-        if (ws / "solution").is_dir():
-            _copy_solution(ws / "solution", tmp / "solution")
-        _copy_tuning_tables(ws, tmp)
-        (tmp / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
-        if (entry := journal.entry_text(ws, n)) is not None:
-            (tmp / "iteration.md").write_text(entry)
-        (tmp / "meta.json").write_text(meta.model_dump_json(indent=1) + "\n")
-        final = traj / f"{n}-{now:%Y%m%dT%H%M%S}-{label}"
-        k = 1
-        while final.exists():  # two commits in one second: keep both
-            final, k = traj / f"{n}-{now:%Y%m%dT%H%M%S}-{label}-{k}", k + 1
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
 def git_error(e) -> str:
     """The first meaningful line of a GitCommandError's stderr."""
     for ln in str(e.stderr or e).splitlines():
@@ -270,12 +160,31 @@ def changed(repo, specs: list[str]) -> bool:
     return bool(repo.git.status("--porcelain", "--untracked-files=all", "--", *specs).strip())
 
 
-def _best_snapshot(ws: Path, snaps: list[tuple[Path, SnapshotMeta]]) -> tuple[Path, SnapshotMeta]:
+def pick_snapshot(ws: Path, target: str = "best") -> tuple[Path, trajectory.SnapshotMeta]:
+    """The snapshot of iteration `target` (its last, when several), or of the best-ranked candidate in the
+    ledger that has one ('best')."""
+    from kopt.workspace.trajectory import restorable, snapshots
+
+    snaps = [(p, m) for p, m in snapshots(ws) if restorable(p)]
+    if not snaps:
+        raise WorkspaceError("no trajectory snapshots yet: `kopt commit` records one per iteration")
+    if target == "best":
+        return _best_snapshot(ws, snaps)
+    if not target.isdigit():
+        raise UsageError(f"revert target must be an iteration number or 'best', not {target!r}")
+    found = [(p, m) for p, m in snaps if m.iteration == int(target)]
+    if not found:
+        have = ", ".join(str(m.iteration) for _, m in snaps)
+        raise UsageError(f"no trajectory snapshot for iteration {target} (have: {have})")
+    return found[-1]
+
+
+def _best_snapshot(ws: Path, snaps: list[tuple[Path, trajectory.SnapshotMeta]]) -> tuple[Path, trajectory.SnapshotMeta]:
     """The snapshot of the best-ranked candidate (geomean from the ledger) that has one."""
     from kopt.paths import ledger_file
     from kopt.workspace import ranking
 
-    by_cid: dict[str, tuple[Path, SnapshotMeta]] = {}
+    by_cid: dict[str, tuple[Path, trajectory.SnapshotMeta]] = {}
     for p, m in snaps:
         if m.candidate_id:
             by_cid.setdefault(m.candidate_id, (p, m))  # the first iteration that committed it
@@ -288,28 +197,19 @@ def _best_snapshot(ws: Path, snaps: list[tuple[Path, SnapshotMeta]]) -> tuple[Pa
 
 
 def revert(ws: Path, target: str = "best") -> CommitResult:
-    """Restore solution/ from snapshot N (or the best candidate's) as a NEW commit `[revert] ...`."""
+    """Restore solution/ from snapshot N (or the best candidate's), byte for byte, as a NEW commit `[revert] ...`."""
+    from kopt.workspace import delta, trajectory
+
     repo = open_repo(ws)
     check_state(repo)
-    snaps = [(p, m) for p, m in snapshots(ws) if (p / "solution").is_dir()]
-    if not snaps:
-        raise WorkspaceError("no trajectory snapshots yet: `kopt commit` records one per iteration")
-    if target == "best":
-        path, meta = _best_snapshot(ws, snaps)
-    elif target.isdigit():
-        found = [(p, m) for p, m in snaps if m.iteration == int(target)]
-        if not found:
-            have = ", ".join(str(m.iteration) for _, m in snaps)
-            raise UsageError(f"no trajectory snapshot for iteration {target} (have: {have})")
-        path, meta = found[-1]
-    else:
-        raise UsageError(f"revert target must be an iteration number or 'best', not {target!r}")
+    path, meta = pick_snapshot(ws, target)
+    got = {rel: f for rel, f in trajectory.files(path).items() if rel.startswith("solution/")}
     specs = pathspecs(repo, ws, ("solution",))
     if changed(repo, specs):
         raise WorkspaceError("solution/ has uncommitted changes: commit them (`kopt commit`) or discard them first")
     sol = Path(ws) / "solution"
     shutil.rmtree(sol, ignore_errors=True)
-    _copy_solution(path / "solution", sol)
+    delta.write_tree(ws, got)
     if not changed(repo, specs):
         raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
     message = f"[revert] solution from iter {meta.iteration}"
@@ -319,7 +219,8 @@ def revert(ws: Path, target: str = "best") -> CommitResult:
 def head_short(start: Path) -> Optional[str]:
     """Short commit of the workspace: $KOPT_COMMIT when set (a GPU host given a copy of the tree,
     whose own git metadata, if any, need not match what was copied), else the HEAD of the
-    repository holding the candidate, with ``-dirty`` appended when the candidate's folder differs from that commit
+    repository holding the candidate (in a lean copy made by `kopt pack`, the commit its COPIED_FROM file
+    names), with ``-dirty`` appended when the candidate's folder differs from that commit
     (a tracked file changed, or an untracked one beside it), so a row never names a commit whose code is not the
     code it timed; None outside a repository or for a folder that holds no tracked file (a copy of another
     commit's candidate unpacked into the tree)."""
@@ -339,7 +240,10 @@ def head_short(start: Path) -> Optional[str]:
     head = git("rev-parse", "--short=12", "HEAD")
     if not head or not git("ls-files", "--", "."):
         return None
-    if git("status", "--porcelain", "--", "."):
+    top = git("rev-parse", "--show-toplevel")
+    if top and (Path(top) / COPIED_FROM).is_file():  # a lean copy (kopt pack): the commit it was copied from
+        head = (Path(top) / COPIED_FROM).read_text().strip()[:18] or head
+    if git("status", "--porcelain", "--", ".") and not head.endswith("-dirty"):
         head += "-dirty"
     return head
 

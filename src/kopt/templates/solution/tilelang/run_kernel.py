@@ -27,6 +27,7 @@ if _HERE not in sys.path:
 
 import tl_decode_cpu as _cpu  # noqa: E402
 import tl_decode_cuda as _cuda  # noqa: E402
+import tl_device as _dev  # noqa: E402  (the device facts a plan reads: the torch device's, or a profile's)
 import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and device, results/tilelang/tuning.csv)
 
 # config keys understood by the CUDA path
@@ -84,15 +85,17 @@ class _Plan:
     __slots__ = ("dtype", "hq", "hkv", "d", "paged", "page", "block_N", "num_stages", "threads", "num_splits",
                  "fused", "eager", "last_cta", "balanced", "q_loop", "merge_unroll", "bal_combine", "pdl", "comb_unroll",
                  "v_split", "red_batch", "red_once", "fast_math", "tile_page", "even_split", "comb_smem", "scale",
-                 "target",
+                 "target", "device",
                  "main", "comb", "dummy_bt", "opart", "lse", "cnt")
 
 
 _PLANS: dict = {}
 
 
-def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
-    """Resolve config + heuristics into a plan (uncached; see _get_plan)."""
+def _cuda_plan(q, k_cache, block_table, softmax_scale, config, device=None) -> "_Plan":
+    """Resolve config + heuristics into a plan (uncached; see _get_plan). ``device`` (a tl_device.Device): the device
+    whose facts the plan reads, by default q's (tl_device.from_torch); another one's plan has no compile target."""
+    dev = device if device is not None else _dev.from_torch(q.device)
     if q.dtype not in _cuda._DTYPES:
         raise ValueError(f"CUDA path supports float16/bfloat16, got {q.dtype}")
     B, _, Hq, D = q.shape
@@ -104,7 +107,8 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     if paged and page < 1:
         raise ValueError("page_size must be >= 1")
     # An explicit config wins; else the tuned row for this shape and device; else the heuristic below.
-    cfg = _check_config(config) or _tuning.lookup_for(q, k_cache, block_table, keys=_CFG_KEYS) or {}
+    cfg = _check_config(config) or _tuning.lookup_for(q, k_cache, block_table, keys=_CFG_KEYS,
+                                                      device=(dev.name, dev.units)) or {}
     unknown = set(cfg) - set(_CFG_KEYS) - {"cpu_block_N"}
     if unknown:
         raise ValueError(f"unknown config keys {sorted(unknown)} (known: {list(_CFG_KEYS)})")
@@ -121,8 +125,10 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
                          "(block_N a multiple of 32 up to 256, threads 64/128/256, num_stages 0/1)")
     # longest possible sequence (cache_seqlens stays on the device: no host sync to read it)
     max_seqlen = int(block_table.shape[1]) * page if paged else int(k_cache.shape[1])
-    p.block_N, p.num_splits = _cuda.choose_tiling(B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn,
-                                                  int(cfg.get("num_splits") or 0))
+    G = Hq // Hkv
+    p.block_N, p.num_splits = _cuda.choose_tiling(B, Hkv, max(1, max_seqlen), dev.units, bn,
+                                                  int(cfg.get("num_splits") or 0),
+                                                  _cuda.widest_tile(G, D, dev.smem_per_unit, False, p.threads))
     last_cta = cfg.get("last_cta", base["last_cta"])
     if last_cta is None:  # default: in-kernel merge of small merges only (tl_decode_cuda.LAST_CTA_MAX_ROWS)
         last_cta = (Hq // Hkv) * p.num_splits <= _cuda.LAST_CTA_MAX_ROWS
@@ -134,8 +140,8 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         eager = tiles_per_cta <= _cuda.EAGER_MAX_TILES
     p.eager = bool(int(eager))
     p.balanced, p.q_loop, p.merge_unroll, p.bal_combine = 0, False, 0, False
-    bal = _balanced_splits(cfg, B, Hkv, max(1, max_seqlen), _cuda.sm_count(q.device), bn, p.num_splits, Hq // Hkv,
-                           page)
+    bal = _balanced_splits(cfg, B, Hkv, max(1, max_seqlen), dev.units, bn, p.num_splits, G, page,
+                           _cuda.widest_tile(G, D, dev.smem_per_unit, True, p.threads))
     if bal is not None:
         p.block_N, p.num_splits, p.balanced = bal
         p.last_cta, p.eager = True, False
@@ -144,23 +150,29 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
         bc = cfg.get("bal_combine")  # default: a combine kernel when a full row's merge is large
         p.bal_combine = bool(int(bc)) if bc is not None else (Hq // Hkv) * p.num_splits > _cuda.LAST_CTA_MAX_ROWS
     combine_kernel = _cuda.combine_follows(p.num_splits > 1, p.last_cta, p.balanced, p.bal_combine)
-    # programmatic dependent launch of the combine kernel (default on Hopper and later)
+    # programmatic dependent launch of the combine kernel (default where the device has it: CUDA, Hopper and later)
     pdl = cfg.get("pdl")
-    p.pdl = (bool(int(pdl)) if pdl is not None else _cuda.pdl_default(q.device)) and combine_kernel
+    p.pdl = (bool(int(pdl)) if pdl is not None else dev.dependent_launch) and combine_kernel
+    if p.pdl and not dev.dependent_launch:
+        raise ValueError(f"config pdl=1 on {dev.name}: no programmatic dependent launch there (CUDA, Hopper and later)")
     vs = cfg.get("v_split")  # a row's V columns over this many CTAs (tl_decode_cuda.build_decode), unsplit plans only
-    p.v_split = int(vs) if vs is not None else _cuda.v_split_default(B, Hkv, p.num_splits, _cuda.sm_count(q.device))
+    p.v_split = int(vs) if vs is not None else _cuda.v_split_default(B, Hkv, p.num_splits, dev.units)
     if p.v_split not in (1, 2) or (p.v_split > 1 and (p.num_splits > 1 or p.balanced)):
         raise ValueError(f"unsupported CUDA config v_split={p.v_split} with num_splits={p.num_splits} "
                          "(1, or 2 on an unsplit plan)")
     rb = cfg.get("red_batch")  # a thread's rows per softmax reduction (tl_decode_cuda.red_batch_default)
     split_plan = p.num_splits > 1 and not p.balanced
-    p.red_batch = int(rb) if rb is not None else _cuda.red_batch_default(p.block_N, p.eager)
-    if p.red_batch not in (1, 2):
-        raise ValueError(f"unsupported CUDA config red_batch={p.red_batch} (1 or 2)")
+    p.red_batch = int(rb) if rb is not None else _cuda.red_batch_default(p.block_N, p.eager, dev.warp_size)
+    if p.red_batch not in (1, 2) or p.red_batch > _cuda.tile_rows_per_thread(dev.warp_size):
+        raise ValueError(f"unsupported CUDA config red_batch={p.red_batch} on {dev.name} (1 or 2, at most the "
+                         f"{_cuda.tile_rows_per_thread(dev.warp_size)} rows a thread holds at a warp of {dev.warp_size})")
     ro = cfg.get("red_once")  # cross-warp reductions in one shared-memory round (tl_decode_cuda.red_once_default)
-    p.red_once = bool(int(ro)) if ro is not None else _cuda.red_once_default(split_plan, p.eager)
+    p.red_once = bool(int(ro)) if ro is not None else _cuda.red_once_default(split_plan, p.eager, dev.nvcc,
+                                                                            dev.warp_size)
+    if p.red_once and not (dev.nvcc and dev.warp_size == 32):
+        raise ValueError(f"config red_once=1 on {dev.name}: it specializes TileLang's CUDA template for warps of 32")
     fm = cfg.get("fast_math")  # nvcc --use_fast_math for this plan's kernels (tl_decode_cuda.fast_math_default)
-    p.fast_math = bool(int(fm)) if fm is not None else _cuda.fast_math_default()
+    p.fast_math = bool(int(fm)) if fm is not None else _cuda.fast_math_default(dev.nvcc)
     # a row's page from its tile's first page (tl_decode_cuda.build_decode's tile_page; default on): paged, not eager
     tp = cfg.get("tile_page")
     p.tile_page = (bool(int(tp)) if tp is not None else True) and _cuda.tile_page_applies(paged, page, p.block_N,
@@ -174,14 +186,21 @@ def _cuda_plan(q, k_cache, block_table, softmax_scale, config) -> "_Plan":
     # splits a combine thread loads at once (0: tl_decode_cuda._COMBINE_UNROLL; tl_decode_cuda.comb_unroll_default)
     p.comb_unroll = int(cfg.get("comb_unroll") or _cuda.comb_unroll_default(p.num_splits, p.comb_smem))
     if not cfg.get("threads"):  # default: two warps for the narrowest tiles of few-row grids (tl_decode_cuda)
-        p.threads = _cuda.default_threads(p.block_N, p.v_split)
+        p.threads = _cuda.default_threads(p.block_N, p.v_split, dev.warp_size)
+    merge = bool(p.balanced) or (p.last_cta and p.num_splits > 1)
+    need = _cuda.smem_bytes(G, D, p.block_N, p.v_split, merge, p.threads)
+    if dev.smem_per_unit and need > dev.smem_per_unit:
+        raise ValueError(f"block_N={p.block_N} needs about {need} bytes of shared memory a CTA at head dim {D}; "
+                         f"{dev.name} has {dev.smem_per_unit} a unit")
     p.scale = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(D)
-    p.target = _cuda.cuda_target(q.device)
+    p.device = dev
+    p.target = _cuda.cuda_target(q.device) if device is None else None
     p.main = p.comb = p.dummy_bt = p.opart = p.lse = p.cnt = None
     return p
 
 
-def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, page_size=0):
+def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, page_size=0,
+                     max_tile=_cuda.MAX_TILE):
     """(block_N, max splits per row, target CTAs) of the work-balanced kernel, or None for the plain one.
 
     The balanced kernel splits each row by its own length, read on the device (tl_decode_cuda: the batch's
@@ -192,12 +211,14 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
     plan's. Tiles and CTAs per unit (unless given): 64-key tiles at BAL_CTAS_PER_SM CTAs per unit, or, for a
     contiguous cache with BAL_WIDE_GQA query heads per KV head or more, 128-key tiles at one CTA per unit
     (choose_tiling's rule for CTAs that fit the units; paged caches lost with it), or, in pages of at most
-    BAL_WIDE_MAX_PAGE tokens, 128-key tiles at BAL_CTAS_PER_SM. page_size: 0 for a contiguous cache."""
+    BAL_WIDE_MAX_PAGE tokens, 128-key tiles at BAL_CTAS_PER_SM. page_size: 0 for a contiguous cache. max_tile
+    (tl_decode_cuda.widest_tile): where 128-key tiles do not fit a unit's shared memory, 64-key tiles at
+    BAL_CTAS_PER_SM."""
     bal = cfg.get("balanced")
     if bal is not None and not int(bal):
         return None
-    wide = gqa >= _cuda.BAL_WIDE_GQA and not page_size
-    bn = block_N or (128 if wide or 0 < page_size <= _cuda.BAL_WIDE_MAX_PAGE else 64)
+    wide = gqa >= _cuda.BAL_WIDE_GQA and not page_size and 128 <= max_tile
+    bn = block_N or (128 if 128 <= max_tile and (wide or 0 < page_size <= _cuda.BAL_WIDE_MAX_PAGE) else 64)
     alloc_tiles = -(-max_seqlen // bn)
     per_sm = cfg.get("bal_per_sm") or (1 if wide else _cuda.BAL_CTAS_PER_SM)
     target = max(1, round(float(per_sm) * num_sms))
@@ -301,7 +322,61 @@ def plan_info(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scal
     """The resolved plan of a call (block_N, num_splits, ...; CPU: the C-target path), for reports."""
     if not q.is_cuda:
         return {"path": "c-target"}
-    p = _get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, config)
+    return _plan_fields(_get_plan(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, config))
+
+
+_TORCH_DTYPES = {"fp16": torch.float16, "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+
+
+def _meta_call(case: dict):
+    """(q, k_cache, block_table) of a case (the shape dict configs() takes) as meta tensors: shapes, no data."""
+    dt = _TORCH_DTYPES.get(str(case.get("dtype") or "fp16").removeprefix("torch."))
+    if dt is None:
+        raise ValueError(f"unsupported dtype {case.get('dtype')!r} (fp16 or bf16)")
+    B, S, hkv = int(case["batch"]), int(case["seqlen_k"]), int(case["kv_heads"])
+    d, page = int(case.get("head_dim") or 128), int(case.get("page_size") or 0)
+    q = torch.empty((B, 1, hkv * int(case["gqa"]), d), dtype=dt, device="meta")
+    if not page:
+        return q, torch.empty((B, S, hkv, d), dtype=dt, device="meta"), None
+    pages = -(-S // page)
+    return q, torch.empty((B * pages, page, hkv, d), dtype=dt, device="meta"), \
+        torch.empty((B, pages), dtype=torch.int32, device="meta")
+
+
+def device_plan(case: dict, device: dict, config=None) -> dict:
+    """The plan this kernel resolves for a case on a device given by its profile (a dict: name, vendor, arch, units,
+    warp_size, smem_per_unit_bytes, l2_bytes), on any machine: what it would run there. plan_info's fields, the
+    kernels it launches, its shared memory a CTA (tl_decode_cuda.smem_bytes) and the device facts it read."""
+    dev = _dev.from_profile(device)
+    q, k, bt = _meta_call(case)
+    _check(q, k, k, torch.empty((q.shape[0],), dtype=torch.int32, device="meta"), bt)
+    p = _cuda_plan(q, k, bt, None, config, device=dev)
+    split = p.num_splits > 1
+    main = ("decode_balanced" if p.balanced else "decode_split_last" if split and p.last_cta
+            else "decode_split_combine" if split and p.fused else "decode_split" if split else "decode_direct")
+    merge = bool(p.balanced) or (split and p.last_cta)
+    return {**_plan_fields(p), "kernels": [main] + (["combine"] if main == "decode_split" else []),
+            "smem_bytes": _cuda.smem_bytes(p.hq // p.hkv, p.d, p.block_N, p.v_split, merge, p.threads),
+            "device": dev.name, "backend": dev.backend, "arch": dev.arch, "units": dev.units,
+            "warp_size": dev.warp_size, "smem_per_unit": dev.smem_per_unit, "l2_bytes": dev.l2_bytes}
+
+
+def lower_plan(case: dict, device: dict, target, config=None) -> dict:
+    """device_plan's kernels lowered for a TileLang target (e.g. {"kind": "hip", "mcpu": "gfx942"}, a wave64 target
+    this TileLang has, for a device whose own backend it lacks), without a device: {"plan": device_plan's dict,
+    "kernels": {"main": {"source", "dyn_smem_bytes"}, "combine": ...}}."""
+    plan = device_plan(case, device, config)
+    shape = {k: plan[k] for k in ("block_N", "num_stages", "threads", "fused", "eager", "balanced", "q_loop",
+                                  "merge_unroll", "bal_combine", "pdl", "comb_unroll", "v_split", "red_batch",
+                                  "red_once", "tile_page", "even_split", "comb_smem")}
+    q, k, _ = _meta_call(case)
+    shape.update(dtype=_cuda._DTYPES[q.dtype], hq=q.shape[2], hkv=k.shape[2], d=q.shape[3], paged=plan["paged"],
+                 page_size=plan["page_size"], split=plan["num_splits"] > 1 or bool(plan["balanced"]),
+                 last_cta=plan["last_cta"] or bool(plan["balanced"]))
+    return {"plan": plan, "kernels": _cuda.lower_kernels(target, **shape)}
+
+
+def _plan_fields(p: "_Plan") -> dict:
     return {"path": "cuda", "block_N": p.block_N, "num_splits": p.num_splits, "num_stages": p.num_stages, "threads": p.threads,
             "fused": p.fused, "eager": p.eager, "last_cta": p.last_cta and p.num_splits > 1, "paged": p.paged,
             "balanced": p.balanced, "q_loop": p.q_loop, "merge_unroll": p.merge_unroll,

@@ -215,7 +215,7 @@ def build_decode(
     if balanced:
         split, eager, last_cta = True, False, True
     last_cta = bool(last_cta and split)
-    merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL) if last_cta else None
+    merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL, threads) if last_cta else None
     q_loop = bool(q_loop or eager)
     v_split = int(v_split or 1)
     if v_split not in (1, 2) or (v_split > 1 and (split or balanced)):
@@ -516,7 +516,19 @@ _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in s
 _LAST_UNROLL = 8    # splits whose partial rows are loaded before any is accumulated
 
 
-def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
+def merge_rows(G: int, d: int, threads: int) -> int:
+    """Rows of the last-CTA merge's fragments ([rows, d] partial sums, [rows, _MAX_SPLITS] weights): G, or, where
+    G x d values do not spread evenly over the CTA's threads (more values than threads, not a multiple of them),
+    G rounded up until they do. TileLang finds no fragment layout for the uneven case (GQA 3, 5, 7, ... at head
+    dim 64 on 128 threads: 'no available layout found', on CUDA and on a wave64 HIP target alike); the extra rows
+    repeat row G - 1 and are never written. Where G already spreads evenly (every H200 bench plan) nothing changes."""
+    if G * d <= threads or (G * d) % threads == 0:
+        return G
+    step = threads // math.gcd(d, threads)
+    return -(-G // step) * step
+
+
+def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0, threads: int = 128):
     """The merge done by the last CTA of a (batch, kv head) to finish, inside the split kernel: no
     second kernel launch, and the partials it reads were written moments ago (L2 hits).
 
@@ -525,18 +537,24 @@ def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
     G x nsplit LSE values into weights 2^(lse - lse_total) (a [G, 128] fragment, row max and row sum
     reductions), then accumulates O = sum_s w[i, s] * O_s[i, :] over the splits, _LAST_UNROLL splits of
     loads in flight at a time, and resets the counter to 0 for the next call (all other CTAs of this
-    (batch, kv head) have counted by then, and calls are ordered on the stream)."""
+    (batch, kv head) have counted by then, and calls are ordered on the stream). Its fragments hold
+    merge_rows(G, d, threads) rows."""
     S = _MAX_SPLITS
     U = unroll or _LAST_UNROLL
+    R = merge_rows(G, d, threads)
+    padded = R != G
+
+    def head(i):  # a padded row repeats the last head (read, never written)
+        return T.min(i, G - 1) if padded else i
 
     @T.macro
     def merge_last(Opart, LSE, Cnt, Out, h, b, nsplit):
         prev = T.alloc_shared([1], "int32")
-        W = T.alloc_shared([G, S], accum)
-        lse_f = T.alloc_fragment([G, S], accum)
-        lmax = T.alloc_fragment([G], accum)
-        lsum = T.alloc_fragment([G], accum)
-        o_f = T.alloc_fragment([G, d], accum)
+        W = T.alloc_shared([R, S], accum)
+        lse_f = T.alloc_fragment([R, S], accum)
+        lmax = T.alloc_fragment([R], accum)
+        lsum = T.alloc_fragment([R], accum)
+        o_f = T.alloc_fragment([R, d], accum)
         tx = T.get_thread_binding()
         T.call_extern("handle", "__threadfence")
         T.sync_threads()
@@ -545,23 +563,29 @@ def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0):
         T.sync_threads()
         if prev[0] == nsplit - 1:
             T.call_extern("handle", "__threadfence")
-            for i, sp in T.Parallel(G, S):
-                lse_f[i, sp] = T.if_then_else(sp < nsplit, LSE[b, h * G + i, T.min(sp, nsplit - 1)], -T.infinity(accum))
+            for i, sp in T.Parallel(R, S):
+                lse_f[i, sp] = T.if_then_else(sp < nsplit, LSE[b, h * G + head(i), T.min(sp, nsplit - 1)],
+                                              -T.infinity(accum))
             T.reduce_max(lse_f, lmax, dim=1)
-            for i in T.Parallel(G):  # every split empty (a zero-length sequence): weights 0, output 0
+            for i in T.Parallel(R):  # every split empty (a zero-length sequence): weights 0, output 0
                 lmax[i] = T.if_then_else(lmax[i] == -T.infinity(accum), 0.0, lmax[i])
-            for i, sp in T.Parallel(G, S):
+            for i, sp in T.Parallel(R, S):
                 lse_f[i, sp] = T.exp2(lse_f[i, sp] - lmax[i])
             T.reduce_sum(lse_f, lsum, dim=1)
-            for i, sp in T.Parallel(G, S):
+            for i, sp in T.Parallel(R, S):
                 W[i, sp] = T.if_then_else(lsum[i] > 0, lse_f[i, sp] / lsum[i], 0.0)
             T.fill(o_f, 0)
             for c in T.serial(T.ceildiv(nsplit, U)):
                 for u in T.unroll(U):
-                    for i, j in T.Parallel(G, d):
-                        o_f[i, j] += W[i, c * U + u] * Opart[b, h * G + i, T.min(c * U + u, nsplit - 1), j]
-            for i, j in T.Parallel(G, d):
-                Out[b, h * G + i, j] = T.cast(o_f[i, j], dtype)
+                    for i, j in T.Parallel(R, d):
+                        o_f[i, j] += W[i, c * U + u] * Opart[b, h * G + head(i), T.min(c * U + u, nsplit - 1), j]
+            if padded:
+                for i, j in T.Parallel(R, d):
+                    if i < G:
+                        Out[b, h * G + i, j] = T.cast(o_f[i, j], dtype)
+            else:
+                for i, j in T.Parallel(G, d):
+                    Out[b, h * G + i, j] = T.cast(o_f[i, j], dtype)
             if tx == 0:
                 Cnt[b, h] = 0
 
@@ -716,23 +740,32 @@ def v_split_default(batch: int, hkv: int, num_splits: int, num_sms: int) -> int:
     return 2 if num_splits == 1 and 2 * batch * hkv <= num_sms else 1
 
 
-def default_threads(block_N: int, v_split: int) -> int:
-    """Threads of a CTA by default: 64 (two warps) for a tile of at most TILE_STEP keys on a few-row grid (v_split 2:
-    one row on two CTAs), else 128. The tile's QK^T is then two 16 x 16 MMAs, not four of 16 x 8, and its row max and
+def default_threads(block_N: int, v_split: int, warp_size: int = 32) -> int:
+    """Threads of a CTA by default: two warps (64 threads at a warp of 32) for a tile of at most TILE_STEP keys on a
+    few-row grid (v_split 2: one row on two CTAs), else 128 (at wave64 both are 128: two waves). The tile's QK^T is then two 16 x 16 MMAs, not four of 16 x 8, and its row max and
     row sum cross two warps, not four. H200, iteration 22 (gain = four warps / two): case 3 3.20 -> 2.94 us (1.087),
     case 2 1.049; with 64-key or wider tiles two warps lose (case 1's tuned 64-key tile 0.962, case 5 0.911, case 4
     0.938, case 6 0.848)."""
-    return 64 if block_N <= TILE_STEP and v_split == 2 else 128
+    return max(2 * warp_size, 64) if block_N <= TILE_STEP and v_split == 2 else max(2 * warp_size, 128)
 
 
-def red_batch_default(block_N: int, eager: bool) -> int:
+def tile_rows_per_thread(warp_size: int) -> int:
+    """Rows of a 16-row tile's accumulator that one thread holds, as TileLang lays out T.gemm's fragment: 2 at a warp
+    of 32 (CUDA's m16n8k16 MMA: lane l holds rows l / 4 and l / 4 + 8), 1 at wave64 (TileLang's HIP MFMA layout: a
+    reduce ``batch`` of 2 fails there, 'ReduceOp: batch=2 exceeds per-thread output element count N=1')."""
+    return 2 if warp_size == 32 else 1
+
+
+def red_batch_default(block_N: int, eager: bool, warp_size: int = 32) -> int:
     """red_batch (build_decode) by default: RED_BATCH (both of a thread's rows through one butterfly) where the
     softmax's barriers sit on a short CTA's critical path (eager plans: at most EAGER_MAX_TILES tiles a CTA) or
     the tiles are narrow; 1 on long streams of 128-key tiles. H200, iteration 23 (gain = batched / one row at a
     time): cases 1-6 0.950-0.984, cases 8, 13 and R1 (64-key tiles) 0.994-0.996; case 14 (15 128-key tiles a CTA)
     1.008 and R4 1.004: those keep one row at a time. Case 10 (eager, two 128-key tiles a split) took 1 in
     iteration 25 (1.004-1.007); under fast math (iteration 29's screen) batched is 1.019 faster (CI 1.013-1.023)
-    there, case 14 still 0.997."""
+    there, case 14 still 0.997. A thread that holds one row (tile_rows_per_thread: wave64) takes 1."""
+    if tile_rows_per_thread(warp_size) < RED_BATCH:
+        return 1
     return RED_BATCH if eager or block_N < 128 else 1
 
 
@@ -740,14 +773,14 @@ def red_batch_default(block_N: int, eager: bool) -> int:
 RED_ONCE = 1
 
 
-def red_once_default(split: bool, eager: bool) -> bool:
+def red_once_default(split: bool, eager: bool, nvcc: bool = True, warp_size: int = 32) -> bool:
     """red_once (build_decode) by default: RED_ONCE, except on an eager split plan (a split range of few tiles with
     its combine kernel: case 10). H200, iteration 24 (gain = one round / two): case 3 1.032, case 2 1.011, case 5
     1.010 (4.25 -> 4.19 us), case 4 1.009, case 6 1.008, cases 8, 13, R1, R4 1.003-1.006, case 14 0.998; case 10
     0.950-0.961 (0.966 without PDL, so not the dependent launch; 170 registers against 186: a different schedule).
-    Off under mcPytorch (torch.version.maca): the prelude names TileLang's CUDA template."""
-    maca = getattr(torch.version, "maca", None)  # mcPytorch: its TileLang fork's templates, not CUDA's
-    return bool(RED_ONCE) and not (split and eager) and not maca
+    Only where nvcc builds TileLang's CUDA templates at a warp of 32 (the prelude specializes that template for four
+    warps of 32): off on MACA (mcPytorch: the fork's own templates), HIP and any wave64 device."""
+    return bool(RED_ONCE) and not (split and eager) and bool(nvcc) and warp_size == 32
 
 
 def tile_page_applies(paged: bool, page_size: int, block_N: int, eager: bool) -> bool:
@@ -791,12 +824,12 @@ def comb_unroll_default(num_splits: int, comb_smem: bool) -> int:
 FAST_MATH = 1
 
 
-def fast_math_default() -> bool:
+def fast_math_default(nvcc: bool = True) -> bool:
     """fast_math by default: FAST_MATH (its paired screen on the H200: ITERATIONS.md, iteration 28). The output's
     division by the row sum becomes div.approx (div.rn is a call of a few dozen instructions at the end of every CTA)
-    and denormals flush to zero; exp2 is ex2.approx either way. Off under mcPytorch (torch.version.maca): a backend's
-    own compiler flags."""
-    return bool(FAST_MATH) and not getattr(torch.version, "maca", None)
+    and denormals flush to zero; exp2 is ex2.approx either way. nvcc only (``nvcc``: the device's backend builds with
+    it): off on MACA (mcPytorch) and HIP, whose compilers take their own flags."""
+    return bool(FAST_MATH) and bool(nvcc)
 
 
 def sm_count(device) -> int:
@@ -835,7 +868,38 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
     return max(1, -(-n_tiles // per))
 
 
-def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0):
+#: shared memory a decode CTA holds beyond its tiles (smem_bytes): reduction workspaces and alignment, 1-2 KB in the
+#: lowered kernels (sm_90a and HIP gfx942 alike)
+SMEM_SLACK = 4096
+#: the widest tile any rule picks (configs() offers up to 128; a one-tile range up to WIDE_TILE)
+MAX_TILE = 256
+
+
+def smem_bytes(G: int, d: int, block_N: int, v_split: int = 1, merge: bool = False, threads: int = 128,
+               dtype_bytes: int = 2) -> int:
+    """Shared memory of one decode CTA, bytes, an upper bound: the Q, K, V and P tiles (block_H x d, block_N x d,
+    block_N x d / v_split, block_H x block_N) plus SMEM_SLACK, plus, with ``merge`` (last CTA or balanced), the
+    merge's weights (merge_rows x _MAX_SPLITS fp32; the lowered kernels reuse the tiles' space for it, this does not
+    count on that). Lowered for sm_90a and for HIP gfx942 a CTA takes 40 KB at head dim 128 and 64-key tiles, 74 KB
+    at 128-key tiles: more than a 64 KB unit holds."""
+    block_H = _block_h(G)
+    tiles = dtype_bytes * (block_H * d + block_N * d + block_N * (d // max(1, v_split)) + block_H * block_N)
+    return tiles + SMEM_SLACK + (merge_rows(G, d, threads) * _MAX_SPLITS * 4 + 4 if merge else 0)
+
+
+def widest_tile(G: int, d: int, smem_per_unit: int, merge: bool = False, threads: int = 128) -> int:
+    """The widest tile, a multiple of TILE_STEP keys up to MAX_TILE, whose CTA (smem_bytes) fits a unit's shared
+    memory; MAX_TILE where that size is unknown (0). An H200's 228 KB holds every tile; a C500's 64 KB holds 96 keys
+    at head dim 128 (so no 128-key or wide one-tile plans there) and 192 at head dim 64."""
+    if not smem_per_unit:
+        return MAX_TILE
+    fit = [bn for bn in range(TILE_STEP, MAX_TILE + 1, TILE_STEP)
+           if smem_bytes(G, d, bn, 1, merge, threads) <= smem_per_unit]
+    return fit[-1] if fit else TILE_STEP
+
+
+def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0,
+                  max_tile: int = MAX_TILE):
     """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
     (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
     for a longer range (> 256 keys) and one 192-key tile for a range of 129-192 keys. One CTA on a unit
@@ -845,13 +909,14 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     and one with 64). A range of one 192-key tile waits for one K round trip where 64-key tiles chain
     three (H200, iteration 13: case 5, 141 keys, 5.31 -> 4.74 us; two 128-key tiles were 6.21, one of 256
     slower still). A one-tile range's tile is its length rounded up to TILE_STEP keys (129-192 keys: 160 or 192;
-    at most 32 keys: 32), so that it asks for few rows past the sequence: each such row re-reads the last key."""
-    bn = block_N or 64
+    at most 32 keys: 32), so that it asks for few rows past the sequence: each such row re-reads the last key.
+    ``max_tile`` (widest_tile): a wider tile than a unit's shared memory holds is never picked (64-key tiles then)."""
+    bn = block_N or min(64, max_tile)
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
     step = -(-max_seqlen // TILE_STEP) * TILE_STEP
-    if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms:
+    if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms and 128 <= max_tile:
         bn = 128
-    elif not block_N and ns == 1 and 128 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms:
+    elif not block_N and ns == 1 and 128 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms and step <= max_tile:
         bn = step
     elif not block_N and ns == 1 and max_seqlen <= TILE_STEP:
         bn = TILE_STEP
@@ -981,11 +1046,25 @@ def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 comb_smem=bool(comb_smem)), arch
 
 
-def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
-    import tilelang
+def _as_target(target):
+    """A TileLang/TVM Target from a CUDA arch ("sm_90a"), a target dict ({"kind": "hip", "mcpu": "gfx942"}) or a
+    Target."""
+    import tilelang  # noqa: F401  (sets up the bundled tvm)
     from tvm.target import Target
 
-    target = Target({"kind": "cuda", "arch": arch})
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str) and target.startswith("sm_"):
+        return Target({"kind": "cuda", "arch": target})
+    return Target(target)
+
+
+def _lower_source(func, arch, compile_device: bool = False) -> tuple:
+    """(device source, largest dynamic shared memory of its kernels) of a prim_func lowered for `arch` (a CUDA arch
+    or any target _as_target takes), without a device."""
+    import tilelang
+
+    target = _as_target(arch)
     with tilelang.transform.PassContext(config=_pass_configs()), target:
         art = tilelang.lower(func, target=target, enable_device_compile=compile_device)
     smem = 0
@@ -998,9 +1077,9 @@ def _lower_source(func, arch: str, compile_device: bool = False) -> tuple:
 _LOWERED: dict = {}
 
 
-def _lowered(args: dict, arch: str, which: str) -> tuple:
+def _lowered(args: dict, arch, which: str) -> tuple:
     """(source, dyn_smem) of the main or combine kernel, cached in-process."""
-    key = (which, arch, tuple(sorted(args.items())))
+    key = (which, str(_as_target(arch)) if not isinstance(arch, str) else arch, tuple(sorted(args.items())))
     r = _LOWERED.get(key)
     if r is None:
         if which == "main":
@@ -1010,6 +1089,17 @@ def _lowered(args: dict, arch: str, which: str) -> tuple:
         r = _lower_source(func, arch)
         _LOWERED[key] = r
     return r
+
+
+def lower_kernels(target, **shape) -> dict:
+    """The kernels of one plan (build_decode's, and build_combine's where an unfused combine kernel follows) lowered
+    for any TileLang target (a CUDA arch, {"kind": "hip", "mcpu": "gfx942"}, a Target), without a device: per kernel
+    ("main", "combine") its source and dyn_smem_bytes. Same keys as build_cuda_source, less arch."""
+    args, _ = _shape_args(**shape)
+    kernels = {"main": _lowered(args, target, "main")}
+    if args["split"] and not (args["fused"] or args["last_cta"]):
+        kernels["combine"] = _lowered(args, target, "combine")
+    return {name: {"source": src, "dyn_smem_bytes": smem} for name, (src, smem) in kernels.items()}
 
 
 def build_cuda_source(**shape) -> str:

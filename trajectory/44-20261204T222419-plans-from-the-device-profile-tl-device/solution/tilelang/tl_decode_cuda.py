@@ -1,0 +1,1163 @@
+"""CUDA path: split-KV GQA decode attention in TileLang.
+
+Kernel 1 (``decode``): grid (num_splits, Hkv, B). One CTA owns all G = Hq // Hkv query heads of one
+KV head (padded to ``block_H`` MMA rows) and a contiguous range of KV tiles of one sequence. Each
+K/V tile of ``block_N`` keys is gathered into shared memory once (cp.async, software-pipelined
+with ``T.Pipelined``), QK^T and PV run on the tensor cores through ``T.gemm``, and the softmax is
+the online exp2 form in fp32. The key rows of a tile are computed per row, so the same kernel
+serves a contiguous cache ([B, S, Hkv, D]) and a paged cache ([num_blocks, page, Hkv, D] +
+block_table) and any page size; rows past ``cache_seqlens[b]`` are clamped to the last valid key
+(always valid memory, no NaN garbage) and masked to -inf.
+
+With num_splits > 1 each split writes its normalised partial O (fp32) and its log2-sum-exp to
+workspaces; the last CTA of each (batch, kv head) to finish merges them inside the same kernel
+(``last_cta``, the default for small merges: an acq_rel arrival counter per (batch, kv head), reset by
+the merging CTA), or kernel 2 (``combine``) does. With one split kernel 1 writes O directly.
+
+``eager`` (default when a CTA streams few tiles): Q and the first K tile are issued as one cp.async
+group addressed from the allocated cache length (contiguous: the cache's length; paged: the block
+table's width x page size, page ids clamped into the pool), before the sequence length L[b] arrives;
+the split ranges then come from the allocated length too, and a tile wholly past the sequence is
+masked (scaled by 0, never by NaN). V rows are clamped to the sequence. Without eager every row is
+clamped to the sequence, so its block-table entry is a page of the sequence and needs no clamp (H200,
+iteration 7: the clamp on every row of the non-eager path cost paged case 7 about 4 us).
+
+``v_split`` (the default for an unsplit plan of few rows, v_split_default): each (batch, kv head) row runs on
+two CTAs (grid x), each computing the whole softmax from all of K and its half of V's and the output's columns,
+so a grid of at most half the units' rows streams K + V / 2 bytes a CTA on twice the units, with no merge.
+
+``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's
+_balanced_splits): each row is split by its own length, read on the device, so that the batch's real
+tiles spread over about BAL_CTAS_PER_SM CTAs per unit (one, with 128-key tiles, from BAL_WIDE_GQA query
+heads per KV head in a contiguous cache): with T = kv heads x the sum of the rows' tiles
+and w = max(BAL_MIN_TILES, ceil(T / target)), row b takes round(tiles_b / w) splits (1..num_splits).
+The grid is (kv heads, batch + pool): block y < batch runs the first split of row y; the pool blocks
+(pool = ceil(target / kv heads), which bounds the extra splits of all rows together) each find their
+row and split from the prefix sum of the rows' extra splits; pool blocks left over write nothing. A row
+of one split writes O directly; the others merge in their last CTA (arrival counter), or, with
+``bal_combine``, rows of more than LAST_CTA_MAX_ROWS partial rows in a combine kernel launched by the
+same host call that derives the same plan from L. The launch depends on shapes only: a CUDA graph
+captured once stays correct when the lengths change between replays.
+
+Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic)
+dims, so one compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
+"""
+import math
+import threading
+
+import torch
+
+LOG2E = 1.4426950408889634
+
+_KERNELS: dict = {}
+_LOCK = threading.Lock()
+_SM_COUNT: dict = {}
+
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+#: rows a thread's softmax reductions take at once (build_decode's red_batch), where red_batch_default picks 2: a
+#: thread of a 16-row tile holds two rows, so 2 reduces both through one butterfly (its barriers shared), half the
+#: barriers of one row at a time. TileLang's reduce ``batch``; a backend without it (an older fork) runs red_batch 1.
+RED_BATCH = 2
+
+#: ``red_once`` (build_decode): C++ prepended to the kernel source (TileLang emits a kernel's prelude before its own
+#: includes, so it includes the template it specializes), a partial specialization of TileLang's
+#: ``tl::AllReduce`` for a reduction that crosses four warps (participants t ^ 32, t ^ 64, t ^ 96). TileLang's
+#: butterfly crosses them in two shared-memory rounds of two barriers each; this writes once, waits once and
+#: combines the four values (in warp order, the same order on every participant, so every copy of a row's max
+#: and sum has the same bits). An eight-warp reduction's first round (t ^ 128) stays TileLang's, then this.
+#: CUDA only: it names TileLang's CUDA template (a backend with other templates builds with red_once off).
+RED_ONCE_PRELUDE = r"""
+#include <tl_templates/cuda/reduce.h>
+namespace tl {
+template <class Reducer, int thread_offset, class Barrier, int batch_size, int workspace_stride>
+struct AllReduce<Reducer, 128, 32, thread_offset, Barrier, batch_size, workspace_stride> {
+  template <typename T> static TL_DEVICE T run(T x, T *red_buf = nullptr) {
+    const int t = threadIdx.x - thread_offset, b = t & ~96;
+    Barrier::template sync<1>();
+    red_buf[t] = x;
+    Barrier::template sync<2>();
+    return Reducer()(Reducer()(red_buf[b], red_buf[b + 32]), Reducer()(red_buf[b + 64], red_buf[b + 96]));
+  }
+  template <typename T> static TL_DEVICE void run_batch(T *x, T *red_buf = nullptr) {
+    const int t = threadIdx.x - thread_offset, b = t & ~96;
+    Barrier::template sync<1>();
+#pragma unroll
+    for (int i = 0; i < batch_size; i++) red_buf[t + i * workspace_stride] = x[i];
+    Barrier::template sync<2>();
+#pragma unroll
+    for (int i = 0; i < batch_size; i++) {
+      const T *r = red_buf + i * workspace_stride;
+      x[i] = Reducer()(Reducer()(r[b], r[b + 32]), Reducer()(r[b + 64], r[b + 96]));
+    }
+  }
+};
+}  // namespace tl
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# kernel builders
+# ----------------------------------------------------------------------------------------------
+def _block_h(G: int) -> int:
+    return max(16, ((G + 15) // 16) * 16)
+
+
+def build_decode(
+    dtype: str,
+    hq: int,
+    hkv: int,
+    d: int,
+    paged: bool,
+    page_size: int,
+    block_N: int,
+    num_stages: int,
+    threads: int,
+    split: bool,
+    scale: float,
+    fused: bool = True,
+    eager: bool = False,
+    last_cta: bool = False,
+    balanced: int = 0,
+    q_loop: bool = False,
+    merge_unroll: int = 0,
+    bal_combine: bool = False,
+    pdl: bool = False,
+    comb_unroll: int = 0,
+    v_split: int = 1,
+    red_batch: int = RED_BATCH,
+    red_once: bool = False,
+    tile_page: bool = False,
+    even_split: bool = False,
+    comb_smem: bool = False,
+):
+    """TileLang prim_func of the main decode kernel (split or direct-output variant).
+
+    ``balanced`` (> 0: the target number of CTAs, about ``BAL_CTAS_PER_SM`` per unit): the work-balanced
+    variant (the module docstring). ``q_loop``: Q rides in each tile's cp.async group with K (as in
+    eager) instead of a synchronous load before the loop, so a CTA's first loads wait for one round trip
+    less. ``merge_unroll``: splits whose partials the last-CTA merge loads at once (0: _LAST_UNROLL).
+    ``bal_combine`` (balanced only): rows of more than LAST_CTA_MAX_ROWS partial rows (G x splits) are
+    merged by a combine kernel launched behind the split kernel by the same host call (it derives each
+    row's split count from L as the split kernel does; rows of fewer are merged by their last CTA).
+
+    With ``split`` and ``fused`` the prim_func holds both kernels (split, then combine): one host
+    call launches them back to back, so no Python runs between the two launches.
+
+    ``pdl`` (Hopper and later; a switch, off on other targets): programmatic dependent launch of the
+    combine kernel. The split kernel's CTAs allow it at their start, so the combine kernel is launched and
+    its CTAs made resident while the split kernel still runs; each of them waits for the split grid's
+    completion and memory (griddepcontrol.wait) before it reads a partial. It saves the launch gap between
+    the two kernels, not a byte of traffic.
+
+    ``comb_unroll``: the splits a combine thread loads at once (0: _COMBINE_UNROLL).
+
+    ``v_split`` (1 or 2; the direct-output kernel only): the CTAs of a (batch, kv head) row, each computing the
+    whole softmax from all of K but only its d / v_split columns of V and of the output. A row's K is read by
+    each (the second read mostly an L2 hit), its V once: a CTA streams K + V / v_split bytes, so a grid of few
+    rows spreads its bytes over v_split times as many units, without a merge.
+
+    ``red_batch`` (1 or 2): the softmax's row max and row sum each reduce a thread's rows ``red_batch`` at a time
+    (T.reduce_* ``batch``): one shared-memory butterfly, and one set of barriers, for both of a thread's rows of a
+    16-row tile instead of one per row (the plan's default: red_batch_default).
+
+    ``red_once`` (CUDA): a reduction across four warps crosses them in one shared-memory round (write, one barrier,
+    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE).
+
+    ``tile_page`` (paged, not eager; a page holds whole tiles or a tile whole pages): a row's table column is the tile's
+    first page plus the row's page within the tile (tile_pid), not its clamped key // page_size, so the rows a thread
+    copies from one page share one table load and one page address (lowered R1 plan, 256-token pages: 57 -> 27 global
+    loads, 2381 -> 2092 PTX instructions).
+
+    ``even_split`` (not eager): split s of a row of n tiles in ns splits takes tiles [s n // ns, (s + 1) n // ns), so
+    the splits differ by at most one tile and none is empty while n >= ns; without it each takes ceil(n / ns) tiles and
+    the last ones may be short or empty (R4 in 16-token pages: 481 tiles in 60 splits, 54 of 9 tiles and 6 empty).
+
+    ``comb_smem``: the combine kernel's LSE values through shared memory (_combine_macro's lse_smem)."""
+    import tilelang.language as T
+
+    G = hq // hkv
+    block_H = _block_h(G)
+    accum = "float32"
+    sm_scale = float(scale) * LOG2E
+
+    batch = T.dynamic("batch")
+    max_pages = T.dynamic("max_pages")
+    num_splits = T.dynamic("num_splits")
+    if paged:
+        num_blocks = T.dynamic("num_blocks")
+        kv_shape = [num_blocks, page_size, hkv, d]
+        alloc_len = max_pages * page_size  # the longest sequence the block table can describe
+    else:
+        seqlen_k = T.dynamic("seqlen_k")
+        kv_shape = [batch, seqlen_k, hkv, d]
+        alloc_len = seqlen_k
+
+    def kv_row(BT, b, pos, clamp_page=False):
+        if paged and clamp_page:  # a table entry past the sequence may be anything: clamp it into the pool
+            return T.max(T.min(BT[b, pos // page_size], num_blocks - 1), 0), pos % page_size
+        if paged:  # pos < L[b]: the entry is a page of this sequence
+            return BT[b, pos // page_size], pos % page_size
+        return b, pos
+
+    def tile_pid(base, i, seqlen):
+        """The table column of row i of the tile at key `base`, clamped to the sequence's last page: base // page_size
+        + i // page_size (base is a multiple of the page or of the tile, whichever is smaller), so a thread's rows of one
+        page share one load and one page address once lowered (i // page_size folds to a constant per unrolled row)."""
+        return T.min(base // page_size + i // page_size, (seqlen - 1) // page_size)
+
+    eager = bool(eager)
+    tile_page = bool(tile_page) and tile_page_applies(paged, page_size, block_N, False)
+    policy = T.GemmWarpPolicy.FullCol
+    combine_body = _combine_macro(T, accum, dtype, comb_unroll, lse_smem=comb_smem, nthreads=d)
+
+    balanced = int(balanced)
+    if balanced:
+        split, eager, last_cta = True, False, True
+    last_cta = bool(last_cta and split)
+    merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL, threads) if last_cta else None
+    q_loop = bool(q_loop or eager)
+    v_split = int(v_split or 1)
+    if v_split not in (1, 2) or (v_split > 1 and (split or balanced)):
+        raise ValueError(f"v_split must be 1, or 2 on the direct-output kernel (no split), got {v_split}")
+    dv = d // v_split
+    red_batch = int(red_batch or 1)
+    if red_batch not in (1, 2):
+        raise ValueError(f"red_batch must be 1 or 2, got {red_batch}")
+    pre = RED_ONCE_PRELUDE if red_once else None  # on a prim_func's first kernel only: one definition a module
+
+    @T.macro
+    def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None, vc=0):
+        Q_shared = T.alloc_shared([block_H, d], dtype)
+        K_shared = T.alloc_shared([block_N, d], dtype)
+        V_shared = T.alloc_shared([block_N, dv], dtype)
+        P_shared = T.alloc_shared([block_H, block_N], dtype)
+        acc_s = T.alloc_fragment([block_H, block_N], accum)
+        acc_o = T.alloc_fragment([block_H, dv], accum)
+        m_prev = T.alloc_fragment([block_H], accum)
+        m_cur = T.alloc_fragment([block_H], accum)
+        m_use = T.alloc_fragment([block_H], accum)
+        m_ref = m_use if eager else m_cur
+        r_scale = T.alloc_fragment([block_H], accum)
+        r_sum = T.alloc_fragment([block_H], accum)
+        l_sum = T.alloc_fragment([block_H], accum)
+
+        seqlen = L[b]
+        n_tiles = T.ceildiv(seqlen, block_N)
+        if eager:  # the split ranges from the cache's allocated length: the first loads need no L[b]
+            per_split = T.ceildiv(T.ceildiv(alloc_len, block_N), nsplit)
+            t_begin = sid * per_split
+            t_end = T.min(t_begin + per_split, n_tiles)
+        elif even_split:  # splits differ by at most one tile (an idle pool block's sid = nsplit: empty)
+            t_begin = T.min(sid * n_tiles // nsplit, n_tiles)
+            t_end = T.min((sid + 1) * n_tiles // nsplit, n_tiles)
+        else:
+            per_split = T.ceildiv(n_tiles, nsplit)
+            t_begin = sid * per_split
+            t_end = T.min(t_begin + per_split, n_tiles)
+        n_iter = T.max(t_end - t_begin, 0)
+
+        if not q_loop:
+            for i, j in T.Parallel(block_H, d):
+                Q_shared[i, j] = T.if_then_else(i < G, Q[b, h * G + T.min(i, G - 1), j], T.cast(0, dtype))
+        T.fill(acc_o, 0)
+        T.fill(l_sum, 0)
+        T.fill(m_cur, -T.infinity(accum))
+        tp = tile_page and not eager  # eager rows may pass the sequence: they keep the per-row clamped page
+
+        for k in T.Pipelined(T.max(n_iter, 1) if eager else n_iter, num_stages=num_stages):
+            base = (t_begin + k) * block_N
+            if q_loop:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
+                # synchronous load and a barrier before the first K/V loads); later iterations
+                # re-read its 4 KB from L2. Padded rows repeat head G-1: their outputs are never written.
+                for i, j in T.Parallel(block_H, d):
+                    Q_shared[i, j] = Q[b, h * G + T.min(i, G - 1), j]
+            if tp:  # rows of one page share its table load (tile_pid)
+                for i, j in T.Parallel(block_N, d):
+                    K_shared[i, j] = K[BT[b, tile_pid(base, i, seqlen)], T.min(base + i, seqlen - 1) % page_size, h, j]
+            else:
+                for i, j in T.Parallel(block_N, d):
+                    # eager: K rows are clamped to the allocated cache (valid memory, paged or not: page ids
+                    # are clamped into the pool; keys past the sequence are masked below), so the first K
+                    # tile does not wait for L[b]
+                    # (only eager K rows can pass the sequence: only they pay the page-id clamp)
+                    r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1), clamp_page=eager)
+                    K_shared[i, j] = K[r0, r1, h, j]
+            T.clear(acc_s)
+            T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.if_then_else(base + j < seqlen, acc_s[i, j] * sm_scale, -T.infinity(accum))
+            T.copy(m_cur, m_prev)
+            T.reduce_max(acc_s, m_cur, dim=1, clear=False, batch=red_batch)
+            if eager:  # a tile wholly past the sequence leaves m at -inf: scale by 0, not by NaN
+                for i in T.Parallel(block_H):
+                    m_use[i] = T.if_then_else(m_cur[i] == -T.infinity(accum), 0.0, m_cur[i])
+            for i in T.Parallel(block_H):
+                r_scale[i] = T.exp2(m_prev[i] - m_ref[i])
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.exp2(acc_s[i, j] - m_ref[i])
+            T.reduce_sum(acc_s, r_sum, dim=1, batch=red_batch)
+            for i in T.Parallel(block_H):
+                l_sum[i] = l_sum[i] * r_scale[i] + r_sum[i]
+            T.copy(acc_s, P_shared)
+            for i, j in T.Parallel(block_H, dv):
+                acc_o[i, j] *= r_scale[i]
+            if tp:
+                for i, j in T.Parallel(block_N, dv):
+                    V_shared[i, j] = V[BT[b, tile_pid(base, i, seqlen)], T.min(base + i, seqlen - 1) % page_size, h,
+                                       vc * dv + j]
+            else:
+                for i, j in T.Parallel(block_N, dv):
+                    # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
+                    r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
+                    V_shared[i, j] = V[r0, r1, h, vc * dv + j]
+            T.gemm(P_shared, V_shared, acc_o, policy=policy)
+
+        if balanced:  # a row of one split writes O itself; idle CTAs write nothing
+            if active:
+                if nsplit == 1:
+                    for i, j in T.Parallel(block_H, d):
+                        if i < G:
+                            Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
+                else:
+                    for i, j in T.Parallel(block_H, d):
+                        if i < G:
+                            Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
+                    for i in T.Parallel(block_H):
+                        if i < G:
+                            LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i],
+                                                                    -T.infinity(accum))
+                    if bal_combine:
+                        if nsplit * G <= LAST_CTA_MAX_ROWS:
+                            merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+                    else:
+                        merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+        elif split:
+            for i, j in T.Parallel(block_H, d):
+                if i < G:
+                    Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
+            for i in T.Parallel(block_H):
+                if i < G:
+                    LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i], -T.infinity(accum))
+            if last_cta:
+                merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+        else:
+            for i, j in T.Parallel(block_H, dv):
+                if i < G:
+                    Out[b, h * G + i, vc * dv + j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0),
+                                                            dtype)
+
+    if balanced:
+        target = balanced
+        pool = -(-target // hkv)  # per kv head: the extra splits of all rows together never exceed this
+        min_tiles = BAL_MIN_TILES
+
+        @T.prim_func
+        def decode_balanced(
+            Q: T.Tensor([batch, hq, d], dtype),
+            K: T.Tensor(kv_shape, dtype),
+            V: T.Tensor(kv_shape, dtype),
+            L: T.Tensor([batch], "int32"),
+            BT: T.Tensor([batch, max_pages], "int32"),
+            Opart: T.Tensor([batch, hq, num_splits, d], accum),
+            LSE: T.Tensor([batch, hq, num_splits], accum),
+            Cnt: T.Tensor([batch, hkv], "int32"),
+            Out: T.Tensor([batch, hq, d], dtype),
+        ):
+            # blocks y < batch: the first split of row y; y >= batch: pool block j = y - batch, the
+            # (j - P(b) + 1)-th split of the row b with P(b) <= j < P(b + 1), P the prefix sum of the
+            # rows' extra splits. Every block derives the plan from L alone (no host sync, no second
+            # kernel), so the same launch serves any lengths.
+            with T.Kernel(hkv, batch + pool, threads=threads, prelude=pre) as (h, y):
+                if pdl and bal_combine:
+                    T.pdl_trigger()
+                tot = T.alloc_var("int32")
+                acc = T.alloc_var("int32")
+                rb = T.alloc_var("int32")
+                rs = T.alloc_var("int32")
+                tot = 0
+                for i in T.serial(batch):
+                    tot += T.ceildiv(L[i], block_N)
+                # tiles per split: the batch's tiles over the target CTAs, at least min_tiles
+                w = T.max(T.ceildiv(tot * hkv, target), min_tiles)
+                rb = y
+                rs = 0
+                if y >= batch:
+                    rb = -1
+                    acc = 0
+                    for i in T.serial(batch):
+                        # a row's splits: its tiles / w rounded to nearest, 1..num_splits
+                        e = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
+                        if rb < 0:
+                            if y - batch < acc + e:
+                                rb = i
+                                rs = y - batch - acc + 1
+                        acc += e
+                bb = T.max(rb, 0)
+                ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
+                # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
+                body(Q, K, V, L, BT, T.if_then_else(rb >= 0, rs, ns), h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
+            if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
+                with T.Kernel(hq, batch, threads=d) as (hh, b2):
+                    tot2 = T.alloc_var("int32")
+                    tot2 = 0
+                    for i in T.serial(batch):
+                        tot2 += T.ceildiv(L[i], block_N)
+                    w2 = T.max(T.ceildiv(tot2 * hkv, target), min_tiles)
+                    ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
+                    if pdl:  # the plan comes from L alone: made before the wait for the split grid
+                        T.pdl_sync()
+                    if ns2 * G > LAST_CTA_MAX_ROWS:
+                        combine_body(Opart, LSE, Out, hh, b2, ns2, T.get_thread_binding())
+
+        return decode_balanced
+
+    if last_cta:
+
+        @T.prim_func
+        def decode_split_last(
+            Q: T.Tensor([batch, hq, d], dtype),
+            K: T.Tensor(kv_shape, dtype),
+            V: T.Tensor(kv_shape, dtype),
+            L: T.Tensor([batch], "int32"),
+            BT: T.Tensor([batch, max_pages], "int32"),
+            Opart: T.Tensor([batch, hq, num_splits, d], accum),
+            LSE: T.Tensor([batch, hq, num_splits], accum),
+            Cnt: T.Tensor([batch, hkv], "int32"),
+            Out: T.Tensor([batch, hq, d], dtype),
+        ):
+            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
+                body(Q, K, V, L, BT, sid, h, b, num_splits, Out, Opart, LSE, Cnt)
+
+        return decode_split_last
+
+    if split and fused:
+
+        @T.prim_func
+        def decode_split_combine(
+            Q: T.Tensor([batch, hq, d], dtype),
+            K: T.Tensor(kv_shape, dtype),
+            V: T.Tensor(kv_shape, dtype),
+            L: T.Tensor([batch], "int32"),
+            BT: T.Tensor([batch, max_pages], "int32"),
+            Opart: T.Tensor([batch, hq, num_splits, d], accum),
+            LSE: T.Tensor([batch, hq, num_splits], accum),
+            Out: T.Tensor([batch, hq, d], dtype),
+        ):
+            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
+                if pdl:
+                    T.pdl_trigger()
+                body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
+            with T.Kernel(hq, batch, threads=d) as (hh, b2):
+                if pdl:
+                    T.pdl_sync()
+                combine_body(Opart, LSE, Out, hh, b2, num_splits, T.get_thread_binding())
+
+        return decode_split_combine
+
+    if split:
+
+        @T.prim_func
+        def decode_split(
+            Q: T.Tensor([batch, hq, d], dtype),
+            K: T.Tensor(kv_shape, dtype),
+            V: T.Tensor(kv_shape, dtype),
+            L: T.Tensor([batch], "int32"),
+            BT: T.Tensor([batch, max_pages], "int32"),
+            Opart: T.Tensor([batch, hq, num_splits, d], accum),
+            LSE: T.Tensor([batch, hq, num_splits], accum),
+        ):
+            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
+                if pdl:
+                    T.pdl_trigger()
+                body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
+
+        return decode_split
+
+    @T.prim_func
+    def decode_direct(
+        Q: T.Tensor([batch, hq, d], dtype),
+        K: T.Tensor(kv_shape, dtype),
+        V: T.Tensor(kv_shape, dtype),
+        L: T.Tensor([batch], "int32"),
+        BT: T.Tensor([batch, max_pages], "int32"),
+        Out: T.Tensor([batch, hq, d], dtype),
+    ):
+        with T.Kernel(v_split, hkv, batch, threads=threads, prelude=pre) as (vc, h, b):
+            body(Q, K, V, L, BT, 0, h, b, 1, Out, None, None, vc=vc)
+
+    return decode_direct
+
+
+#: splits a combine thread loads before it merges any (its LSE and partial-O values in flight at once): 32
+#: loads a split plan's 32 splits in one round trip (H200, iteration 14: case 10 9.02 -> 8.83 us and case 14
+#: 35.07 -> 34.72 us against 16, case 13's 33 splits unchanged)
+_COMBINE_UNROLL = 32
+#: balanced variant: at least this many KV tiles per split
+BAL_MIN_TILES = 4
+#: balanced variant: target CTAs per unit (the batch's real tiles are spread over about this many waves' CTAs)
+BAL_CTAS_PER_SM = 2
+#: balanced variant: from this many query heads per KV head, 128-key tiles at one CTA per unit, contiguous caches
+#: only (H200, iteration 12: R4 (G 8) 37.8 -> 36.9 us, R3 (G 8) -0.9%; with G 4 R1 and case 12 were 2.2% and 0.8%
+#: slower; in 16-token pages R3 140.3 -> 149.4 us and R4 42.4 -> 43.6 us, in 256-token pages R3 +1%)
+BAL_WIDE_GQA = 8
+#: balanced variant: in pages of at most this many tokens, 128-key tiles (at BAL_CTAS_PER_SM): with tile_page a tile's
+#: rows share their pages' table loads and addresses, so a longer tile spreads a tile's fixed work over more keys (H200,
+#: iteration 34's screen, 16-token pages: R1 1.027, R3 1.013, R4 0.994; 256-token pages R3 0.988, R4 0.958)
+BAL_WIDE_MAX_PAGE = 16
+#: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
+#: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
+BAL_MIN_ALLOC_TILES = 256
+#: balanced variant: Q in the first cp.async group with K (build_decode's q_loop)
+BAL_Q_LOOP = 0
+#: balanced variant: splits loaded at once by the merging CTA (its rows merge up to ~G x 67 partials)
+BAL_MERGE_UNROLL = 8
+_MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
+_LAST_UNROLL = 8    # splits whose partial rows are loaded before any is accumulated
+
+
+def merge_rows(G: int, d: int, threads: int) -> int:
+    """Rows of the last-CTA merge's fragments ([rows, d] partial sums, [rows, _MAX_SPLITS] weights): G, or, where
+    G x d values do not spread evenly over the CTA's threads (more values than threads, not a multiple of them),
+    G rounded up until they do. TileLang finds no fragment layout for the uneven case (GQA 3, 5, 7, ... at head
+    dim 64 on 128 threads: 'no available layout found', on CUDA and on a wave64 HIP target alike); the extra rows
+    repeat row G - 1 and are never written. Where G already spreads evenly (every H200 bench plan) nothing changes."""
+    if G * d <= threads or (G * d) % threads == 0:
+        return G
+    step = threads // math.gcd(d, threads)
+    return -(-G // step) * step
+
+
+def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0, threads: int = 128):
+    """The merge done by the last CTA of a (batch, kv head) to finish, inside the split kernel: no
+    second kernel launch, and the partials it reads were written moments ago (L2 hits).
+
+    Every CTA publishes its partial O and LSE (writes, fence, barrier, then one acq_rel atomic on the
+    (batch, kv head) counter by thread 0). The CTA that sees count nsplit - 1 is the last: it turns the
+    G x nsplit LSE values into weights 2^(lse - lse_total) (a [G, 128] fragment, row max and row sum
+    reductions), then accumulates O = sum_s w[i, s] * O_s[i, :] over the splits, _LAST_UNROLL splits of
+    loads in flight at a time, and resets the counter to 0 for the next call (all other CTAs of this
+    (batch, kv head) have counted by then, and calls are ordered on the stream). Its fragments hold
+    merge_rows(G, d, threads) rows."""
+    S = _MAX_SPLITS
+    U = unroll or _LAST_UNROLL
+    R = merge_rows(G, d, threads)
+    padded = R != G
+
+    def head(i):  # a padded row repeats the last head (read, never written)
+        return T.min(i, G - 1) if padded else i
+
+    @T.macro
+    def merge_last(Opart, LSE, Cnt, Out, h, b, nsplit):
+        prev = T.alloc_shared([1], "int32")
+        W = T.alloc_shared([R, S], accum)
+        lse_f = T.alloc_fragment([R, S], accum)
+        lmax = T.alloc_fragment([R], accum)
+        lsum = T.alloc_fragment([R], accum)
+        o_f = T.alloc_fragment([R, d], accum)
+        tx = T.get_thread_binding()
+        T.call_extern("handle", "__threadfence")
+        T.sync_threads()
+        if tx == 0:
+            prev[0] = T.atomic_add(Cnt[b, h], 1, memory_order="acq_rel", return_prev=True)
+        T.sync_threads()
+        if prev[0] == nsplit - 1:
+            T.call_extern("handle", "__threadfence")
+            for i, sp in T.Parallel(R, S):
+                lse_f[i, sp] = T.if_then_else(sp < nsplit, LSE[b, h * G + head(i), T.min(sp, nsplit - 1)],
+                                              -T.infinity(accum))
+            T.reduce_max(lse_f, lmax, dim=1)
+            for i in T.Parallel(R):  # every split empty (a zero-length sequence): weights 0, output 0
+                lmax[i] = T.if_then_else(lmax[i] == -T.infinity(accum), 0.0, lmax[i])
+            for i, sp in T.Parallel(R, S):
+                lse_f[i, sp] = T.exp2(lse_f[i, sp] - lmax[i])
+            T.reduce_sum(lse_f, lsum, dim=1)
+            for i, sp in T.Parallel(R, S):
+                W[i, sp] = T.if_then_else(lsum[i] > 0, lse_f[i, sp] / lsum[i], 0.0)
+            T.fill(o_f, 0)
+            for c in T.serial(T.ceildiv(nsplit, U)):
+                for u in T.unroll(U):
+                    for i, j in T.Parallel(R, d):
+                        o_f[i, j] += W[i, c * U + u] * Opart[b, h * G + head(i), T.min(c * U + u, nsplit - 1), j]
+            if padded:
+                for i, j in T.Parallel(R, d):
+                    if i < G:
+                        Out[b, h * G + i, j] = T.cast(o_f[i, j], dtype)
+            else:
+                for i, j in T.Parallel(G, d):
+                    Out[b, h * G + i, j] = T.cast(o_f[i, j], dtype)
+            if tx == 0:
+                Cnt[b, h] = 0
+
+    return merge_last
+
+
+def _combine_macro(T, accum: str, dtype: str, unroll: int = 0, lse_smem: bool = False, nthreads: int = 0):
+    """Body of the combine kernel, one CTA of d threads per (batch, query head); thread tx owns
+    output column tx. One pass over the splits in chunks of _COMBINE_UNROLL: a chunk's LSE and
+    partial-O values are all loaded before any is used (independent loads in flight instead of one
+    dependent load per split), then merged with a running max (online softmax). Indices past the
+    last split are clamped and get weight 0.
+
+    ``lse_smem`` (CUDA, ``nthreads`` threads a CTA): the chunk's LSE values are loaded once per CTA into shared
+    memory (a thread a split) in the same round trip as each thread's partial-O values, and read from there, so a
+    thread holds U partial-O registers, not U LSE values as well (ptxas, sm_90a: 126 registers at 32 splits a
+    round trip, 198 at 48 and 231 at 64 without it), and a wide chunk still fits beside two split CTAs."""
+    U = unroll or _COMBINE_UNROLL
+    if lse_smem and not nthreads:
+        raise ValueError("lse_smem needs the CTA's thread count (nthreads)")
+
+    @T.macro
+    def combine_body(Opart, LSE, Out, hh, b, num_splits, tx):
+        if lse_smem:
+            lse_c = T.alloc_shared([U], accum)
+        else:
+            lse_c = T.alloc_local([U], accum)
+        o_c = T.alloc_local([U], accum)
+        m = T.alloc_var(accum)
+        m_new = T.alloc_var(accum)
+        sc = T.alloc_var(accum)
+        lsum = T.alloc_var(accum)
+        acc = T.alloc_var(accum)
+        m = -T.infinity(accum)
+        lsum = 0.0
+        acc = 0.0
+        for c in T.serial(T.ceildiv(num_splits, U)):
+            if lse_smem:  # a thread a split: the chunk's LSE stored once for the CTA
+                for i in T.serial(T.ceildiv(U, nthreads)):
+                    if i * nthreads + tx < U:
+                        lse_c[i * nthreads + tx] = T.if_then_else(
+                            c * U + i * nthreads + tx < num_splits,
+                            LSE[b, hh, T.min(c * U + i * nthreads + tx, num_splits - 1)], -T.infinity(accum))
+            for u in T.unroll(U):
+                if not lse_smem:
+                    lse_c[u] = T.if_then_else(c * U + u < num_splits, LSE[b, hh, T.min(c * U + u, num_splits - 1)],
+                                              -T.infinity(accum))
+                o_c[u] = Opart[b, hh, T.min(c * U + u, num_splits - 1), tx]
+            if lse_smem:
+                T.sync_threads()
+            m_new = m
+            for u in T.unroll(U):
+                m_new = T.max(m_new, lse_c[u])
+            if m_new > -T.infinity(accum):
+                sc = T.exp2(m - m_new)  # 0 while m is still -inf
+                lsum = lsum * sc
+                acc = acc * sc
+                for u in T.unroll(U):
+                    lsum += T.exp2(lse_c[u] - m_new)  # an empty split (lse -inf) weighs 0
+                    acc += T.exp2(lse_c[u] - m_new) * o_c[u]
+                m = m_new
+            if lse_smem:
+                T.sync_threads()  # every thread has read this chunk's LSE before the next one is stored
+        Out[b, hh, tx] = T.cast(T.if_then_else(lsum > 0, acc / lsum, 0.0), dtype)
+
+    return combine_body
+
+
+def build_combine_serial(hq: int, d: int, unroll: int = 0):
+    """The combine kernel's body with a serial loop over the output columns instead of a thread
+    per column: the same merge arithmetic as a C-target kernel, so CPU tests can run it."""
+    import tilelang.language as T
+
+    accum = "float32"
+    batch = T.dynamic("batch")
+    num_splits = T.dynamic("num_splits")
+    combine_body = _combine_macro(T, accum, accum, unroll)
+
+    @T.prim_func
+    def combine_serial(
+        Opart: T.Tensor([batch, hq, num_splits, d], accum),
+        LSE: T.Tensor([batch, hq, num_splits], accum),
+        Out: T.Tensor([batch, hq, d], accum),
+    ):
+        with T.Kernel(hq, batch) as (hh, b):
+            for tx in T.serial(d):
+                combine_body(Opart, LSE, Out, hh, b, num_splits, tx)
+
+    return combine_serial
+
+
+def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 0, smem: bool = False):
+    """Merge split partials: O = sum_s 2^(lse_s - lse) * O_s with lse = log2 sum_s 2^lse_s. ``pdl``: launched
+    as a programmatic dependent of the split kernel (build_decode), it waits for it before the first read.
+    ``unroll``: splits loaded at once per thread (0: _COMBINE_UNROLL). ``smem``: the LSE values through shared
+    memory (_combine_macro's lse_smem)."""
+    import tilelang.language as T
+
+    accum = "float32"
+    batch = T.dynamic("batch")
+    num_splits = T.dynamic("num_splits")
+    combine_body = _combine_macro(T, accum, dtype, unroll, lse_smem=smem, nthreads=d)
+
+    @T.prim_func
+    def combine(
+        Opart: T.Tensor([batch, hq, num_splits, d], accum),
+        LSE: T.Tensor([batch, hq, num_splits], accum),
+        Out: T.Tensor([batch, hq, d], dtype),
+    ):
+        with T.Kernel(hq, batch, threads=d) as (hh, b):
+            if pdl:
+                T.pdl_sync()
+            combine_body(Opart, LSE, Out, hh, b, num_splits, T.get_thread_binding())
+
+    return combine
+
+
+# ----------------------------------------------------------------------------------------------
+# configs, heuristics
+# ----------------------------------------------------------------------------------------------
+def default_config(G: int, d: int, page_size: int | None) -> dict:
+    """Static part of the default config; block_N / num_splits 0 mean "chosen per call" (choose_tiling),
+    eager None "when a CTA has at most EAGER_MAX_TILES tiles" (run_kernel); last_cta None "when the merge
+    reads at most LAST_CTA_MAX_ROWS partial rows": those split plans merge in the split kernel's last CTA
+    (at most _MAX_SPLITS splits), the others in the combine kernel."""
+    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1, "eager": None, "last_cta": None}
+
+
+#: last_cta by default when the merging CTA reads at most this many partial rows (G x num_splits): one
+#: CTA per (batch, kv head) pulls them alone, so large merges are faster in the combine kernel's B x Hq
+#: CTAs (H200: case 10, G 8 x 32 splits, +1.8 us in-kernel; case 8, G 8 x 4, and 13, G 4 x 33, faster).
+LAST_CTA_MAX_ROWS = 160
+
+
+#: the widest one-tile range (choose_tiling): an unsplit range of 129-192 keys runs as one tile of its length
+#: rounded up to TILE_STEP keys
+WIDE_TILE = 192
+#: one-tile ranges are rounded up to a multiple of this many keys (a T.gemm of 4 warps splits N in 4 x 8 columns)
+TILE_STEP = 32
+
+
+#: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
+#: saves part of one DRAM latency per CTA, and costs a 4 KB L2 read of Q per further tile.
+EAGER_MAX_TILES = 8
+
+
+def v_split_default(batch: int, hkv: int, num_splits: int, num_sms: int) -> int:
+    """v_split (build_decode) by default: 2 for an unsplit plan whose CTAs, two a (batch, kv head) row, still fit
+    one a unit; else 1. H200, iteration 21 (gain = one CTA a row / two): case 5 (64 rows) 4.45 -> 4.32 us (1.026),
+    case 2 1.046, case 1 1.044, case 3 1.005; where the two CTAs a row no longer fit one a unit it loses (case 6, 128
+    rows: 0.928; case 4, 512 rows: 0.898)."""
+    return 2 if num_splits == 1 and 2 * batch * hkv <= num_sms else 1
+
+
+def default_threads(block_N: int, v_split: int, warp_size: int = 32) -> int:
+    """Threads of a CTA by default: two warps (64 threads at a warp of 32) for a tile of at most TILE_STEP keys on a
+    few-row grid (v_split 2: one row on two CTAs), else 128 (at wave64 both are 128: two waves). The tile's QK^T is then two 16 x 16 MMAs, not four of 16 x 8, and its row max and
+    row sum cross two warps, not four. H200, iteration 22 (gain = four warps / two): case 3 3.20 -> 2.94 us (1.087),
+    case 2 1.049; with 64-key or wider tiles two warps lose (case 1's tuned 64-key tile 0.962, case 5 0.911, case 4
+    0.938, case 6 0.848)."""
+    return max(2 * warp_size, 64) if block_N <= TILE_STEP and v_split == 2 else max(2 * warp_size, 128)
+
+
+def tile_rows_per_thread(warp_size: int) -> int:
+    """Rows of a 16-row tile's accumulator that one thread holds, as TileLang lays out T.gemm's fragment: 2 at a warp
+    of 32 (CUDA's m16n8k16 MMA: lane l holds rows l / 4 and l / 4 + 8), 1 at wave64 (TileLang's HIP MFMA layout: a
+    reduce ``batch`` of 2 fails there, 'ReduceOp: batch=2 exceeds per-thread output element count N=1')."""
+    return 2 if warp_size == 32 else 1
+
+
+def red_batch_default(block_N: int, eager: bool, warp_size: int = 32) -> int:
+    """red_batch (build_decode) by default: RED_BATCH (both of a thread's rows through one butterfly) where the
+    softmax's barriers sit on a short CTA's critical path (eager plans: at most EAGER_MAX_TILES tiles a CTA) or
+    the tiles are narrow; 1 on long streams of 128-key tiles. H200, iteration 23 (gain = batched / one row at a
+    time): cases 1-6 0.950-0.984, cases 8, 13 and R1 (64-key tiles) 0.994-0.996; case 14 (15 128-key tiles a CTA)
+    1.008 and R4 1.004: those keep one row at a time. Case 10 (eager, two 128-key tiles a split) took 1 in
+    iteration 25 (1.004-1.007); under fast math (iteration 29's screen) batched is 1.019 faster (CI 1.013-1.023)
+    there, case 14 still 0.997. A thread that holds one row (tile_rows_per_thread: wave64) takes 1."""
+    if tile_rows_per_thread(warp_size) < RED_BATCH:
+        return 1
+    return RED_BATCH if eager or block_N < 128 else 1
+
+
+#: red_once (build_decode) by default (red_once_default): CUDA builds cross four warps in one round
+RED_ONCE = 1
+
+
+def red_once_default(split: bool, eager: bool, nvcc: bool = True, warp_size: int = 32) -> bool:
+    """red_once (build_decode) by default: RED_ONCE, except on an eager split plan (a split range of few tiles with
+    its combine kernel: case 10). H200, iteration 24 (gain = one round / two): case 3 1.032, case 2 1.011, case 5
+    1.010 (4.25 -> 4.19 us), case 4 1.009, case 6 1.008, cases 8, 13, R1, R4 1.003-1.006, case 14 0.998; case 10
+    0.950-0.961 (0.966 without PDL, so not the dependent launch; 170 registers against 186: a different schedule).
+    Only where nvcc builds TileLang's CUDA templates at a warp of 32 (the prelude specializes that template for four
+    warps of 32): off on MACA (mcPytorch: the fork's own templates), HIP and any wave64 device."""
+    return bool(RED_ONCE) and not (split and eager) and bool(nvcc) and warp_size == 32
+
+
+def tile_page_applies(paged: bool, page_size: int, block_N: int, eager: bool) -> bool:
+    """Where build_decode's tile_page can run: a paged, non-eager plan (eager rows may pass the sequence and keep their
+    per-row clamped page) whose pages hold whole tiles or whose tiles hold whole pages. The plan turns it on there by
+    default (run_kernel; config tile_page 0 turns it off)."""
+    return bool(paged) and not eager and (page_size % block_N == 0 or block_N % page_size == 0)
+
+
+def even_split_default(balanced: int, page_size: int) -> bool:
+    """even_split (build_decode) by default: on balanced plans in pages of at most BAL_WIDE_MAX_PAGE tokens (128-key
+    tiles at two CTAs a unit), off elsewhere. H200, iteration 37's screen (gain = ceil ranges / even ones): 16-token
+    pages R4 1.030 (its 481 tiles in 60 splits: 54 of 9 tiles and 6 empty, against one of 9 and 59 of 8), R3 1.014, R1
+    1.006, R2 0.999; where it puts work on pool blocks that the ceil ranges left idle it loses: contiguous R4 (128-key
+    tiles at one CTA a unit) 0.891, 256-token R4 0.973, case 13 0.990."""
+    return bool(balanced) and 0 < page_size <= BAL_WIDE_MAX_PAGE
+
+
+#: comb_smem (build_decode, build_combine) by default: the combine kernel's LSE values through shared memory (H200,
+#: iteration 37's screen, gain = without / with: case 10 1.017, R4 in 16-token pages 1.007, others 0.998-1.003)
+COMB_SMEM = 1
+#: splits a combine thread loads at once by default where a plan's rows may hold at least COMB_WIDE_MIN_SPLITS splits
+#: and comb_smem (comb_unroll_default): one round trip for R3/R4's 60-67 splits in 16- and 256-token pages (ptxas
+#: sm_90a: 156 registers, so the combine CTA still fits beside two split CTAs; 231 without comb_smem)
+COMB_WIDE_UNROLL = 64
+#: the fewest splits a plan may hold (its num_splits) for COMB_WIDE_UNROLL by default: balanced plans at two CTAs a unit
+#: of at most four KV heads hold up to 67; contiguous R3/R4's one-CTA-a-unit plan holds 34 and R4 uses 32, where 64 a
+#: round trip only loads clamped copies of the last split (iteration 37: contiguous R4 36.26 us against 35.97)
+COMB_WIDE_MIN_SPLITS = 48
+
+
+def comb_unroll_default(num_splits: int, comb_smem: bool) -> int:
+    """comb_unroll by default: COMB_WIDE_UNROLL for a plan of at least COMB_WIDE_MIN_SPLITS splits with comb_smem,
+    else 0 (_COMBINE_UNROLL). H200, iteration 37's screen (gain over 32 splits a round trip): R4 in 16-token pages
+    1.020 (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; over at most 32 splits it only costs
+    (case 10 0.942, case 14 0.996)."""
+    return COMB_WIDE_UNROLL if comb_smem and num_splits >= COMB_WIDE_MIN_SPLITS else 0
+
+
+#: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
+FAST_MATH = 1
+
+
+def fast_math_default(nvcc: bool = True) -> bool:
+    """fast_math by default: FAST_MATH (its paired screen on the H200: ITERATIONS.md, iteration 28). The output's
+    division by the row sum becomes div.approx (div.rn is a call of a few dozen instructions at the end of every CTA)
+    and denormals flush to zero; exp2 is ex2.approx either way. nvcc only (``nvcc``: the device's backend builds with
+    it): off on MACA (mcPytorch) and HIP, whose compilers take their own flags."""
+    return bool(FAST_MATH) and bool(nvcc)
+
+
+def sm_count(device) -> int:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    n = _SM_COUNT.get(idx)
+    if n is None:
+        n = torch.cuda.get_device_properties(idx).multi_processor_count
+        _SM_COUNT[idx] = n
+    return n
+
+
+def pdl_default(device) -> bool:
+    """Programmatic dependent launch by default on Hopper and later (compute capability 9+); other devices
+    and backends keep the plain launch order."""
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
+                         ctas_per_sm: int = 2, min_tiles: int = 12, min_tiles_per_split: int = 4) -> int:
+    """Split count in the spirit of FlashAttention's num_splits_heuristic.
+
+    A decode CTA streams K/V of one (batch, kv_head); several CTAs per SM are needed to keep enough
+    bytes in flight, so aim for about ``ctas_per_sm * num_sms`` CTAs in total. No split when
+    batch * kv_heads already fills the machine (>= 3/4 of the target) or the sequence is short
+    (< ``min_tiles`` KV tiles: the extra combine launch costs more than it saves); at least
+    ``min_tiles_per_split`` KV tiles per split, and the count is rebalanced so that no split is
+    left empty. (Tuned on an H200 with the 14 benchmark shapes, see tune_cuda.py.)
+    """
+    base = batch * hkv
+    n_tiles = max(1, -(-seqlen // block_N))
+    target = ctas_per_sm * num_sms
+    if base * 4 >= target * 3 or n_tiles < min_tiles:
+        return 1
+    ns = max(1, min(max_splits, n_tiles // min_tiles_per_split, round(target / base)))
+    per = -(-n_tiles // ns)
+    return max(1, -(-n_tiles // per))
+
+
+#: shared memory a decode CTA holds beyond its tiles (smem_bytes): reduction workspaces and alignment, 1-2 KB in the
+#: lowered kernels (sm_90a and HIP gfx942 alike)
+SMEM_SLACK = 4096
+#: the widest tile any rule picks (configs() offers up to 128; a one-tile range up to WIDE_TILE)
+MAX_TILE = 256
+
+
+def smem_bytes(G: int, d: int, block_N: int, v_split: int = 1, merge: bool = False, threads: int = 128,
+               dtype_bytes: int = 2) -> int:
+    """Shared memory of one decode CTA, bytes, an upper bound: the Q, K, V and P tiles (block_H x d, block_N x d,
+    block_N x d / v_split, block_H x block_N) plus SMEM_SLACK, plus, with ``merge`` (last CTA or balanced), the
+    merge's weights (merge_rows x _MAX_SPLITS fp32; the lowered kernels reuse the tiles' space for it, this does not
+    count on that). Lowered for sm_90a and for HIP gfx942 a CTA takes 40 KB at head dim 128 and 64-key tiles, 74 KB
+    at 128-key tiles: more than a 64 KB unit holds."""
+    block_H = _block_h(G)
+    tiles = dtype_bytes * (block_H * d + block_N * d + block_N * (d // max(1, v_split)) + block_H * block_N)
+    return tiles + SMEM_SLACK + (merge_rows(G, d, threads) * _MAX_SPLITS * 4 + 4 if merge else 0)
+
+
+def widest_tile(G: int, d: int, smem_per_unit: int, merge: bool = False, threads: int = 128) -> int:
+    """The widest tile, a multiple of TILE_STEP keys up to MAX_TILE, whose CTA (smem_bytes) fits a unit's shared
+    memory; MAX_TILE where that size is unknown (0). An H200's 228 KB holds every tile; a C500's 64 KB holds 96 keys
+    at head dim 128 (so no 128-key or wide one-tile plans there) and 192 at head dim 64."""
+    if not smem_per_unit:
+        return MAX_TILE
+    fit = [bn for bn in range(TILE_STEP, MAX_TILE + 1, TILE_STEP)
+           if smem_bytes(G, d, bn, 1, merge, threads) <= smem_per_unit]
+    return fit[-1] if fit else TILE_STEP
+
+
+def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0,
+                  max_tile: int = MAX_TILE):
+    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
+    (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
+    for a longer range (> 256 keys) and one 192-key tile for a range of 129-192 keys. One CTA on a unit
+    keeps more bytes in flight with bigger tiles, while several CTAs per unit want the smaller tile's
+    occupancy (H200, fp16, D 128: 168 registers and 73 KB of shared memory, 3 CTAs per SM, at 128 keys;
+    126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512 CTAs take 1.29 waves with 128-key tiles
+    and one with 64). A range of one 192-key tile waits for one K round trip where 64-key tiles chain
+    three (H200, iteration 13: case 5, 141 keys, 5.31 -> 4.74 us; two 128-key tiles were 6.21, one of 256
+    slower still). A one-tile range's tile is its length rounded up to TILE_STEP keys (129-192 keys: 160 or 192;
+    at most 32 keys: 32), so that it asks for few rows past the sequence: each such row re-reads the last key.
+    ``max_tile`` (widest_tile): a wider tile than a unit's shared memory holds is never picked (64-key tiles then)."""
+    bn = block_N or min(64, max_tile)
+    ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
+    step = -(-max_seqlen // TILE_STEP) * TILE_STEP
+    if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms and 128 <= max_tile:
+        bn = 128
+    elif not block_N and ns == 1 and 128 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms and step <= max_tile:
+        bn = step
+    elif not block_N and ns == 1 and max_seqlen <= TILE_STEP:
+        bn = TILE_STEP
+    ns = max(1, min(ns, -(-max_seqlen // bn)))
+    return bn, ns
+
+
+def fast_call(kernel):
+    """The compiled kernel's TVM-FFI executable (all buffers passed positionally, no output
+    allocation): skips the generic Python argument wrapper of JITKernel.__call__. Other execution
+    backends are returned unchanged."""
+    adapter = getattr(kernel, "adapter", None)
+    if getattr(kernel, "execution_backend", None) == "tvm_ffi" and hasattr(adapter, "_get_executable") \
+            and not getattr(adapter, "result_idx", None):
+        return adapter._get_executable()
+    return kernel
+
+
+# ----------------------------------------------------------------------------------------------
+# compile
+# ----------------------------------------------------------------------------------------------
+def cuda_target(device=None):
+    import tilelang  # noqa: F401  (sets up the bundled tvm)
+    from tvm.target import Target
+
+    if device is None:
+        arch = "sm_90a"
+    else:
+        major, minor = torch.cuda.get_device_capability(device)
+        arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+    return Target({"kind": "cuda", "arch": arch})
+
+
+def _compile(func, target, fast_math: bool = False):
+    import tilelang
+
+    return tilelang.compile(func, target=target, pass_configs=_pass_configs(fast_math))
+
+
+def combine_follows(split: bool, last_cta: bool, balanced: int = 0, bal_combine: bool = False) -> bool:
+    """Whether a plan's split partials are merged by the combine kernel (build_combine), not by the last CTA of each
+    (batch, kv head) row in the split kernel: the plans that pdl and comb_smem apply to. A balanced plan merges in
+    its last CTAs unless bal_combine; a uniform split plan unless last_cta."""
+    return bool(split) and (bool(bal_combine) if balanced else not last_cta)
+
+
+def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
+               fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
+               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
+               fast_math=False, tile_page=False, even_split=False, comb_smem=False):
+    balanced = int(balanced)
+    comb_unroll = int(comb_unroll or 0)
+    q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
+    if balanced:
+        split, eager, last_cta = True, False, True
+    last_cta = bool(last_cta and split)
+    fused = bool(fused and split and not last_cta)
+    eager = bool(eager)
+    pdl = bool(pdl and combine_follows(split, last_cta, balanced, bal_combine))
+    key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
+           float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
+           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math), bool(tile_page),
+           bool(even_split), bool(comb_smem))
+    k = _KERNELS.get(key)
+    if k is None:
+        with _LOCK:
+            k = _KERNELS.get(key)
+            if k is None:
+                f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
+                                 fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
+                                 comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(tile_page),
+                                 bool(even_split), bool(comb_smem))
+                k = _compile(f, target, bool(fast_math))
+                _KERNELS[key] = k
+    return k
+
+
+def get_combine(dtype, hq, d, target, pdl=False, unroll=0, fast_math=False, smem=False):
+    key = ("combine", dtype, hq, d, str(target), bool(pdl), int(unroll or 0), bool(fast_math), bool(smem))
+    k = _KERNELS.get(key)
+    if k is None:
+        with _LOCK:
+            k = _KERNELS.get(key)
+            if k is None:
+                k = _compile(build_combine(dtype, hq, d, bool(pdl), int(unroll or 0), bool(smem)), target,
+                             bool(fast_math))
+                _KERNELS[key] = k
+    return k
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU-less lowering / nvcc checks
+# ----------------------------------------------------------------------------------------------
+def _pass_configs(fast_math: bool = False):
+    """TileLang pass configs of every kernel here; ``fast_math``: nvcc's --use_fast_math (approximate division,
+    denormals flushed to zero), as FlashAttention builds its kernels (the fast_math config, fast_math_default)."""
+    from tilelang.transform import PassConfigKey
+
+    # every global index is clamped in-bounds by construction (keys past the sequence end are
+    # clamped to the last valid key, page ids come from block_table), so skip the generic guards
+    cfg = {PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS: True}
+    if fast_math:
+        cfg[PassConfigKey.TL_ENABLE_FAST_MATH] = True
+    return cfg
+
+
+def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
+                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
+                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
+                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, comb_smem=False):
+    if hq % hkv:
+        raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
+    if d not in (64, 128):
+        raise ValueError(f"head_dim must be 64 or 128, got {d}")
+    scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
+    last = bool((last_cta and split) or balanced)
+    return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
+                num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
+                fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
+                last_cta=last, balanced=int(balanced),
+                q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
+                bal_combine=bool(bal_combine and balanced),
+                pdl=bool(pdl and combine_follows(split or balanced, last, balanced, bal_combine)),
+                comb_unroll=int(comb_unroll or 0),
+                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
+                tile_page=bool(tile_page), even_split=bool(even_split),
+                comb_smem=bool(comb_smem)), arch
+
+
+def _as_target(target):
+    """A TileLang/TVM Target from a CUDA arch ("sm_90a"), a target dict ({"kind": "hip", "mcpu": "gfx942"}) or a
+    Target."""
+    import tilelang  # noqa: F401  (sets up the bundled tvm)
+    from tvm.target import Target
+
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str) and target.startswith("sm_"):
+        return Target({"kind": "cuda", "arch": target})
+    return Target(target)
+
+
+def _lower_source(func, arch, compile_device: bool = False) -> tuple:
+    """(device source, largest dynamic shared memory of its kernels) of a prim_func lowered for `arch` (a CUDA arch
+    or any target _as_target takes), without a device."""
+    import tilelang
+
+    target = _as_target(arch)
+    with tilelang.transform.PassContext(config=_pass_configs()), target:
+        art = tilelang.lower(func, target=target, enable_device_compile=compile_device)
+    smem = 0
+    for _, f in art.device_mod.functions.items():
+        if f.attrs is not None and "dyn_shared_memory_buf" in f.attrs:
+            smem = max(smem, int(f.attrs["dyn_shared_memory_buf"]))
+    return art.kernel_source, smem
+
+
+_LOWERED: dict = {}
+
+
+def _lowered(args: dict, arch, which: str) -> tuple:
+    """(source, dyn_smem) of the main or combine kernel, cached in-process."""
+    key = (which, str(_as_target(arch)) if not isinstance(arch, str) else arch, tuple(sorted(args.items())))
+    r = _LOWERED.get(key)
+    if r is None:
+        if which == "main":
+            func = build_decode(**args)
+        else:
+            func = build_combine(args["dtype"], args["hq"], args["d"], args["pdl"], args["comb_unroll"], args["comb_smem"])
+        r = _lower_source(func, arch)
+        _LOWERED[key] = r
+    return r
+
+
+def lower_kernels(target, **shape) -> dict:
+    """The kernels of one plan (build_decode's, and build_combine's where an unfused combine kernel follows) lowered
+    for any TileLang target (a CUDA arch, {"kind": "hip", "mcpu": "gfx942"}, a Target), without a device: per kernel
+    ("main", "combine") its source and dyn_smem_bytes. Same keys as build_cuda_source, less arch."""
+    args, _ = _shape_args(**shape)
+    kernels = {"main": _lowered(args, target, "main")}
+    if args["split"] and not (args["fused"] or args["last_cta"]):
+        kernels["combine"] = _lowered(args, target, "combine")
+    return {name: {"source": src, "dyn_smem_bytes": smem} for name, (src, smem) in kernels.items()}
+
+
+def build_cuda_source(**shape) -> str:
+    args, arch = _shape_args(**shape)
+    src, _ = _lowered(args, arch, "main")
+    if args["split"] and not (args["fused"] or args["last_cta"]):
+        src = src + "\n// ---- combine ----\n" + _lowered(args, arch, "combine")[0]
+    return src
+
+
+def _nvcc_cubin(source: str, arch: str) -> dict:
+    """nvcc-compile one CUDA source to cubin through tilelang's nvcc helper (ptxas -v captured
+    from its log); returns size, registers and spill bytes."""
+    import logging
+    import re
+
+    import tilelang
+    from tilelang.contrib import nvcc as tl_nvcc
+
+    sm = arch.removeprefix("sm_")
+    records = []
+
+    class _Grab(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    grab = _Grab(level=logging.INFO)
+    log = tilelang.logger
+    old_level = log.level
+    log.addHandler(grab)
+    log.setLevel(logging.INFO)
+    try:
+        cubin = tl_nvcc.compile_cuda(source, "cubin", ["-gencode", f"arch=compute_{sm},code=sm_{sm}"],
+                                     options=tl_nvcc.default_compile_options(["-std=c++20", "-w", "-Xptxas", "-v"]),
+                                     verbose=True)
+    finally:
+        log.removeHandler(grab)
+        log.setLevel(old_level)
+    text = "\n".join(records)
+    regs = [int(x) for x in re.findall(r"Used (\d+) registers", text)]
+    spills = [int(a) + int(b) for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)]
+    return {"cubin_bytes": len(cubin), "registers": regs, "spill_bytes": spills, "ptxas_log": text}
+
+
+def compile_combine_check(dtype: str = "float16", hq: int = 32, d: int = 128, pdl: bool = True, unroll: int = 0,
+                          smem: bool = False, arch: str = "sm_90a") -> dict:
+    """Lower the standalone combine kernel for `arch` and nvcc-compile it (no GPU): cubin_bytes, registers,
+    spill_bytes, ptxas_log, dyn_smem_bytes, source."""
+    src, dyn = _lower_source(build_combine(dtype, hq, d, pdl, unroll, smem), arch)
+    return dict(_nvcc_cubin(src, arch), dyn_smem_bytes=dyn, source=src)
+
+
+def compile_cuda_check(with_combine: bool = True, **shape) -> dict:
+    """Lower the main (and, when split, unfused and with_combine, the combine) kernel for `arch`
+    (default sm_90a) and nvcc-compile them to cubin (a fused main holds both kernels); needs nvcc, no GPU. Returns per kernel: cubin_bytes,
+    registers, spill_bytes, ptxas_log, dyn_smem_bytes, source."""
+    args, arch = _shape_args(**shape)
+    lowered = {"main": _lowered(args, arch, "main")}
+    if args["split"] and not (args["fused"] or args["last_cta"]) and with_combine:
+        lowered["combine"] = _lowered(args, arch, "combine")
+    return {name: dict(_nvcc_cubin(src, arch), dyn_smem_bytes=smem, source=src) for name, (src, smem) in lowered.items()}

@@ -1,0 +1,182 @@
+"""Tuned configs at run time: read the tuning table `kopt tune` writes and pick a row for a shape.
+
+Standalone on purpose (stdlib only; torch only inside `lookup_for`): a candidate may not import
+the harness, so the small key and bucket logic of the harness's table module is repeated here;
+the harness's tests check that both pick the same row.
+
+Table: <repo>/results/tilelang/tuning.csv, where <repo> is two folders above this file's folder
+(this file lives in <repo>/solution/tilelang/); the environment variable KOPT_TUNING_CSV names
+another file. Columns used: device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa,
+page_size (0 = contiguous), config (a JSON object); others are ignored.
+
+Rules (the same as the harness's):
+- seqlen bucket = the next power of two >= seqlen_k;
+- exact match on device, units, dtype, head_dim, kv_heads, gqa and page_size; the device
+  matches when the normalised names are equal or the row's name (kopt's short name, e.g.
+  H200) is a whole token of the queried one (the driver's name, e.g. "NVIDIA H200");
+- batch: exact, else the nearest tuned batch within a factor 2; seqlen bucket: exact, else the
+  nearest bucket within one power of two;
+- the smallest |log2 batch ratio| + |log2 bucket ratio| wins (ties: the nearer bucket, the
+  nearer batch, the smaller batch, the later row); nothing near enough -> None, and the kernel
+  uses its heuristic.
+
+A missing, unreadable or malformed table never breaks `run`: one warning per problem and file
+version, then None. Parsed tables are cached per (path, mtime, size), so a call costs a stat.
+"""
+import csv
+import json
+import math
+import os
+import re
+import warnings
+from pathlib import Path
+
+ENV = "KOPT_TUNING_CSV"
+DEFAULT_TABLE = Path(__file__).resolve().parents[2] / "results/tilelang/tuning.csv"
+_REQUIRED = ("device", "units", "dtype", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size",
+             "config")
+_DTYPES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
+           "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16"}
+_CACHE = {}    # path -> ((mtime_ns, size), rows)
+_WARNED = set()
+
+
+def table_path():
+    """The tuning table this process reads: $KOPT_TUNING_CSV, else the repository's results table."""
+    p = os.environ.get(ENV)
+    return Path(p) if p else DEFAULT_TABLE
+
+
+def bucket(seqlen_k):
+    """The next power of two >= seqlen_k (1 for 0 or 1)."""
+    return 1 << max(0, int(seqlen_k) - 1).bit_length()
+
+
+def norm_dtype(dtype):
+    """fp16 / bf16 from any spelling (fp16, float16, torch.float16, a torch dtype)."""
+    s = str(dtype).lower()
+    return _DTYPES.get(s, s)
+
+
+def _norm_device(name):
+    return re.sub(r"[^a-z0-9]+", "-", str(name).lower()).strip("-")
+
+
+def device_matches(row_device, query):
+    """Equal normalised names, or the row's name is a whole token of the queried name."""
+    r, q = _norm_device(row_device), _norm_device(query)
+    return bool(r) and (r == q or re.search("(^|-)" + re.escape(r) + "(-|$)", q) is not None)
+
+
+def _warn_once(path, stamp, message):
+    key = (str(path), stamp, message)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(f"tuning table {path}: {message}; using the kernel's heuristics", RuntimeWarning,
+                      stacklevel=4)
+
+
+def _row(raw):
+    """(key fields..., config) of one CSV row; raises ValueError / KeyError / TypeError when malformed."""
+    cfg = json.loads(raw["config"])
+    if not isinstance(cfg, dict):
+        raise ValueError("config is not a JSON object")
+    dtype = norm_dtype(raw["dtype"].strip())
+    if dtype not in ("fp16", "bf16"):
+        raise ValueError(f"dtype {raw['dtype']!r}")
+    ints = [int(raw[k] or 0) if k in ("units", "page_size") else int(raw[k])
+            for k in ("units", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size")]
+    if min(ints[1:6]) < 1 or ints[0] < 0 or ints[6] < 0:
+        raise ValueError("non-positive size")
+    device = raw["device"].strip()
+    if not device:
+        raise ValueError("empty device")
+    return (device, ints[0], dtype) + tuple(ints[1:]) + (cfg,)
+
+
+def load(path=None):
+    """Rows of the table as (device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa, page_size, config).
+
+    Missing or malformed tables give [] after one warning; malformed rows are skipped (warned once).
+    """
+    path = Path(path) if path is not None else table_path()
+    try:
+        st = path.stat()
+    except OSError:
+        _warn_once(path, None, "not found")
+        return []
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = _CACHE.get(str(path))
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    rows, bad = [], 0
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in _REQUIRED if c not in (reader.fieldnames or [])]
+            if missing:
+                _warn_once(path, stamp, "missing columns " + ", ".join(missing))
+            else:
+                for raw in reader:
+                    try:
+                        rows.append(_row(raw))
+                    except (ValueError, KeyError, TypeError, AttributeError):
+                        bad += 1
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        _warn_once(path, stamp, f"unreadable ({type(e).__name__})")
+        rows = []
+    if bad:
+        _warn_once(path, stamp, f"{bad} malformed row(s) skipped")
+    _CACHE[str(path)] = (stamp, rows)
+    return rows
+
+
+def lookup(device_name, units, dtype, head_dim, batch, seqlen_k, kv_heads, gqa, page_size, path=None):
+    """The tuned config (a new dict) for this shape and device, or None (use the heuristic)."""
+    rows = load(path)
+    if not rows:
+        return None
+    want_b, want_s = int(batch), bucket(seqlen_k)
+    exact = (int(units or 0), norm_dtype(dtype), int(head_dim), int(kv_heads), int(gqa), int(page_size or 0))
+    best, best_score = None, None
+    for i, r in enumerate(rows):
+        dev, r_units, r_dtype, r_d, r_b, r_s, r_hkv, r_g, r_page, cfg = r
+        if (r_units, r_dtype, r_d, r_hkv, r_g, r_page) != exact or not device_matches(dev, device_name):
+            continue
+        db, ds = abs(math.log2(r_b / want_b)), abs(math.log2(r_s / want_s))
+        if db > 1.0 + 1e-9 or ds > 1.0 + 1e-9:       # batch within 2x, bucket within one power of two
+            continue
+        score = (round(db + ds, 9), round(ds, 9), round(db, 9), r_b, -i)
+        if best_score is None or score < best_score:
+            best, best_score = cfg, score
+    return dict(best) if best is not None else None
+
+
+def lookup_for(q, k_cache, block_table=None, path=None, keys=None, device=None):
+    """lookup() with every key taken from run()'s arguments: device, units, dtype, shape, page size.
+    ``device`` (name, units): the device to look up instead of q's (a plan resolved for a device profile).
+
+    seqlen_k is the cache capacity (max_pages * page_size when paged), the same number the
+    kernel's split heuristic uses. With `keys`, a row whose config names any other key is
+    ignored (a table written for another kernel version), warned once.
+    """
+    import torch
+
+    B, _, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    paged = block_table is not None
+    page = int(k_cache.shape[1]) if paged else 0
+    seqlen = int(block_table.shape[1]) * page if paged else int(k_cache.shape[1])
+    if device is not None:
+        name, units = device
+    elif q.is_cuda:
+        idx = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        name = torch.cuda.get_device_name(idx)
+        units = torch.cuda.get_device_properties(idx).multi_processor_count
+    else:
+        name, units = q.device.type, os.cpu_count() or 0
+    cfg = lookup(name, units, norm_dtype(q.dtype), D, B, seqlen, Hkv, Hq // max(Hkv, 1), page, path=path)
+    if cfg is not None and keys is not None and not set(cfg) <= set(keys):
+        _warn_once(path or table_path(), None, f"config keys {sorted(set(cfg) - set(keys))} unknown to this kernel")
+        return None
+    return cfg
