@@ -168,7 +168,7 @@ def test_a_built_wheel_carries_the_template_and_init_from_it_writes_the_shipped_
     subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "sdist")], cwd=src, **run)
     (sdist,) = (tmp_path / "sdist").glob("kopt-*.tar.gz")
     with tarfile.open(sdist) as tar:
-        tar.extractall(tmp_path / "unpacked")
+        tar.extractall(tmp_path / "unpacked", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     (unpacked,) = (tmp_path / "unpacked").iterdir()
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(unpacked), "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path / "wheel")], **run)
