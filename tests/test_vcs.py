@@ -234,39 +234,6 @@ def test_commit_regenerates_plots_and_report(ws):
     assert png_text(ws / "results" / "tilelang" / "plots" / "trajectory.png")["kopt-candidate"] == cid
 
 
-def test_commit_in_kopts_own_tree_syncs_its_templates(ws, monkeypatch):
-    """In kopt's own source tree (the package's templates under the workspace) kopt commit copies the changed
-    workspace files into the templates and commits them with the iteration; elsewhere the templates stay put."""
-    import git
-
-    from kopt import paths
-
-    templates = ws / "src" / "kopt" / "templates"
-    (templates / "knowledge").mkdir(parents=True)
-    (templates / "knowledge" / "patterns.md").write_text("old\n")
-    repo = git.Repo(ws)
-    repo.git.add("src")
-    repo.index.commit("the package's templates")
-    (ws / "knowledge" / "patterns.md").write_text("what this iteration learnt\n")
-
-    monkeypatch.setattr(paths, "TEMPLATES", ws / "elsewhere")  # another tree's package: nothing synced
-    edit(ws)
-    res = kopt("commit", "-m", "not kopt's tree")
-    assert res.exit_code == 0, (res.stdout, res.exception)
-    assert (templates / "knowledge" / "patterns.md").read_text() == "old\n"
-
-    monkeypatch.setattr(paths, "TEMPLATES", templates)
-    (ws / "knowledge" / "patterns.md").write_text("what the next iteration learnt\n")
-    res = kopt("commit", "-m", "kopt's own tree")
-    assert res.exit_code == 0, (res.stdout, res.exception)
-    assert (templates / "knowledge" / "patterns.md").read_text() == "what the next iteration learnt\n"
-    committed = set(repo.git.show("--name-only", "--format=", "HEAD").splitlines())
-    assert {"src/kopt/templates/knowledge/patterns.md", "knowledge/patterns.md"} <= committed
-    refreshed = next(line for line in res.stdout.splitlines() if line.startswith("refreshed "))
-    assert "src/kopt/templates/knowledge/patterns.md" in refreshed.removeprefix("refreshed ").split(", ")
-    assert not repo.git.status("--porcelain", "--", "src")
-
-
 def test_commit_goes_ahead_when_the_views_fail(ws, monkeypatch):
     from kopt.report import page
 

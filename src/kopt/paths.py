@@ -7,8 +7,6 @@ from pathlib import Path
 
 #: Environment variable that pins the workspace (tests point it at a tmp dir).
 ENV_WORKSPACE = "KOPT_WORKSPACE"
-PACKAGE_DIR = Path(__file__).resolve().parent
-TEMPLATES = PACKAGE_DIR / "templates"
 
 
 def workspace(start: Path | None = None) -> Path:
@@ -52,9 +50,11 @@ def require_workspace() -> Path:
 
 
 def cases_file(root: Path | None = None) -> Path:
-    """The case matrix of the workspace, or the packaged default when the workspace has none."""
+    """The case matrix of the workspace, or the shipped one (kopt.template) when the workspace has none."""
+    from kopt import template
+
     p = (root or workspace()) / "bench" / "cases.yaml"
-    return p if p.is_file() else TEMPLATES / "bench" / "cases.yaml"
+    return p if p.is_file() else template.file("bench/cases.yaml")
 
 
 def ledger_file(root: Path | None = None) -> Path:

@@ -107,11 +107,12 @@ class WorkloadFile(BaseModel):
 
 
 def workloads_file(root: Optional[Path] = None) -> Path:
-    """bench/workloads.yaml of the workspace, or the packaged default when the workspace has none."""
-    from kopt.paths import TEMPLATES, workspace
+    """bench/workloads.yaml of the workspace, or the shipped one (kopt.template) when the workspace has none."""
+    from kopt import template
+    from kopt.paths import workspace
 
     p = (root or workspace()) / "bench" / "workloads.yaml"
-    return p if p.is_file() else TEMPLATES / "bench" / "workloads.yaml"
+    return p if p.is_file() else template.file("bench/workloads.yaml")
 
 
 def load(path: Optional[Path] = None) -> WorkloadFile:

@@ -13,9 +13,8 @@ def command(
     """Commit the iteration as `[iter N] DESC` with its trajectory snapshot.
 
     Only the workspace paths (solution/, results/, ITERATIONS.md, ledger, trajectory/, knowledge/), with the plots
-    and report regenerated from them (in kopt's own source tree, its templates synced too). Without a `kopt log`
-    entry for this iteration one is written; with nothing changed in solution/ or knowledge/ and nothing logged the
-    commit is refused (exit 2) unless --allow-empty."""
+    and report regenerated from them. Without a `kopt log` entry for this iteration one is written; with nothing
+    changed in solution/ or knowledge/ and nothing logged the commit is refused (exit 2) unless --allow-empty."""
     import sys
 
     from kopt.paths import relative, workspace

@@ -13,5 +13,5 @@
 - `delta`      : file sets as line deltas of each other, exact to the byte.
 - `compact`    : `kopt compact`: the ledger and the trajectory stored lean; `pack`: what travels to a GPU host.
 - `commit`     : `kopt commit`: snapshot, the committed views regenerated (kopt.report), `[iter N]`.
-- `scaffold`   : `kopt init`: a new workspace from the package templates.
+- `scaffold`   : `kopt init`: a new workspace from the workspace template (kopt.template).
 """

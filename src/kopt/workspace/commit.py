@@ -1,7 +1,5 @@
 """`kopt commit`: one iteration into git: its trajectory snapshot, the committed views (plots, report)
-regenerated from it, and the `[iter N]` commit of the workspace paths (kopt.workspace.vcs does the git). In kopt's
-own source tree the package templates copied from the workspace files (kopt.workspace.scaffold) are refreshed and
-committed with them, so a new workspace starts from the knowledge the iteration wrote."""
+regenerated from it, and the `[iter N]` commit of the workspace paths (kopt.workspace.vcs does the git)."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from typing import Optional
 from kopt.errors import LedgerError, UsageError, WorkspaceError
 from kopt.paths import ledger_file
 from kopt.report import refresh_for_commit
-from kopt.workspace import journal, ledger, log, scaffold, trajectory, vcs
+from kopt.workspace import journal, ledger, log, trajectory, vcs
 
 
 def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> vcs.CommitResult:
@@ -38,11 +36,6 @@ def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> v
     if not logged:
         log.log_iteration(ws, title=_without_prefix(description, n), analysis=UNLOGGED)
     specs = vcs.pathspecs(repo, ws)
-    templates = scaffold.own_templates(ws)
-    synced = []
-    if templates is not None:  # kopt's own tree: the templates follow SKILL, HINTS, knowledge, the starter kernel
-        synced = [templates / rel for rel in scaffold.sync_templates(ws)]
-        specs += vcs.pathspecs(repo, ws, (scaffold.OWN_TEMPLATES,))
     if not vcs.changed(repo, specs):
         raise WorkspaceError("nothing changed in the workspace paths (solution/, results/, ITERATIONS.md, "
                              "candidates.jsonl, candidates.archive/, trajectory/, knowledge/) since the last commit")
@@ -64,7 +57,7 @@ def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> v
         repo.git.rm("-r", "-q", "--cached", "--ignore-unmatch", "--", *spec)
         raise
     warning = "; ".join(w for w in (lean_warning, warning) if w) or None
-    return vcs.CommitResult(n, message, sha, snap, synced + list(refreshed), warning)
+    return vcs.CommitResult(n, message, sha, snap, list(refreshed), warning)
 
 
 #: The Analysis of an entry `kopt commit` wrote because none was logged.

@@ -1,10 +1,9 @@
-"""`kopt init DIR`: a new workspace from the package templates, as a git repo with one commit.
+"""`kopt init DIR`: a new workspace from the workspace template, as a git repo with one commit.
 
-The templates (kopt/templates/) hold the text files; the empty ledger, ITERATIONS.md (the
-journal's canonical empty document), .gitignore and the .gitkeep files are written from code so
-they always match what the rest of kopt reads. Most templates are copies of the project's own
-workspace files (SYNCED); `sync_templates(project_root)` refreshes them (`kopt commit` does, in kopt's own
-source tree), and a test flags drift.
+The template's files (kopt.template: the project's own SKILL.md, knowledge/, starter kernel ..., read where they
+are shipped, and the template-only README) are copied; the empty ledger, ITERATIONS.md (the journal's canonical
+empty document), .gitignore and the .gitkeep files are written from code so they always match what the rest of
+kopt reads.
 `--force` lets init use a non-empty folder; files that already exist there are kept, never
 overwritten, and only the files init wrote are committed.
 """
@@ -15,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kopt.errors import WorkspaceError
+from kopt.errors import KoptError, WorkspaceError
 
 GITIGNORE = """\
 __pycache__/
@@ -36,9 +35,6 @@ results/**/report.png
 """
 KEEP = ("results/.gitkeep", "trajectory/.gitkeep", "scripts/.gitkeep")
 INIT_MESSAGE = "kopt init"
-#: Project paths copied into the templates by sync_templates (the starter candidate is added with
-#: the sibling modules it loads). README.md is the workspace's own, not the project's.
-SYNCED = ("SKILL.md", "HINTS.md", "bench/cases.yaml", "knowledge", "workflows/prompts")
 
 
 @dataclass
@@ -49,14 +45,6 @@ class InitResult:
     created: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     sha: str = ""
-
-
-def _template_files() -> dict[str, Path]:
-    """Relative path -> template file, caches excluded."""
-    from kopt.paths import TEMPLATES
-
-    return {p.relative_to(TEMPLATES).as_posix(): p for p in sorted(TEMPLATES.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
 
 
 def _generated() -> dict[str, str]:
@@ -99,10 +87,16 @@ def init_workspace(target: Path, force: bool = False) -> InitResult:
         raise WorkspaceError(f"{target} exists and is not a folder")
     if root.is_dir() and any(root.iterdir()) and not force:
         raise WorkspaceError(f"{target} is not empty: pick a new folder, or pass --force (existing files are kept)")
+    from kopt import template
+
+    try:
+        copied = template.files()
+    except FileNotFoundError as e:
+        raise KoptError(f"kopt's workspace template is incomplete: {e}") from None
     root.mkdir(parents=True, exist_ok=True)
     res = InitResult(root)
     # template files are copied, generated ones written; an existing file is kept either way
-    for rel, content in [*_template_files().items(), *_generated().items()]:
+    for rel, content in [*copied.items(), *_generated().items()]:
         dst = root / rel
         if dst.exists():
             res.kept.append(rel)
@@ -115,59 +109,3 @@ def init_workspace(target: Path, force: bool = False) -> InitResult:
         res.created.append(rel)
     res.sha = _git_commit(root, res.created)
     return res
-
-
-def starter_files(solution_dir: Path) -> list[Path]:
-    """run_kernel.py plus every sibling module it imports (transitively) in solution/tilelang/: the
-    files its candidate id covers (kopt.candidate.sources)."""
-    from kopt.candidate import sources
-
-    main = Path(solution_dir) / "run_kernel.py"
-    return sources(main) if main.is_file() else []
-
-
-def synced_sources(root: Path) -> dict[str, Path]:
-    """Relative template path -> project file, for everything sync_templates copies."""
-    root = Path(root)
-    out: dict[str, Path] = {}
-    for rel in SYNCED:
-        src = root / rel
-        files = sorted(f for f in src.rglob("*.md")) if src.is_dir() else [src] if src.is_file() else []
-        out.update({f.relative_to(root).as_posix(): f for f in files})
-    for f in starter_files(root / "solution" / "tilelang"):
-        out[f.relative_to(root).as_posix()] = f
-    return out
-
-
-#: Where kopt's own source tree keeps the package templates, relative to its root (the project's workspace).
-OWN_TEMPLATES = "src/kopt/templates"
-
-
-def own_templates(ws: Path) -> Path | None:
-    """ws / OWN_TEMPLATES when the workspace is kopt's own source tree (the package runs from ws/src/kopt, an
-    editable install), else None: only there do the templates follow the workspace files."""
-    from kopt.paths import TEMPLATES
-
-    here = Path(ws).resolve() / OWN_TEMPLATES
-    return here if here.is_dir() and here == TEMPLATES.resolve() else None
-
-
-def sync_templates(root: Path) -> list[str]:
-    """Copy the project's workspace files into kopt/templates (a maintainer step); returns what changed."""
-    from kopt.paths import TEMPLATES
-
-    changed = []
-    sources = synced_sources(root)
-    starter = TEMPLATES / "solution" / "tilelang"
-    for old in starter.glob("*.py"):  # the starter set may shrink: a starter file the project no longer has goes
-        rel = old.relative_to(TEMPLATES).as_posix()
-        if rel not in sources:
-            old.unlink()
-            changed.append(rel)
-    for rel, src in sources.items():
-        dst = TEMPLATES / rel
-        if not dst.exists() or dst.read_bytes() != src.read_bytes():
-            changed.append(rel)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dst)
-    return changed

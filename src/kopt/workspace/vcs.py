@@ -42,8 +42,7 @@ class CommitResult:
     sha: str
     snapshot: Optional[Path] = None
     refreshed: list[Path] = field(default_factory=list)
-    """Files regenerated into the commit: in kopt's own tree the package templates that changed, then the plots
-    and report (kopt.report.refresh)."""
+    """Files regenerated into the commit: the plots and report (kopt.report.refresh)."""
     warning: Optional[str] = None
     """Why they could not be regenerated, when they could not (the commit still goes ahead)."""
 
