@@ -15,6 +15,7 @@ PANELS: dict[str, str] = {
     "tune": "Tune and calibrate", "calibrate": "Tune and calibrate",
     "revert": "Workspace", "import": "Workspace", "init": "Workspace", "doctor": "Workspace",
     "compact": "Workspace", "pack": "Workspace",
+    "lab": "Research",
 }
 #: Value names by option (a few say what the value is better than its type does).
 _BY_NAME = {"case": "IDS", "config": "JSON", "device": "DEVICE", "gpus": "N|all", "message": "TEXT"}
