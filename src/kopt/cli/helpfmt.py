@@ -66,8 +66,9 @@ class KoptCommand(TyperCommand):
         return _help_option(super().get_help_option(ctx))
 
     def collect_usage_pieces(self, ctx) -> list[str]:
-        """[OPTIONS] then each argument as NAME (required) or [NAME]."""
-        pieces = [self.options_metavar] if any(not isinstance(p, TyperArgument) for p in self.params) else []
+        """[OPTIONS] (--help at least) then each argument as NAME (required) or [NAME]."""
+        options = not self.params or any(not isinstance(p, TyperArgument) for p in self.params)
+        pieces = [self.options_metavar] if options else []
         for p in self.params:
             if isinstance(p, TyperArgument):
                 pieces.append(p.metavar if p.required else f"[{p.metavar}]")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,8 @@ def watchdog(seconds: float, line: str, emit: Callable[[str], None] = print) -> 
     """A started timer that emits `line` and ends the process with HUNG_EXIT unless cancelled first."""
     def fire():
         emit(line)
+        for stream in (sys.stdout, sys.stderr):  # os._exit flushes nothing
+            stream.flush()
         os._exit(HUNG_EXIT)
 
     t = threading.Timer(seconds, fire)
