@@ -31,6 +31,14 @@ def refused(argv: list[str], needle: str) -> str:
     return err
 
 
+def test_the_lab_face_names_what_it_holds():
+    import kopt.lab
+
+    assert all(getattr(kopt.lab, name) is not None for name in kopt.lab.__all__)
+    with pytest.raises(AttributeError):
+        kopt.lab.no_such_name  # noqa: B018
+
+
 # ---------------------------------------------------------------- configs (pure)
 
 def test_configs_parse_labels_and_overlays():
@@ -133,7 +141,8 @@ def test_lab_usage_errors_are_one_line_exit_2(argv, needle):
 
 
 @pytest.mark.parametrize("argv", [["lab", "screen", "--case", "10", "--configs", "x={}"], ["lab", "timeline"],
-                                  ["lab", "readbound"], ["lab", "prewarm"], ["lab", "flashinfer"]])
+                                  ["lab", "readbound"], ["lab", "prewarm"], ["lab", "prewarm", "--list"],
+                                  ["lab", "flashinfer"]])
 def test_gpu_tools_say_in_one_line_that_they_need_a_gpu(argv):
     from kopt import hardware
 

@@ -140,7 +140,7 @@ def prewarm(
     if ids:
         pick_cases(case, page_size)  # unknown ids and page sizes: usage errors here
     if device_profile is None:
-        require_cuda("kopt lab prewarm")
+        require_cuda("kopt lab prewarm", "--device-profile NAME lists the kernels without one" if list_only else "")
     todo = prewarm_plan(path, prewarm_profile(device_profile), ids, page_size, verify, bf16, heldout, heldout_seed,
                         extra)
     if list_only:

@@ -9,12 +9,13 @@ from typing import Optional
 from kopt.errors import UsageError
 
 
-def require_cuda(tool: str) -> None:
-    """A GPU-only study on a host without a CUDA device: a usage error (one line, exit 2), before any work."""
+def require_cuda(tool: str, hint: str = "") -> None:
+    """A GPU-only study on a host without a CUDA device: a usage error (one line, exit 2, `hint` after it in
+    parentheses), before any work."""
     from kopt import hardware
 
     if why := hardware.cuda_missing(tool):
-        raise UsageError(why)
+        raise UsageError(why + (f" ({hint})" if hint else ""))
 
 
 def pick_cases(ids: str, page_size: int = 0) -> list:
