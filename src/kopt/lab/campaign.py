@@ -198,6 +198,9 @@ def run_step(step: Step, logs: Path, ws: Path, limit_s: float) -> StepResult:
         return StepResult(name=step.name, command=step.run, status=StepStatus.timeout, rc=rc, wall_s=wall,
                           reason=f"ended after its limit of {limit_s:g} s (see logs/{err.name})")
     status = StepStatus.ok if rc == 0 else StepStatus.failed
+    if rc != 0:  # the log says it too, for whoever reads the log alone
+        with open(err, "a") as fh:
+            fh.write(f"\nkopt lab campaign: {step.name} exited with {rc}\n")
     return StepResult(name=step.name, command=step.run, status=status, rc=rc, wall_s=wall,
                       reason="" if rc == 0 else f"exit {rc} (see logs/{err.name})")
 
