@@ -54,7 +54,7 @@ def test_doctor_json():
 
 @pytest.mark.parametrize("text", [",", "3-1", "1-999999999", "a", "1,,x"])
 def test_parse_ids_rejects_bad_lists(text):
-    from kopt.cli.common import parse_ids
+    from kopt.cases import parse_ids
     from kopt.errors import UsageError
 
     with pytest.raises(UsageError):
@@ -62,7 +62,7 @@ def test_parse_ids_rejects_bad_lists(text):
 
 
 def test_parse_ids_ranges():
-    from kopt.cli.common import parse_ids
+    from kopt.cases import parse_ids
 
     assert parse_ids("1,3,5-7") == [1, 3, 5, 6, 7] and parse_ids(None) is None
 

@@ -29,6 +29,7 @@ def ws(tmp_path, monkeypatch) -> Path:
     (root / "results" / "tilelang" / "tuning.csv").write_text("device,case,config\n")
     (root / "results" / "tilelang" / "report.html").write_text("<html>" + "x" * 9000)
     (root / "results" / "calibration-H200.json").write_text("{}\n")
+    (root / "workflows" / "campaign-h200.yaml").write_text("steps:\n  - {name: doctor, run: kopt doctor}\n")
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     subprocess.run(["git", "commit", "-qm", "history"], cwd=root, check=True)
     (root / "notes.txt").write_text("untracked, not ignored: it travels\n")
@@ -65,8 +66,10 @@ def test_lean_copy_holds_what_a_run_reads_and_names_its_commit(ws, tmp_path, mon
     d = json.loads(res.stdout)
     held = set(pack.tree_files(dest))
     assert {"solution/tilelang/run_kernel.py", "bench/cases.yaml", "candidates.jsonl", "notes.txt",
-            "results/tilelang/tuning.csv", "results/calibration-H200.json", vcs.COPIED_FROM} <= held
-    assert not [n for n in held if n.startswith(("trajectory/", "knowledge/", "results/tilelang/report"))]
+            "results/tilelang/tuning.csv", "results/calibration-H200.json", "workflows/campaign-h200.yaml",
+            vcs.COPIED_FROM} <= held  # the campaign runs there; the prompts do not
+    assert not [n for n in held if n.startswith(("trajectory/", "knowledge/", "results/tilelang/report",
+                                                 "workflows/prompts/"))]
     assert "ITERATIONS.md" not in held and not (dest / ".site").exists()
     assert d["tree_bytes"] == _git_bytes(dest) and d["carried_bytes"] == 4096 and d["total"] <= d["limit"]
     assert subprocess.run(["git", "status", "--porcelain"], cwd=dest, capture_output=True, text=True).stdout == ""

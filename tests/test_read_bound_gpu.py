@@ -25,10 +25,9 @@ def test_read_span_reads_the_bytes():
 @pytest.mark.parametrize("page", [0, 16])
 def test_tile_and_shaped_reads_read_every_valid_key(page):
     from kopt.cases import load_cases, select
+    from kopt.lab import reads as rb
     from kopt.workload import make_workload
-    from test_scripts import _script
 
-    rb = _script("gpu_read_bound")
     (case,) = select(load_cases(), [18])  # ragged: a long row and three of 17 keys
     w = make_workload(case.with_variant(page_size=page), 3, "cuda")
     for fn, sink, _ in rb.tile_read(w)[:1]:

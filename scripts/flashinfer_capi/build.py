@@ -77,7 +77,7 @@ README = """# FlashInfer {flashinfer}'s batch decode for kopt's `flashinfer` pee
 
 Built by `scripts/flashinfer_capi/build.py` (see results/peers-flashinfer.md). kopt finds the library here
 (`.gpu-fi/` in the workspace) or where `KOPT_FLASHINFER_LIB` says; `kopt peers --peers flashinfer` then labels
-the peer `flashinfer-{flashinfer}-capi`. Check it on a GPU with `python3 scripts/gpu_flashinfer_check.py`;
+the peer `flashinfer-{flashinfer}-capi`. Check it on a GPU with `kopt lab flashinfer`;
 rebuild it there with `python3 scripts/flashinfer_capi/build.py --src .gpu-fi/{src_tarball} --out DIR`.
 """
 

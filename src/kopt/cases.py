@@ -8,7 +8,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from kopt.errors import CaseError
+from kopt.errors import CaseError, UsageError
 
 PageSize = Optional[Literal[16, 32, 64, 256]]
 
@@ -267,6 +267,33 @@ def select(cases: list[Case], ids: list[int] | None = None, kind: str | None = N
             raise CaseError(f"unknown case id {bad[0]}; valid ids: {valid}")
         return [by_id[i] for i in ids]
     return [c for c in cases if kind is None or c.kind == kind]
+
+
+def parse_ids(text: str | None, limit: int = 10_000) -> list[int] | None:
+    """'1,3,5-7' -> [1, 3, 5, 6, 7]; None stays None; empty, reversed or huge ranges are usage errors."""
+    if text is None:
+        return None
+    ids: list[int] = []
+    bad = UsageError(f"invalid case list {text!r}: expected ids like 1,3,5-7")
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise bad
+    try:
+        for part in parts:
+            if not part:
+                continue
+            if "-" in part[1:]:
+                a, b = (int(x) for x in part.split("-", 1))
+                if b < a or b - a >= limit:
+                    raise bad
+                ids.extend(range(a, b + 1))
+            else:
+                ids.append(int(part))
+            if len(ids) > limit:
+                raise bad
+    except ValueError:
+        raise bad from None
+    return ids
 
 
 #: Kinds of named case the Verdict times: the uniform perf cases, the ragged batches and the seed shapes.

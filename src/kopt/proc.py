@@ -43,11 +43,13 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def spawn(argv: list[str], log: Path, stdin=subprocess.DEVNULL, env: Optional[dict] = None) -> subprocess.Popen:
-    """Start argv in a session of its own, stdout and stderr into `log` (truncated); tracked until reaped."""
+def spawn(argv: list[str], log: Path, stdin=subprocess.DEVNULL, env: Optional[dict] = None,
+          err_log: Optional[Path] = None, cwd: Optional[Path] = None) -> subprocess.Popen:
+    """Start argv in a session of its own, stdout and stderr into `log` (truncated), or stderr into `err_log` when
+    given; tracked until reaped. OSError when it cannot start."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as fh:
-        p = subprocess.Popen(argv, stdin=stdin, stdout=fh, stderr=subprocess.STDOUT,
+    with open(log, "wb") as fh, open(err_log or os.devnull, "wb") as eh:
+        p = subprocess.Popen(argv, stdin=stdin, stdout=fh, stderr=eh if err_log else subprocess.STDOUT, cwd=cwd,
                              env=env if env is not None else child_env(), start_new_session=True)
     _LIVE.add(p)
     return p
@@ -70,12 +72,31 @@ def kill(p: subprocess.Popen) -> Optional[int]:
     return rc
 
 
-def wait(p: subprocess.Popen, deadline: float) -> tuple[Optional[int], bool]:
-    """(return code, timed out): wait until the perf_counter `deadline`; past it the group is killed and reaped."""
+def stop(p: subprocess.Popen, grace_s: float = 15.0) -> Optional[int]:
+    """End a child that may hold children of its own sessions (a kopt command's evaluation children): SIGTERM to its
+    group first, so a kopt child unwinds and ends its own; its group killed after `grace_s`; reaped. Its return code."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            p.terminate()
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    kill_group(p)  # what is left of its group (its own helpers), whether or not it has exited
+    rc = p.wait()
+    _LIVE.discard(p)
+    return rc
+
+
+def wait(p: subprocess.Popen, deadline: float, grace_s: Optional[float] = None) -> tuple[Optional[int], bool]:
+    """(return code, timed out): wait until the perf_counter `deadline`; past it the group is killed and reaped
+    (with `grace_s`, ended by `stop`: SIGTERM first)."""
     try:
         rc = p.wait(timeout=max(0.1, deadline - time.perf_counter()))
     except subprocess.TimeoutExpired:
-        return kill(p), True
+        return (kill(p) if grace_s is None else stop(p, grace_s)), True
     _LIVE.discard(p)
     return rc, False
 

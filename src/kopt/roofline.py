@@ -7,7 +7,7 @@ stays beside it for reference. The floor is the cold, device-only span of a mini
 one [64, 128] tile and stores one row, timed by kopt's own CUDA timer. Both are measured
 once per device and cached with the copy ceiling in results/hardware-<device>.json.
 read_span_ms times a read of one call's bytes (what a kernel that only moved them would take), for the
-read-bound study of scripts/gpu_read_bound.py; it is never cached.
+read-bound study of `kopt lab readbound` (kopt.lab.readbound); it is never cached.
 """
 
 from __future__ import annotations

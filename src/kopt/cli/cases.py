@@ -17,8 +17,8 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Print the case matrix with the seed's C500 reference times (reference data, not measurements)."""
-    from kopt.cases import load_cases, select
-    from kopt.cli.common import out_console, parse_ids
+    from kopt.cases import load_cases, parse_ids, select
+    from kopt.cli.common import out_console
 
     cases = select(load_cases(file), parse_ids(case))
     if as_json:

@@ -30,33 +30,6 @@ def out_console():
     return c if c.is_terminal else PipeConsole(width=PIPE_WIDTH)
 
 
-def parse_ids(text: str | None, limit: int = 10_000) -> list[int] | None:
-    """'1,3,5-7' -> [1, 3, 5, 6, 7]; None stays None; empty, reversed or huge ranges are usage errors."""
-    if text is None:
-        return None
-    ids: list[int] = []
-    bad = UsageError(f"invalid case list {text!r}: expected ids like 1,3,5-7")
-    parts = [p.strip() for p in text.split(",")]
-    if not any(parts):
-        raise bad
-    try:
-        for part in parts:
-            if not part:
-                continue
-            if "-" in part[1:]:
-                a, b = (int(x) for x in part.split("-", 1))
-                if b < a or b - a >= limit:
-                    raise bad
-                ids.extend(range(a, b + 1))
-            else:
-                ids.append(int(part))
-            if len(ids) > limit:
-                raise bad
-    except ValueError:
-        raise bad from None
-    return ids
-
-
 def edit_text(text: str, suffix: str = ".md") -> str | None:
     """Open $VISUAL / $EDITOR (else vi) on `text` in a temp file; the edited text, or None if it failed."""
     import os

@@ -15,6 +15,7 @@ PANELS: dict[str, str] = {
     "tune": "Tune and calibrate", "calibrate": "Tune and calibrate",
     "revert": "Workspace", "import": "Workspace", "init": "Workspace", "doctor": "Workspace",
     "compact": "Workspace", "pack": "Workspace",
+    "lab": "Research",
 }
 #: Value names by option (a few say what the value is better than its type does).
 _BY_NAME = {"case": "IDS", "config": "JSON", "device": "DEVICE", "gpus": "N|all", "message": "TEXT"}
@@ -65,8 +66,9 @@ class KoptCommand(TyperCommand):
         return _help_option(super().get_help_option(ctx))
 
     def collect_usage_pieces(self, ctx) -> list[str]:
-        """[OPTIONS] then each argument as NAME (required) or [NAME]."""
-        pieces = [self.options_metavar] if any(not isinstance(p, TyperArgument) for p in self.params) else []
+        """[OPTIONS] (--help at least) then each argument as NAME (required) or [NAME]."""
+        options = not self.params or any(not isinstance(p, TyperArgument) for p in self.params)
+        pieces = [self.options_metavar] if options else []
         for p in self.params:
             if isinstance(p, TyperArgument):
                 pieces.append(p.metavar if p.required else f"[{p.metavar}]")

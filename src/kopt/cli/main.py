@@ -52,6 +52,7 @@ COMMANDS: dict[str, str] = {
     "e2e": "e2e",
     "compact": "compact",
     "pack": "pack",
+    "lab": "lab",
 }
 
 

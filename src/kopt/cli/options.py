@@ -66,8 +66,7 @@ class CaseSelection:
 
 def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None, seqlens=None):
     """Load bench/cases.yaml, select cases, apply variant overrides (errors are one-line usage errors)."""
-    from kopt.cases import load_cases, select
-    from kopt.cli.common import parse_ids
+    from kopt.cases import load_cases, parse_ids, select
 
     if not sel.case and not sel.all_:
         raise UsageError("choose cases with --case N (e.g. --case 10 or --case 1,4-6) or --all")
@@ -122,8 +121,7 @@ def config_for(text: Optional[str], candidate) -> Optional[dict]:
 
 def one_case(text: Optional[str], flag: str = "--case") -> Optional[int]:
     """The one case id of `text` (None stays None); a list, or an id not in bench/cases.yaml, is a usage error."""
-    from kopt.cases import load_cases, select
-    from kopt.cli.common import parse_ids
+    from kopt.cases import load_cases, parse_ids, select
 
     ids = parse_ids(text)
     if ids is None:

@@ -60,8 +60,8 @@ def command(
     from kopt import executor as executors
     from kopt.baselines import BASELINE_CHOICES
     from kopt.candidate import resolve
-    from kopt.cases import load_file, select
-    from kopt.cli.common import err_console, parse_ids
+    from kopt.cases import load_file, parse_ids, select
+    from kopt.cli.common import err_console
     from kopt.cli.output import deadline, progress_line
     from kopt.eval import verdict
     from kopt.eval.bench import BenchOptions

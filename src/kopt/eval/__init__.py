@@ -14,14 +14,17 @@
 The fp32 reference and the baselines' outputs never live in a child that runs candidate code.
 """
 
-__all__ = ["BenchOptions", "evaluate", "evaluate_peers"]
+#: The public face: name -> the module holding it.
+_FACE = {"BenchOptions": "bench", "evaluate": "bench", "evaluate_peers": "bench",
+         "check_output": "checks", "heldout_draw": "verdict", "matrix_cases": "verdict"}
+__all__ = sorted(_FACE)
 
 
 def __getattr__(name: str):
     """The public face, imported on first use: the evaluation child (`python -m kopt.eval.worker`) runs this
     package's __init__ and needs none of the parent's modules."""
-    if name in __all__:
-        from kopt.eval import bench
+    if name in _FACE:
+        from importlib import import_module
 
-        return getattr(bench, name)
+        return getattr(import_module(f"kopt.eval.{_FACE[name]}"), name)
     raise AttributeError(f"module 'kopt.eval' has no attribute {name!r}")

@@ -228,6 +228,13 @@ def quick_fits(case: Case, device: str) -> bool:
     return cap is None or cache_bytes(case) <= cap
 
 
+def matrix_cases(cf: CaseFile) -> list[Case]:
+    """The verify matrix of a case file expanded: each entry's cases in its variant, in the file's order."""
+    by_id = {c.id: c for c in cf.cases}
+    return [by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size, seqlens=m.seqlens)
+            for m in cf.verify.matrix for i in m.cases]
+
+
 def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
          heldout: Optional[list[Case]] = None, quick: bool = False) -> list[list[tuple[Case, BenchOptions]]]:
     """The Verdict's four groups (perf, matrix, hidden, held-out) as (case, options) pairs, all under one run_id.
@@ -241,21 +248,19 @@ def plan(cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[int]] = None,
     fits = (lambda c: quick_fits(c, device)) if quick else (lambda c: True)  # noqa: E731
     by_id = {c.id: c for c in cf.cases}
     perf = [by_id[i] for i in perf_ids] if perf_ids else [c for c in cf.cases if c.kind in PERF_KINDS and fits(c)]
-    matrix_cases = [by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim, page_size=m.page_size,
-                                          seqlens=m.seqlens) for m in cf.verify.matrix for i in m.cases]
-    matrix_cases = [c for c in matrix_cases if fits(c)]
+    in_matrix = [c for c in matrix_cases(cf) if fits(c)]
     rng = random.Random()  # unseeded on purpose: hidden shapes differ at every verdict
     n_hidden = min(QUICK_HIDDEN, cf.verify.hidden) if quick else cf.verify.hidden
     hidden_shapes = [h for h in hidden_cases(perf, n_hidden, rng) if fits(h)]
     heldout = heldout or []
     # every row says how many the run writes, so a run stopped before its end is seen as one
-    n = len(perf) + len(matrix_cases) + len(hidden_shapes) + len(heldout)
+    n = len(perf) + len(in_matrix) + len(hidden_shapes) + len(heldout)
     base = replace(opts, mode="screen" if quick else "verdict", run_id=opts.run_id or uuid.uuid4().hex[:12],
                    verdict_rows=n or None, kept_child=False, quick=opts.quick or quick)
     check = replace(base, timing=False, seeds=QUICK_SEEDS if quick else max(cf.verify.seeds, 1))
     matrix = replace(check, tag="matrix")
     hidden = replace(check, tag="hidden-b{batch}-s{seqlen_k}")  # one options object: one child for all
-    return [[(c, base) for c in perf], [(c, matrix) for c in matrix_cases], [(h, hidden) for h in hidden_shapes],
+    return [[(c, base) for c in perf], [(c, matrix) for c in in_matrix], [(h, hidden) for h in hidden_shapes],
             [(c, base) for c in heldout]]
 
 
@@ -263,10 +268,7 @@ def left_out(cf: CaseFile, device: str, perf_ids: Optional[list[int]] = None) ->
     """What the quick verdict leaves out on this device, per group: `case/variant` names (QUICK_MAX_CACHE)."""
     perf = [] if perf_ids else [f"{c.id}/{c.variant.label()}" for c in cf.cases
                                 if c.kind in PERF_KINDS and not quick_fits(c, device)]
-    by_id = {c.id: c for c in cf.cases}
-    matrix = [f"{c.id}/{c.variant.label()}" for m in cf.verify.matrix for i in m.cases
-              if not quick_fits(c := by_id[i].with_variant(dtype=m.dtype, head_dim=m.head_dim,
-                                                            page_size=m.page_size, seqlens=m.seqlens), device)]
+    matrix = [f"{c.id}/{c.variant.label()}" for c in matrix_cases(cf) if not quick_fits(c, device)]
     return {k: v for k, v in (("perf", perf), ("matrix", matrix)) if v}
 
 

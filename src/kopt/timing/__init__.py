@@ -15,6 +15,8 @@ the samples, around every call.
 """
 
 from kopt.timing.api import time_fn, time_pair
+from kopt.timing.cuda import make_flush
+from kopt.timing.cupti import kineto_trace, profiler
 from kopt.timing.options import (
     CALL_RANGE,
     LOW_CLOCK_FRAC,
@@ -29,4 +31,4 @@ from kopt.timing.options import (
 )
 
 __all__ = ["CALL_RANGE", "LOW_CLOCK_FRAC", "MAX_BATCH", "MAX_MISSING", "PairTiming", "Rotation", "Samples",
-           "TimingOptions", "rotating", "summarize", "time_fn", "time_pair"]
+           "TimingOptions", "kineto_trace", "make_flush", "profiler", "rotating", "summarize", "time_fn", "time_pair"]

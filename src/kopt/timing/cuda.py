@@ -4,7 +4,7 @@ The cold flush is max(2 x L2, 256 MiB) of a zeroed buffer before each call, outs
 By default it is read ("read"): the inputs leave L2 and L2 is left holding clean lines. Zeroing it
 instead ("zero", nvbench's and Triton's way) leaves L2 full of dirty lines that the timed call must write
 back as its reads evict them: on an H200 that added 7-9 µs to every call reading more than L2's 60 MB
-(the candidate, FA2 and a plain read of K and V alike; scripts/gpu_flush_study.py), a cost of the
+(the candidate, FA2 and a plain read of K and V alike; results/flush-study-H200.md), a cost of the
 harness, not of the kernel.
 
 Per-call device time comes from CUPTI spans (kopt.timing.cupti): a call's time is its first kernel start to

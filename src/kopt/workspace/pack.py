@@ -6,8 +6,8 @@ folders carried on purpose (an offline site folder, a peer kernel's build), unde
 `measure` says what that is, entry by entry, as the tree stands and as a lean copy; `write_lean` writes the lean
 copy: a new git repository with one commit, without the history a run never reads (LEAVE_OUT: trajectory/,
 ITERATIONS.md, knowledge/, workflows/, the views and notes in results/), with the whole ledger, the tuning
-tables and the device caches (KEEP). Its COPIED_FROM file names the commit it was copied from, which its rows
-then name (kopt.workspace.vcs.head_short).
+tables, the device caches and the GPU campaign files (KEEP). Its COPIED_FROM file names the commit it was copied
+from, which its rows then name (kopt.workspace.vcs.head_short).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from kopt.workspace.vcs import COPIED_FROM, git_error, head_short, open_repo
 LIMIT = 64 << 20
 #: What a run on the GPU host never reads (patterns on paths relative to the repository root)...
 LEAVE_OUT = ("trajectory/*", "ITERATIONS.md", "knowledge/*", "workflows/*", "results/*")
-#: ...but these stay: the tuning tables the candidate reads, the A/A calibration and copy-ceiling caches.
-KEEP = ("results/*/tuning.csv", "results/calibration-*.json", "results/hardware-*.json")
+#: ...but these stay: the tuning tables the candidate reads, the A/A calibration and copy-ceiling caches, and the
+#: GPU campaigns (`kopt lab campaign workflows/campaign-*.yaml` runs on the host).
+KEEP = ("results/*/tuning.csv", "results/calibration-*.json", "results/hardware-*.json", "workflows/campaign-*.yaml")
 
 
 @dataclass

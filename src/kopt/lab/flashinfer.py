@@ -1,16 +1,16 @@
-#!/usr/bin/env python3
-"""GPU self-check of the `flashinfer` peer (the package, or kopt's C build of FlashInfer's decode): on a few
-shapes (GQA 4 and 8, head dims 64 and 128, fp16 and bf16, contiguous and pages of 16, split and unsplit KV)
-its output against the fp32 reference, judged as kopt judges a peer (kopt.eval.checks, tolerance from torch
-SDPA's own error), then the same call captured in a CUDA graph and replayed (kopt times peers that way).
-One line per shape; exit 0 when all pass, 1 when one is wrong, 2 when the peer is NA.
+"""`kopt lab flashinfer`: a GPU self-check of the `flashinfer` peer (the package, or kopt's C build of FlashInfer's
+decode that scripts/flashinfer_capi/build.py makes).
 
-    KOPT_FLASHINFER_LIB=.gpu-fi/libkopt_flashinfer.so python3 scripts/gpu_flashinfer_check.py
+On a few shapes (GQA 4 and 8, head dims 64 and 128, fp16 and bf16, contiguous and pages of 16, split and unsplit KV)
+its output against the fp32 reference, judged as kopt judges a peer (tolerance from torch SDPA's own error), then the
+same call captured in a CUDA graph and replayed (kopt times peers that way). One line per shape.
 """
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable
+
+from kopt.errors import UsageError
 
 #: (case, dtype, head dim, page size or None for contiguous, seqlens)
 SHAPES = [(10, "fp16", 128, None, "full"),     # B 1, 8192 keys, GQA 8: FlashInfer splits the KV
@@ -23,18 +23,23 @@ SHAPES = [(10, "fp16", 128, None, "full"),     # B 1, 8192 keys, GQA 8: FlashInf
           (3, "bf16", 64, 16, "ragged")]        # 17 keys, GQA 8
 
 
+def _case(case_id: int, dtype: str, head_dim: int, page, seqlens: str):
+    from kopt.cases import load_cases, select
+
+    return select(load_cases(), [case_id])[0].with_variant(dtype=dtype, head_dim=head_dim, page_size=page,
+                                                             seqlens=seqlens)
+
+
 def check(case_id: int, dtype: str, head_dim: int, page, seqlens: str) -> tuple[bool, str]:
     """(passed, the line to print) for one shape."""
     import torch
 
     from kopt import baselines
-    from kopt.cases import load_cases
-    from kopt.eval import checks
+    from kopt.eval import check_output
     from kopt.reference import reference
     from kopt.workload import make_workload
 
-    c = next(x for x in load_cases() if x.id == case_id).with_variant(dtype=dtype, head_dim=head_dim,
-                                                                      page_size=page, seqlens=seqlens)
+    c = _case(case_id, dtype, head_dim, page, seqlens)
     shape = (f"case {case_id:>2} {dtype} d{head_dim} {'page' + str(page) if page else 'contig':<7} {seqlens:<6} "
              f"B{c.batch} S{c.seqlen_k} Hq{c.q_heads} Hkv{c.kv_heads}")
     peer = baselines.pick(c, "cuda", "flashinfer")
@@ -45,7 +50,7 @@ def check(case_id: int, dtype: str, head_dim: int, page, seqlens: str) -> tuple[
     out = call()
     torch.cuda.synchronize()
     ref = reference(w)
-    res = checks.check_output(out, ref, baselines.torch_attention(w), w.q)
+    res = check_output(out, ref, baselines.torch_attention(w), w.q)
     err = (out.float() - ref.float()).abs().max().item()
     ok = res.status.value == "ok"
     graph = "-"
@@ -67,30 +72,25 @@ def check(case_id: int, dtype: str, head_dim: int, page, seqlens: str) -> tuple[
     return ok, f"{shape}  {peer.name}  max|err| {err:.3e} {tol}  {res.status.value}  graph {graph}"
 
 
-def main() -> int:
-    from kopt import hardware
-
-    hardware.exit_unless_cuda("gpu_flashinfer_check.py")
+def check_all(emit: Callable[[str], None] = print) -> int:
+    """Every shape of SHAPES, one PASS/FAIL line each to `emit`, then a count; how many failed. A peer that is not
+    available here at all is a usage error naming why (build it, or point KOPT_FLASHINFER_LIB at the library)."""
     import torch
 
     from kopt import baselines
-    from kopt.cases import load_cases
 
-    print(f"device {torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}, "
-          f"torch {torch.__version__}", flush=True)
-    failed = na = 0
+    peer = baselines.pick(_case(*SHAPES[0]), "cuda", "flashinfer")
+    if peer.na:
+        raise UsageError(f"the flashinfer peer is not available: {peer.na}")
+    emit(f"device {torch.cuda.get_device_name()} sm_{''.join(map(str, torch.cuda.get_device_capability()))}, "
+         f"torch {torch.__version__}, {peer.name}{': ' + peer.note if peer.note else ''}")
+    failed = 0
     for shape in SHAPES:
         try:
             ok, line = check(*shape)
         except Exception as e:  # one shape's failure is reported, the others still run
             ok, line = False, f"case {shape[0]} {shape[1:]}: {type(e).__name__}: {str(e)[:300]}"
-        na += " NA: " in line
         failed += not ok
-        print(("PASS " if ok else "FAIL ") + line, flush=True)
-    peer = baselines.pick(load_cases()[0], "cuda", "flashinfer")
-    print(f"{len(SHAPES) - failed}/{len(SHAPES)} passed ({peer.name}{': ' + peer.note if peer.note else ''})")
-    return 2 if na == len(SHAPES) else (1 if failed else 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+        emit(("PASS " if ok else "FAIL ") + line)
+    emit(f"{len(SHAPES) - failed}/{len(SHAPES)} passed")
+    return failed

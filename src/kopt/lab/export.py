@@ -1,33 +1,28 @@
-"""Write the rows of one or more `kopt bench` runs from candidates.jsonl as a results CSV.
+"""`kopt lab export`: the ledger's rows of one or more `kopt bench` runs as the committed bench CSV, or as the README
+table.
 
-    python3 scripts/export_bench_csv.py RUN_ID [RUN_ID ...] [--ledger candidates.jsonl] [--out FILE] [--markdown]
-
-RUN_ID: a run_id of the ledger (a prefix is enough; `kopt candidates --json` lists them). One CSV row
-per case row, in ledger order: device, date, commit, candidate id, case, its group (uniform, ragged, seed,
-heldout; heldout-reigning for the reigning candidate timed on a verdict's draws), model and shape, variant,
+One CSV row per case row, in ledger order: device, date, commit, candidate id, case, its group (uniform, ragged,
+seed, heldout; heldout-reigning for the reigning candidate timed on a verdict's draws), model and shape, variant,
 runtime, FA2 (or named baseline) runtime, speedup with its 95% CI, GB/s, % of the read ceiling, the limit and % of
-it, the
-eager figures, the noisy flag, timing method, how the device-only calls ran (replay: graph | stream), cold
+it, the eager figures, the noisy flag, timing method, how the device-only calls ran (replay: graph | stream), cold
 flush kind, samples, the CUDA-event cross-check and the mean SM clock. Values not measured are written NA.
 
---markdown: the README table instead, one line per case of the contiguous fp16 rows (runtime, baseline, speedup with
-its CI, % of limit) and, for each page size the runs hold, that layout's runtime against the same case's contiguous
-one; then one line per page size with the ragged cases over PAGED_BAR (the issue's 5%), or that none is.
+The markdown: one line per case of the contiguous fp16 rows (runtime, baseline, speedup with its CI, % of limit)
+and, for each page size the runs hold, that layout's runtime against the same case's contiguous one; then one line
+per page size with the ragged cases over PAGED_BAR (5%), or that none is.
 """
+
 from __future__ import annotations
 
-import argparse
 import csv
 import io
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from kopt.cases import load_cases, select  # noqa: E402
-from kopt.errors import CaseError  # noqa: E402
-from kopt.records import fmt_na  # noqa: E402
-from kopt.workspace.ledger import load_dicts  # noqa: E402
-from kopt.workspace.ranking import group_of, is_ragged  # noqa: E402
+from kopt.cases import load_cases, select
+from kopt.errors import UsageError
+from kopt.records import fmt_na
+from kopt.workspace import ledger, ranking
 
 COLUMNS = ["device", "date", "commit", "candidate_id", "case", "group", "model", "shape", "variant", "runtime_ms",
            "ref_runtime_ms", "ref",
@@ -36,16 +31,24 @@ COLUMNS = ["device", "date", "commit", "candidate_id", "case", "group", "model",
            "events_median_ms", "mean_clock_mhz", "status", "correct", "compile_s", "heldout_seed", "run_id"]
 
 
-def rows_for(ledger: Path, run_ids: list[str]) -> list[dict]:
-    """The case rows of these runs, read with kopt's ledger loader (torn lines reported, skipped)."""
-    loaded = load_dicts(ledger)
+def rows_for(ledger_path: Path, run_ids: list[str], warn: Callable[[str], None] = print) -> list[dict]:
+    """The case rows of these runs (a run id's prefix is enough), read with kopt's ledger loader (a torn line is
+    passed to `warn` and skipped). A run id with no case row, or no ledger, is a usage error."""
+    if not Path(ledger_path).is_file():
+        raise UsageError(f"ledger not found: {ledger_path}")
+    loaded = ledger.load_dicts(Path(ledger_path))
     for n, why in loaded.skipped:
-        print(f"export_bench_csv: {ledger}:{n}: {why}, skipped", file=sys.stderr)
-    return [r for r in loaded.rows if r.get("kind", "case") == "case"
+        warn(f"{ledger_path}:{n}: {why}, skipped")
+    rows = [r for r in loaded.rows if r.get("kind", "case") == "case"
             and any((r.get("run_id") or "").startswith(p) for p in run_ids)]
+    missing = [p for p in run_ids if not any((r.get("run_id") or "").startswith(p) for r in rows)]
+    if missing:
+        raise UsageError(f"no case rows for run id(s) {', '.join(missing)} (`kopt candidates --json` lists runs)")
+    return rows
 
 
 def to_csv(rows: list[dict]) -> str:
+    """The rows as the committed bench CSV (COLUMNS; NA where a value was not measured)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
@@ -54,7 +57,7 @@ def to_csv(rows: list[dict]) -> str:
         ci = r.get("speedup_ci") or [None, None]
         w.writerow([r.get("device") or "NA", (r.get("timestamp") or "NA")[:10], r.get("commit") or "NA",
                     r.get("candidate_id") or "NA", r.get("case"),
-                    "heldout-reigning" if r.get("mode") == "heldout" else group_of(r), r.get("model") or "NA",
+                    "heldout-reigning" if r.get("mode") == "heldout" else ranking.group_of(r), r.get("model") or "NA",
                     r.get("shape") or "NA", r.get("variant") or "NA",
                     fmt_na(r.get("runtime_ms"), "{:.6f}"), fmt_na(r.get("ref_runtime_ms"), "{:.6f}"),
                     r.get("ref") or "NA",
@@ -115,12 +118,12 @@ def to_markdown(rows: list[dict], names: dict[int, str]) -> str:
                 continue
             d = q["runtime_ms"] / r["runtime_ms"] - 1
             cells.append(f"{q['runtime_ms'] * 1e3:.2f} ({100 * d:+.1f}%)")
-            if is_ragged(r) and d > PAGED_BAR:
+            if ranking.is_ragged(r) and d > PAGED_BAR:
                 over[p].append(f"{name(r)} {100 * d:+.1f}%")
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for p in sizes:
-        ragged = [c for c in paged[p] if c in base and is_ragged(base[c])]
+        ragged = [c for c in paged[p] if c in base and ranking.is_ragged(base[c])]
         if not ragged:
             lines.append(f"{p}-token pages: no ragged case with a contiguous row: NA")
         elif over[p]:
@@ -129,37 +132,3 @@ def to_markdown(rows: list[dict], names: dict[int, str]) -> str:
             lines.append(f"{p}-token pages: every ragged case ({len(ragged)}) within {100 * PAGED_BAR:.0f}% of "
                          "contiguous")
     return "\n".join(lines) + "\n"
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run_ids", nargs="+", metavar="RUN_ID")
-    ap.add_argument("--ledger", type=Path, default=Path("candidates.jsonl"))
-    ap.add_argument("--out", type=Path, default=None, help="CSV file (default: stdout)")
-    ap.add_argument("--markdown", action="store_true", help="the README table (paged against contiguous), not CSV")
-    a = ap.parse_args(argv)
-    if not a.ledger.is_file():
-        print(f"export_bench_csv: ledger not found: {a.ledger}", file=sys.stderr)
-        return 2
-    rows = rows_for(a.ledger, a.run_ids)
-    missing = [p for p in a.run_ids if not any((r.get("run_id") or "").startswith(p) for r in rows)]
-    if missing:
-        print(f"export_bench_csv: no case rows for run id(s) {', '.join(missing)}", file=sys.stderr)
-        return 2
-    if a.markdown:
-        try:
-            text = to_markdown(rows, ragged_names())
-        except CaseError as e:
-            print(f"export_bench_csv: {e}", file=sys.stderr)
-            return 2
-    else:
-        text = to_csv(rows)
-    if a.out:
-        a.out.write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

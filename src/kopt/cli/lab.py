@@ -1,0 +1,253 @@
+"""`kopt lab ...`: research tools over kopt's public faces (kopt.lab): screens, timelines, read bounds, prewarm,
+export, the FlashInfer check and GPU campaigns. Every input is checked before any GPU work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Research tools: config screens, kernel timelines, read bounds, prewarm, the bench CSV, the "
+                       "FlashInfer check, GPU campaigns.", no_args_is_help=True)
+
+_CASE = "Case ids: 10,14 or 4-18."
+_CANDIDATE = "Candidate file (default: the shipped solution/tilelang/run_kernel.py)."
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _configs(text: str, candidate: Optional[Path], labelled: bool = True):
+    """(candidate path, configs) with every config key checked against the candidate's, before any work."""
+    from kopt.candidate import config_keys
+    from kopt.lab import candidate_path, check_keys, parse_configs
+
+    path = candidate_path(candidate)
+    cfgs = parse_configs(text, labelled)
+    check_keys(cfgs, config_keys(path))
+    return path, cfgs
+
+
+@app.command("screen")
+def screen(
+    case: str = typer.Option(..., "--case", "-c", help=_CASE),
+    configs: str = typer.Option(..., "--configs", help="';'-separated label=JSON, each paired with the case's own "
+                                                       "plan; label=+JSON lays the config over that plan."),
+    page_size: int = typer.Option(0, "--page-size", help="The cases in pages of 16 | 32 | 64 | 256 (0: contiguous)."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (a dev screen, not a result)."),
+    hang_s: float = typer.Option(240.0, "--hang-s", min=1.0, help="A config's limit (check + timing), seconds; past "
+                                                                  "it the screen prints HUNG and exits 3."),
+    candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
+) -> None:
+    """Pair kernel configs against the candidate's own plan, case by case, in one process (GPU)."""
+    from kopt.lab import pick_cases, require_cuda, run_screen
+
+    path, cfgs = _configs(configs, candidate)
+    cases = pick_cases(case, page_size)
+    require_cuda("kopt lab screen")
+    run_screen(path, cases, cfgs, quick=quick, hang_s=hang_s, emit=_say)
+
+
+@app.command("timeline")
+def timeline(
+    case: str = typer.Option("10", "--case", "-c", help=_CASE),
+    configs: Optional[str] = typer.Option(None, "--configs", help="';'-separated label=JSON timed in place beside "
+                                                                  "the plan (label=+JSON: laid over it); default "
+                                                                  "pdl0=+{\"pdl\": 0}; '' for none."),
+    calls: int = typer.Option(400, "--calls", help="Calls a timeline (at least 20)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (markdown) here."),
+    candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
+) -> None:
+    """Where a cold call's time goes between its kernels: each kernel's start and end (GPU, CUPTI)."""
+    from kopt.errors import UsageError
+    from kopt.lab import TIMELINE_CONFIGS, TIMELINE_MIN_CALLS, pick_cases, require_cuda, run_timeline, write_table
+
+    if calls < TIMELINE_MIN_CALLS:
+        raise UsageError(f"--calls must be at least {TIMELINE_MIN_CALLS}, got {calls}")
+    path, cfgs = _configs(TIMELINE_CONFIGS if configs is None else configs, candidate)
+    cases = pick_cases(case)
+    require_cuda("kopt lab timeline")
+    write_table(out, run_timeline(path, cases, cfgs, calls, emit=_say))
+
+
+@app.command("readbound")
+def readbound(
+    case: str = typer.Option("4-18", "--case", "-c", help=_CASE),
+    layouts: Optional[str] = typer.Option(None, "--layouts", help="Page sizes, 0 = contiguous (e.g. 0,16,256): each "
+                                                                  "case's valid keys read per layout instead."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (markdown) here."),
+    candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
+) -> None:
+    """The fastest pure read of each case's bytes, paired with the candidate: what the case can reach (GPU)."""
+    from kopt.errors import UsageError
+    from kopt.lab import candidate_path, pick_cases, read_layouts, require_cuda, run_readbound, write_table
+
+    sizes: list[int] = []
+    if layouts is not None:
+        try:
+            sizes = [int(x) for x in layouts.split(",")]
+        except ValueError:
+            sizes = [-1]
+        if not sizes or any(s not in (0, 16, 32, 64, 256) for s in sizes):
+            raise UsageError(f"--layouts takes page sizes of 0, 16, 32, 64, 256 like 0,16,256, got {layouts!r}")
+    path = candidate_path(candidate)
+    cases = pick_cases(case)
+    require_cuda("kopt lab readbound")
+    lines = read_layouts(path, cases, sizes, emit=_say) if sizes else run_readbound(path, cases, emit=_say)
+    write_table(out, lines)
+
+
+@app.command("prewarm")
+def prewarm(
+    jobs: int = typer.Option(0, "--jobs", min=0, help="Worker processes (default: the CPUs less two, at least one)."),
+    list_only: bool = typer.Option(False, "--list", help="Print the kernels and exit (no GPU needed with "
+                                                         "--device-profile)."),
+    configs: str = typer.Option("", "--configs", help="';'-separated JSON configs, each compiled for the named cases "
+                                                      "too ('+JSON': laid over each case's own plan)."),
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Only these cases (fp16 as the case file has "
+                                                                  "them): a screen's kernels."),
+    page_size: int = typer.Option(0, "--page-size", help="With --case: those cases in pages of this size."),
+    verify: bool = typer.Option(False, "--verify", help="Only what `bench --all` and `verify` need."),
+    bf16: bool = typer.Option(False, "--bf16", help="With --verify: every case in bf16 too (kopt peers --dtype bf16)."),
+    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0, help="With --verify: also the held-out "
+                                                                                    "draws of this seed."),
+    heldout: int = typer.Option(0, "--heldout", min=0, max=256, help="With --heldout-seed: how many draws (default: "
+                                                                     "the case file's verify.heldout)."),
+    device_profile: Optional[str] = typer.Option(None, "--device-profile", help="With --list: the plans of this "
+                                                                                "hardware.yaml device (e.g. H200)."),
+    candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
+) -> None:
+    """Compile every kernel a GPU run will need, in parallel, into TileLang's disk cache."""
+    import os
+
+    from kopt.cases import parse_ids
+    from kopt.errors import UsageError
+    from kopt.lab import compile_kernels, pick_cases, prewarm_plan, prewarm_profile, require_cuda
+
+    for bad, why in ((bf16 and not verify, "--bf16 goes with --verify"),
+                     (heldout_seed is not None and not verify, "--heldout-seed goes with --verify"),
+                     (heldout and heldout_seed is None, "--heldout goes with --heldout-seed"),
+                     (verify and case, "--verify and --case are exclusive"),
+                     (page_size and not case, "--page-size goes with --case"),
+                     (device_profile and not list_only, "--device-profile goes with --list (a build compiles for "
+                                                        "this host's device)")):
+        if bad:
+            raise UsageError(why)
+    path, extra = _configs(configs, candidate, labelled=False)
+    ids = parse_ids(case)
+    if ids:
+        pick_cases(case, page_size)  # unknown ids and page sizes: usage errors here
+    if device_profile is None:
+        require_cuda("kopt lab prewarm", "--device-profile NAME lists the kernels without one" if list_only else "")
+    todo = prewarm_plan(path, prewarm_profile(device_profile), ids, page_size, verify, bf16, heldout, heldout_seed,
+                        extra)
+    if list_only:
+        for k in todo:
+            _say(k.label + (f"  FAILED {k.error}" if k.error else ""))
+        _say(f"{len(todo)} kernels")
+        return
+    if compile_kernels(path, todo, jobs or max(1, (os.cpu_count() or 2) - 2), emit=_say):
+        raise typer.Exit(1)
+
+
+@app.command("export")
+def export(
+    run_ids: list[str] = typer.Argument(..., help="run_ids of the ledger (a prefix is enough; `kopt candidates "
+                                                  "--json` lists them)."),
+    ledger: Optional[Path] = typer.Option(None, "--ledger", help="The ledger (default: the workspace's "
+                                                                 "candidates.jsonl)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write here (default: stdout)."),
+    markdown: bool = typer.Option(False, "--markdown", help="The README table (paged against contiguous), not CSV."),
+) -> None:
+    """The rows of `kopt bench` runs as the committed bench CSV (results/<backend>/bench-<device>-<date>.csv)."""
+    import sys
+
+    from kopt import atomic, paths
+    from kopt.lab import export_csv, export_markdown, export_rows, ragged_names
+
+    rows = export_rows(ledger or paths.ledger_file(), run_ids,
+                       warn=lambda w: print(f"kopt: warning: {w}", file=sys.stderr))
+    text = export_markdown(rows, ragged_names()) if markdown else export_csv(rows)
+    if out:
+        atomic.write_text(out, text)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command("flashinfer")
+def flashinfer() -> None:
+    """Check the `flashinfer` peer on a GPU: outputs against the reference, and under CUDA-graph replay."""
+    from kopt.lab import check_flashinfer, require_cuda
+
+    require_cuda("kopt lab flashinfer")
+    if check_flashinfer(emit=_say):
+        raise typer.Exit(1)
+
+
+def check_steps(steps) -> None:
+    """Each `kopt` step's arguments parsed by kopt's own commands, none run: an unknown command or option, or a value
+    of the wrong type, is a usage error naming the step, before anything starts."""
+    import shlex
+
+    from kopt.cli.main import app as kopt_app
+    from kopt.errors import UsageError
+
+    for s in steps:
+        words = shlex.split(s.run)
+        if words[0] != "kopt":
+            continue
+        cmd, ctx, name, rest = typer.main.get_command(kopt_app), None, "kopt", words[1:]
+        try:
+            while hasattr(cmd, "get_command"):  # a group: its subcommand by name
+                ctx = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
+                said = " ".join(words[:len(words) - len(rest)])
+                if not rest:
+                    raise UsageError(f"`{said}` needs a command")
+                if (sub := cmd.get_command(ctx, rest[0])) is None:
+                    raise UsageError(f"no such command: {said} {rest[0]}")
+                cmd, name, rest = sub, rest[0], rest[1:]
+            cmd.make_context(name, rest, parent=ctx)
+        except UsageError as e:
+            raise UsageError(f"step {s.name}: {e}") from None
+        except Exception as e:  # click's usage errors, by shape (the copy typer vendors, or click itself)
+            if not hasattr(e, "format_message"):
+                raise
+            raise UsageError(f"step {s.name}: {e.format_message()} ({s.run})") from None
+
+
+@app.command("campaign")
+def campaign(
+    file: Path = typer.Argument(..., help="The campaign: a YAML file of named steps (workflows/campaign-h200.yaml)."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="Only these steps, comma-separated (in the file's "
+                                                              "order)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print each step's command; run nothing."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Logs and campaign.tgz here (default: "
+                                                           "campaign-out/<file name> in the workspace)."),
+    budget: Optional[float] = typer.Option(None, "--budget", min=1.0, help="Overall budget, seconds (default: the "
+                                                                           "file's budget_s): later steps skipped."),
+    pack_only: bool = typer.Option(False, "--pack-only", help="Leave only campaign.tgz and steps.txt in --out."),
+) -> None:
+    """Run a GPU campaign: each step in order, a log each, every failure a line; packed for `kopt import`."""
+    from kopt import paths
+    from kopt.errors import UsageError
+    from kopt.lab import campaign_summary, load_campaign, run_campaign, select_steps
+    from kopt.lab import dry_run as plan_lines
+
+    names = None if steps is None else [s.strip() for s in steps.split(",") if s.strip()]
+    if names == []:
+        raise UsageError("--steps names no step (give names like doctor,bench)")
+    cf = load_campaign(file)
+    chosen = select_steps(cf, names)
+    check_steps(chosen)
+    if dry_run:
+        for line in plan_lines(chosen):
+            _say(line)
+        return
+    ws = paths.workspace()
+    res = run_campaign(cf, chosen, (out or ws / "campaign-out" / file.stem).resolve(), ws, paths.relative(file),
+                       budget_s=budget, pack_only=pack_only, emit=_say)
+    _say(campaign_summary(res))
+    if not res.ok:
+        raise typer.Exit(1)

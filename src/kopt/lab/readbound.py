@@ -1,0 +1,134 @@
+"""`kopt lab readbound`: how close each case can come to its limit: the fastest pure read of its bytes, paired with
+the candidate (GPU).
+
+For each case: the bytes a call must move (kopt.workload.bytes_moved), its limit (kopt's roofline:
+max(bytes / read ceiling, launch floor)), and the fastest streaming read of exactly those bytes
+(kopt.roofline.read_span_ms: Triton reads, one launch, no math, no dependent load, no merge), found with quick
+timing and then ABBA-paired with the candidate's own plan by kopt's timer in one process. Beside it, for a uniform
+(unbalanced) contiguous plan, the same bytes read in the plan's shape (kopt.lab.reads.shaped_read; NA with the reason
+otherwise), and the same read of a head-major copy of the cache, so a gap splits into what the row stride, the grid,
+and the math and merge cost. Per case: read µs, candidate µs, the read's % of limit (the most a kernel that only
+moves the bytes reaches) and the candidate's time over the read's with its 95% CI; then the geomean of the read's %
+of limit over the perf cases, a measured bound on GEOMEAN_PCT_LIMIT. Every read's sum is checked against the data.
+
+With layouts (page sizes, 0 = contiguous) each case's valid keys are instead read per layout by one program per
+(64-key tile, kv head, batch row) through the block table where paged, quick-timed beside the candidate in the same
+layout: what the layout alone costs a read that does no math.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Optional
+
+
+def shaped_na(case, plan: dict) -> Optional[str]:
+    """Why a case gets no plan-shaped read (NA and the reason), or None when it gets one."""
+    if plan.get("paged"):
+        return "NA: a paged cache"
+    if plan.get("balanced"):
+        return "NA: a balanced plan (per-row splits)"
+    if case.valid_keys != case.batch * case.seqlen_k:
+        return "NA: ragged lengths (the shaped read reads the allocated length)"
+    return None
+
+
+def us(x: Optional[float]) -> str:
+    """µs with two decimals, NA for None."""
+    return "NA" if x is None else f"{x:.2f}"
+
+
+def by_layout(path: Path, cases: list, sizes: list[int], emit: Callable[[str], None] = print) -> list[str]:
+    """Per case and layout the tile read and the candidate, quick-timed; ratios against contiguous."""
+    from kopt import candidate, roofline
+    from kopt.lab import reads
+    from kopt.lab.common import header, workloads
+    from kopt.timing import TimingOptions, rotating, time_fn
+
+    mod = candidate.load(path)
+    quick = TimingOptions.for_device("cuda", quick=True)
+    head = header(layouts=",".join(map(str, sizes)))
+    emit(head)
+    lines = [head, "", "| case | layout | tile read µs | candidate µs | read / contiguous read "
+             "| candidate / contiguous candidate |", "|---|---|---|---|---|---|"]
+    for case in cases:
+        base = None
+        for size in sizes:
+            ws = workloads(case.with_variant(page_size=size))
+            best = roofline.fastest_read(reads.tile_read(ws[0]), reads.valid_kv(ws[0]), "cuda")[0]
+            cand = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
+            cand()
+            cm = time_fn(cand, "cuda", quick).median_ms
+            base = base or (best, cm)
+            row = (f"| {case.id} | {'contiguous' if not size else f'{size}-token pages'} | {best * 1e3:.2f} | "
+                   f"{cm * 1e3:.2f} | {best / base[0]:.3f} | {cm / base[1]:.3f} |")
+            emit(row)
+            lines.append(row)
+    return lines
+
+
+def run(path: Path, cases: list, emit: Callable[[str], None] = print) -> list[str]:
+    """The read bound of each case with the candidate at `path`; one line per case to `emit`, the geomean last.
+    Returns the table (markdown)."""
+    from kopt import candidate, roofline
+    from kopt.lab import reads
+    from kopt.lab.common import header, workloads
+    from kopt.timing import TimingOptions, rotating, time_pair
+    from kopt.workload import bytes_moved
+
+    mod = candidate.load(path)
+    opts = TimingOptions.for_device("cuda")
+    roof = roofline.for_device("cuda")
+    head = header(read_gbps=f"{roof.read_gbps:.0f}", floor_us=f"{roof.floor_ms * 1e3:.2f}")
+    emit(head)
+    rows = []
+    for case in cases:
+        nbytes = bytes_moved(case)
+        limit = roofline.limit_ms(nbytes, roof)
+        _, how, read = roofline.read_span_ms("cuda", nbytes, quick=True)
+        ws = workloads(case)
+        cand = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
+        cand()
+        pt = time_pair(cand, read, "cuda", opts)  # its speedup: read / candidate
+        r_ms, c_ms = pt.b.median_ms, pt.a.median_ms
+        plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
+        hm_ms, shaped_ms, shaped_how = None, None, shaped_na(case, plan)
+        if shaped_how is None:
+            kv = ws[0].k_cache, ws[0].v_cache
+            bn, ns = plan["block_N"], plan["num_splits"]
+            shaped_ms, shaped_how, _ = roofline.fastest_read(reads.shaped_read(ws[0], bn, ns), kv, "cuda")
+            hm_ms = roofline.fastest_read(reads.shaped_read(ws[0], bn, ns, head_major=True), kv, "cuda")[0]
+        row = dict(case=case.id, kind=case.kind, bytes=nbytes, limit_us=limit * 1e3, read_us=r_ms * 1e3,
+                   cand_us=c_ms * 1e3, read_pct=100 * limit / r_ms, cand_pct=100 * limit / c_ms,
+                   ratio=1 / pt.speedup, lo=1 / pt.ci[1], hi=1 / pt.ci[0], how=how,
+                   shaped_us=None if shaped_ms is None else shaped_ms * 1e3, shaped_how=shaped_how,
+                   hm_us=None if hm_ms is None else hm_ms * 1e3)
+        rows.append(row)
+        emit(f"case={case.id} bytes={nbytes} limit_us={row['limit_us']:.2f} read_us={row['read_us']:.2f} "
+             f"cand_us={row['cand_us']:.2f} read_pct_limit={row['read_pct']:.1f} cand_pct_limit={row['cand_pct']:.1f} "
+             f"cand_over_read={row['ratio']:.3f} ci={row['lo']:.3f}-{row['hi']:.3f} read=\"{how}\" "
+             f"shaped_us={us(row['shaped_us'])} shaped_head_major_us={us(row['hm_us'])} shaped=\"{shaped_how}\"")
+    return [head, ""] + table(rows, emit)
+
+
+def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
+    """The markdown table of readbound's rows, and the geomean over the perf cases (emitted too) when there are any."""
+    lines = ["| case | MB | limit µs | read µs | plan-shaped read µs | the same, head-major µs "
+             "| candidate µs | read % of limit | candidate % of limit | candidate / read (95% CI) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['bytes'] / 1e6:.2f} | {r['limit_us']:.2f} | {r['read_us']:.2f} | "
+                     f"{us(r['shaped_us'])} | {us(r['hm_us'])} | {r['cand_us']:.2f} | {r['read_pct']:.1f} | "
+                     f"{r['cand_pct']:.1f} | {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}) |")
+    perf = [r for r in rows if r["kind"] == "perf"]
+    if perf:
+        def g(k):
+            return math.exp(sum(math.log(r[k]) for r in perf) / len(perf))
+
+        tail = (f"geomean over {len(perf)} perf cases: read % of limit {g('read_pct'):.1f}, candidate % of limit "
+                f"{g('cand_pct'):.1f}, candidate / read {g('ratio'):.3f}")
+        emit(tail)
+        lines += ["", tail]
+    return lines
