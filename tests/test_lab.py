@@ -135,6 +135,8 @@ def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean
     (["lab", "export", "nope"], "ledger not found"),
     (["lab", "campaign", "nope.yaml"], "campaign file not found"),
     (["lab", "campaign", "--steps", "", "x.yaml"], "--steps names no step"),
+    (["lab", "flashinfer-build", "--src", "nope.tar.xz"], "--src nope.tar.xz: no such file"),
+    (["lab", "flashinfer-build", "--wheel", "pyproject.toml", "--src", "pyproject.toml"], "--wheel or --src, not both"),
 ])
 def test_lab_usage_errors_are_one_line_exit_2(argv, needle):
     refused(argv, needle)
@@ -151,7 +153,8 @@ def test_gpu_tools_say_in_one_line_that_they_need_a_gpu(argv):
     refused(argv, "needs a CUDA device; none is visible")
 
 
-@pytest.mark.parametrize("sub", ["screen", "timeline", "readbound", "prewarm", "export", "flashinfer", "campaign"])
+@pytest.mark.parametrize("sub", ["screen", "timeline", "readbound", "prewarm", "export", "flashinfer",
+                                 "flashinfer-build", "campaign"])
 def test_every_lab_command_has_help(sub):
     code, out, err = run_main(["lab", sub, "--help"])
     assert code == 0 and "Usage" in out, err

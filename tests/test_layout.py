@@ -233,6 +233,6 @@ def test_ci_runs_the_readme_test_command_with_the_lint():
     repo = SRC.parent
     readme = (repo / "README.md").read_text()
     block = readme.split("this is what CI runs", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
-    assert "ruff check src tests scripts" in block[-1] and block[-1].endswith("python3 -m pytest -q")
+    assert "ruff check src tests" in block[-1] and block[-1].endswith("python3 -m pytest -q")
     run = (repo / ".ci" / "run").read_text().splitlines()
     assert run[-len(block):] == block

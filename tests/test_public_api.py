@@ -6,8 +6,9 @@ kernel's contract (run, configs, prepare, plan_info, device_plan, or what run_ke
 
 The rule for tests/: tests mirror the package, so they may import the module they test, `_private` helpers
 included, and kopt.cli (commands are tested through it); a kernel's private modules are imported only by the
-kernel's own tests (KERNEL_TESTS). scripts/ holds no kopt tool: at most a few thin wrappers and the self-contained
-FlashInfer build (it imports nothing of kopt)."""
+kernel's own tests (KERNEL_TESTS). scripts/ holds no kopt tool: at most a few thin wrappers, each a `kopt` command
+(today none: the folder is gone). The FlashInfer build ships in the package (kopt/baselines/flashinfer_build) and
+imports nothing of kopt."""
 
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ def test_tests_import_the_kernels_private_modules_only_in_the_kernels_own_tests(
 ])
 def test_the_scan_finds_each_kind_of_reach(tmp_path, source, found):
     """A planted file of each kind is caught (the scan reads imports, importlib calls and attribute access)."""
-    f = ROOT / "scripts" / f"_planted_{tmp_path.name}.py"
+    f = ROOT / "workflows" / f"_planted_{tmp_path.name}.py"   # a scanned folder that holds no Python of its own
     f.write_text(source)
     try:
         got = violations(f, kernel_modules())
@@ -137,17 +138,15 @@ def test_the_scan_finds_each_kind_of_reach(tmp_path, source, found):
 
 
 def test_scripts_hold_no_kopt_tool():
-    """scripts/ is at most a few thin wrappers (each a `kopt` command) and the FlashInfer build, which imports nothing
-    of kopt (it must run where kopt is not installed)."""
+    """scripts/ is at most a few thin wrappers, each a `kopt` command; the FlashInfer build, which `kopt lab
+    flashinfer-build` runs as a standalone script, imports nothing of kopt."""
     files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "scripts").rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts)
-    wrappers = [f for f in files if not f.startswith("scripts/flashinfer_capi/")]
-    assert len(wrappers) <= 3, wrappers
-    for w in wrappers:
-        assert "kopt" in (ROOT / w).read_text(), w
-    build = ROOT / "scripts" / "flashinfer_capi" / "build.py"
-    if build.is_file():
-        tree = ast.parse(build.read_text())
-        mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        assert "kopt" not in mods
+    assert len(files) <= 3, files
+    for w in files:
+        assert "kopt " in (ROOT / w).read_text(), w
+    build = ROOT / "src" / "kopt" / "baselines" / "flashinfer_build" / "build.py"
+    tree = ast.parse(build.read_text())
+    mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert mods and "kopt" not in mods, mods

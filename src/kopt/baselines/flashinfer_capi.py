@@ -1,7 +1,7 @@
 """FlashInfer's batch decode through a small C build of its own kernels and scheduler, for hosts where the
 `flashinfer` package cannot be installed.
 
-scripts/flashinfer_capi/build.py compiles, from the pinned flashinfer-python wheel, what
+`kopt lab flashinfer-build` compiles, from the pinned flashinfer-python wheel, what
 `BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)` runs on Hopper for fp16/bf16 (its scheduler
 `PrefillPlan` and its FA2 batch-prefill paged kernels, split-KV merge included) into
 libkopt_flashinfer.so with a plain C ABI. This module loads it with ctypes and keeps the wrapper's
@@ -20,6 +20,9 @@ from typing import Optional
 #: Environment variable naming the library; default: .gpu-fi/libkopt_flashinfer.so in the workspace.
 ENV_LIB = "KOPT_FLASHINFER_LIB"
 DEFAULT_LIB = Path(".gpu-fi") / "libkopt_flashinfer.so"
+#: The build of that library (package data; a standalone script that imports nothing of kopt): `kopt lab
+#: flashinfer-build` runs it.
+BUILD_SCRIPT = Path(__file__).resolve().parent / "flashinfer_build" / "build.py"
 #: FlashInfer's wrapper allocates its int workspace (and a page-locked host twin) of 8 MiB (decode.py).
 INT_WORKSPACE = 8 << 20
 #: PrefillPlanInfo::ToVector's length (scheduler.cuh).
@@ -125,7 +128,7 @@ def _ptr(t) -> ctypes.c_void_p:
 
 
 def _bind(cdll) -> None:
-    """ctypes signatures of the C ABI (scripts/flashinfer_capi/kopt_fi_*.cu)."""
+    """ctypes signatures of the C ABI (flashinfer_build/kopt_fi_*.cu beside this module)."""
     vp, i64, i32, sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_size_t
     for name in ("kopt_fi_version", "kopt_fi_variants", "kopt_fi_last_error"):
         getattr(cdll, name).restype = ctypes.c_char_p
@@ -149,7 +152,7 @@ def load(path: Optional[Path] = None) -> tuple[Optional[Library], str]:
     if str(path) in _LOADED:
         return _LOADED[str(path)]
     if not path.is_file():
-        got = None, f"no FlashInfer C build at {path} (set {ENV_LIB}; scripts/flashinfer_capi/build.py builds it)"
+        got = None, f"no FlashInfer C build at {path} (set {ENV_LIB}; `kopt lab flashinfer-build` builds it)"
     else:
         try:
             cdll = ctypes.CDLL(str(path))

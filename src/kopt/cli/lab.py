@@ -186,6 +186,27 @@ def flashinfer() -> None:
         raise typer.Exit(1)
 
 
+@app.command("flashinfer-build")
+def flashinfer_build(
+    wheel: Optional[Path] = typer.Option(None, "--wheel", help="The pinned flashinfer-python wheel to take FlashInfer "
+                                                               "from (default: pip download it)."),
+    src: Optional[Path] = typer.Option(None, "--src", help="The trimmed source tarball an earlier build wrote (for a "
+                                                           "host without network)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where the library goes (default .gpu-fi/ here)."),
+    build_dir: Optional[Path] = typer.Option(None, "--build-dir",
+                                             help="Scratch folder (default build/flashinfer-capi)."),
+    jobs: int = typer.Option(0, "--jobs", min=0, help="Parallel nvcc jobs (default min(5, cores))."),
+    no_src_tarball: bool = typer.Option(False, "--no-src-tarball", help="Do not write the trimmed source tarball."),
+) -> None:
+    """Build kopt's C library of FlashInfer's batch decode (its own kernels, sm_90a) for the `flashinfer` peer:
+    nvcc and a C++17 compiler, no GPU (results/peers-flashinfer.md says what is taken and how)."""
+    from kopt.lab import build_flashinfer
+
+    rc = build_flashinfer(wheel, src, out, build_dir, jobs, not no_src_tarball)
+    if rc:
+        raise typer.Exit(rc)
+
+
 def check_steps(steps) -> None:
     """Each `kopt` step's arguments parsed by kopt's own commands, none run: an unknown command or option, or a value
     of the wrong type, is a usage error naming the step, before anything starts."""

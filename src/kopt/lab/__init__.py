@@ -9,7 +9,8 @@ device_plan), for what an engineer measures again; `kopt lab ...` runs them.
 - `prewarm`   : every kernel a run will need, deduplicated through device_plan, compiled in parallel (GPU; the
                 list on any machine).
 - `export`    : the ledger's runs as the committed bench CSV or the README table.
-- `flashinfer`: the `flashinfer` peer checked against the reference and under graph replay (GPU).
+- `flashinfer`: the `flashinfer` peer checked against the reference and under graph replay (GPU); the build of
+                kopt's C library of FlashInfer's decode (nvcc, no GPU).
 - `campaign`  : a declarative file of named kopt steps, run in order with a log each, packed for `kopt import`.
 - `common`    : what the GPU studies share (the CUDA check, cases, candidate, header line, table file).
 
@@ -31,7 +32,7 @@ _FACE = {
     "compile_kernels": ("prewarm", "compile_all"),
     "export_rows": ("export", "rows_for"), "export_csv": ("export", "to_csv"),
     "export_markdown": ("export", "to_markdown"), "ragged_names": ("export", "ragged_names"),
-    "check_flashinfer": ("flashinfer", "check_all"),
+    "check_flashinfer": ("flashinfer", "check_all"), "build_flashinfer": ("flashinfer", "build"),
     "load_campaign": ("campaign", "load"), "select_steps": ("campaign", "select"), "dry_run": ("campaign", "dry_run"),
     "run_campaign": ("campaign", "run"), "campaign_summary": ("campaign", "summary"),
     "CampaignFile": ("campaign", "CampaignFile"), "CampaignResult": ("campaign", "CampaignResult"),

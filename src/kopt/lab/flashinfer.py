@@ -1,5 +1,5 @@
 """`kopt lab flashinfer`: a GPU self-check of the `flashinfer` peer (the package, or kopt's C build of FlashInfer's
-decode that scripts/flashinfer_capi/build.py makes).
+decode that `kopt lab flashinfer-build` makes: build()).
 
 On a few shapes (GQA 4 and 8, head dims 64 and 128, fp16 and bf16, contiguous and pages of 16, split and unsplit KV)
 its output against the fp32 reference, judged as kopt judges a peer (tolerance from torch SDPA's own error), then the
@@ -94,3 +94,30 @@ def check_all(emit: Callable[[str], None] = print) -> int:
         emit(("PASS " if ok else "FAIL ") + line)
     emit(f"{len(SHAPES) - failed}/{len(SHAPES)} passed")
     return failed
+
+
+def build(wheel=None, src=None, out=None, build_dir=None, jobs: int = 0, src_tarball: bool = True) -> int:
+    """Build kopt's C library of FlashInfer's decode (kopt.baselines.flashinfer_capi.BUILD_SCRIPT, a standalone
+    script: nvcc, a C++17 host compiler and jinja2; no GPU) in a child process; returns its exit code. Inputs are
+    checked first (UsageError)."""
+    import subprocess
+    import sys
+
+    from kopt.baselines.flashinfer_capi import BUILD_SCRIPT
+
+    if wheel is not None and src is not None:
+        raise UsageError("give --wheel or --src, not both")
+    for flag, path in (("--wheel", wheel), ("--src", src)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path}: no such file")
+    if jobs < 0:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    args = [sys.executable, str(BUILD_SCRIPT)]
+    for flag, val in (("--wheel", wheel), ("--src", src), ("--out", out), ("--build-dir", build_dir)):
+        if val is not None:
+            args += [flag, str(val)]
+    if jobs:
+        args += ["--jobs", str(jobs)]
+    if not src_tarball:
+        args.append("--no-src-tarball")
+    return subprocess.run(args).returncode

@@ -9,9 +9,11 @@ Nothing of FlashInfer is committed: this script takes it from the wheel, renders
 JIT renders them (flashinfer/jit/attention/modules.py, gen_customize_batch_prefill_module, backend fa2), and
 compiles them with the flags its JIT uses, plus kopt's two glue files beside this script.
 
-    python3 scripts/flashinfer_capi/build.py                       # pip download the pinned wheel, build
-    python3 scripts/flashinfer_capi/build.py --wheel flashinfer_python-0.7.2.post1-py3-none-any.whl
-    python3 scripts/flashinfer_capi/build.py --src .gpu-fi/flashinfer-0.7.2.post1-capi-src.tar.xz --out /tmp/kopt-fi
+    kopt lab flashinfer-build                       # pip download the pinned wheel, build into .gpu-fi/
+    kopt lab flashinfer-build --wheel flashinfer_python-0.7.2.post1-py3-none-any.whl
+    kopt lab flashinfer-build --src .gpu-fi/flashinfer-0.7.2.post1-capi-src.tar.xz --out /tmp/kopt-fi
+
+(`kopt lab flashinfer-build` runs this file, which kopt ships as package data: it imports nothing of kopt.)
 
 Needs nvcc (CUDA >= 12.8; built and tested with 13.0), a host C++17 compiler and jinja2; no GPU, no torch.
 """
@@ -37,7 +39,6 @@ WHEEL_SHA256 = "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49
 LIB = "libkopt_flashinfer.so"
 SRC_TARBALL = f"flashinfer-{VERSION}-capi-src.tar.xz"
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 #: (suffix, FlashInfer dtype name, head dim): what kopt's cases use (fp16/bf16, head dims 64 and 128).
 VARIANTS = [(f"{t}_d{d}", name, d) for t, name in (("f16", "half"), ("bf16", "nv_bfloat16")) for d in (64, 128)]
 #: The two templates of the wheel's data/csrc the fa2 batch-prefill JIT renders.
@@ -75,10 +76,10 @@ README = """# FlashInfer {flashinfer}'s batch decode for kopt's `flashinfer` pee
   for a rebuild where no wheel can be downloaded.
 - `BUILD.json`: where it came from ({from}), nvcc, flags, sizes, hashes.
 
-Built by `scripts/flashinfer_capi/build.py` (see results/peers-flashinfer.md). kopt finds the library here
+Built by `kopt lab flashinfer-build` (see results/peers-flashinfer.md). kopt finds the library here
 (`.gpu-fi/` in the workspace) or where `KOPT_FLASHINFER_LIB` says; `kopt peers --peers flashinfer` then labels
 the peer `flashinfer-{flashinfer}-capi`. Check it on a GPU with `kopt lab flashinfer`;
-rebuild it there with `python3 scripts/flashinfer_capi/build.py --src .gpu-fi/{src_tarball} --out DIR`.
+rebuild it there with `kopt lab flashinfer-build --src .gpu-fi/{src_tarball} --out DIR`.
 """
 
 
@@ -213,8 +214,9 @@ def main(argv=None) -> int:
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--wheel", type=Path, help=f"the {WHEEL} to take FlashInfer from (default: pip download it)")
     src.add_argument("--src", type=Path, help=f"a {SRC_TARBALL} written by an earlier build")
-    ap.add_argument("--out", type=Path, default=ROOT / ".gpu-fi", help="where the library goes (default .gpu-fi/)")
-    ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "flashinfer-capi")
+    ap.add_argument("--out", type=Path, default=Path(".gpu-fi"), help="where the library goes (default .gpu-fi/ here)")
+    ap.add_argument("--build-dir", type=Path, default=Path("build") / "flashinfer-capi",
+                    help="scratch folder for the build (default build/flashinfer-capi here)")
     ap.add_argument("--jobs", type=int, default=min(5, os.cpu_count() or 1))
     ap.add_argument("--no-src-tarball", action="store_true", help="do not write the trimmed source tarball")
     a = ap.parse_args(argv)
