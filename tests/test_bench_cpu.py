@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from conftest import CANDIDATES, SHIPPED
 from kopt.cli.main import app
 from kopt.records import CaseResult, parse_line
-from kopt.workspace.ledger import load
+from kopt.store.ledger import load
 
 LINE = re.compile(r"^COMPILED:True CORRECT:True BACKEND:tilelang RUNTIME:\d+\.\d{4} REF_RUNTIME:\d+\.\d{4} "
                   r"SPEEDUP:\d+\.\d{4}x CASE:(\d+) DEVICE:cpu REF:torch-cpu STATUS:ok( [A-Z_]+:\S+)*$")

@@ -78,8 +78,8 @@ def test_a_quoted_case_count_is_the_case_files(rel):
 
 @pytest.mark.parametrize("rel", PROSE)
 def test_a_quoted_candidate_id_is_in_the_ledger_and_the_shipped_one_is_shipped(rel):
-    from kopt.workspace.ledger import load_dicts
-    from kopt.workspace.vcs import candidate_hash
+    from kopt.store.ledger import load_dicts
+    from kopt.store.vcs import candidate_hash
 
     rows = load_dicts(REPO / "candidates.jsonl").rows
     known = {r.get("candidate_id") for r in rows} | {r.get("run_id") for r in rows}

@@ -176,7 +176,8 @@ def test_the_line_is_key_value_fields_with_na_for_what_was_not_measured():
 def test_e2e_rows_are_recorded_and_stay_out_of_the_ranking_and_verdicts(workspace):
     from kopt import e2e
     from kopt.paths import ledger_file
-    from kopt.workspace import ledger, ranking
+    from kopt.policy import ranking
+    from kopt.store import ledger
 
     e2e.record(_result(), run_id="r1")
     rows = ledger.load_dicts(ledger_file()).rows
@@ -210,7 +211,7 @@ def test_verify_e2e_is_part_of_the_verdict(monkeypatch, workspace, ok):
     from kopt import e2e
     from kopt.eval import verdict
     from kopt.records import CaseResult
-    from kopt.workspace import ledger
+    from kopt.store import ledger
 
     row = CaseResult(row_id="r", run_id="v1", mode="verdict", case=4, compiled=True, correct=True, runtime_ms=1.0,
                      ref_runtime_ms=1.0, speedup=1.0)

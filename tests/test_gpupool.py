@@ -84,7 +84,7 @@ def test_spread_verdict_has_the_same_groups(workspace):
     from kopt.eval import verdict
     from kopt.eval.bench import BenchOptions
     from kopt.records import CaseResult
-    from kopt.workspace.ledger import load
+    from kopt.store.ledger import load
 
     cf = CaseFile(cases=select(load_cases(), [2, 3]),
                   verify=VerifySpec(seeds=1, matrix=[MatrixEntry(cases=[3], dtype="bf16")], hidden=1))

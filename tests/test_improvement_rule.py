@@ -9,8 +9,9 @@ from datetime import timedelta
 
 import pytest
 
+from kopt.policy import iterations, ranking
 from kopt.records import CaseResult
-from kopt.workspace import iterations, ledger, ranking
+from kopt.store import ledger
 
 THR = 0.01
 
@@ -81,7 +82,7 @@ def test_status_judges_iterations_by_both_geomeans(tmp_path, monkeypatch):
     """Iteration 2 gains on the uniform cases but loses the ragged ones: not improved, and status says why;
     iteration 3 gains on both; a re-verified candidate is judged by its latest verdict."""
     from conftest import kopt as run
-    from kopt.workspace.vcs import candidate_hash
+    from kopt.store.vcs import candidate_hash
 
     ws = tmp_path / "w"
     assert run("init", ws).exit_code == 0
@@ -119,7 +120,7 @@ def test_status_judges_iterations_by_both_geomeans(tmp_path, monkeypatch):
 
 
 def test_device_only_verdicts_are_judged_among_themselves():
-    from kopt.workspace.iterations import timing_generation
+    from kopt.policy.iterations import timing_generation
 
     eager = [{"timing": {"device_only": False}}, {"timing": None}]
     dev_only = [{"timing": {"device_only": True}}, {"timing": {"device_only": True}}, {"timing": None}]
@@ -139,8 +140,8 @@ def test_log_does_not_judge_a_graph_verdict_against_a_stream_best(tmp_path, monk
     graph replays is a new baseline there, as in the history, even when an older best reads higher."""
     from conftest import kopt as run
     from kopt.records import TimingStats
+    from kopt.store.vcs import candidate_hash
     from kopt.workspace import log
-    from kopt.workspace.vcs import candidate_hash
 
     ws = tmp_path / "w"
     assert run("init", ws).exit_code == 0
@@ -198,8 +199,8 @@ def test_a_pair_timed_together_is_compared_with_each_other(tmp_path, monkeypatch
     the pair timed together, not the best's latest verdict, and both the history and ITERATIONS.md's Bench line say
     which run they compared against; with no verdict of the best within PAIR_WINDOW_S, its latest decides."""
     from conftest import kopt as run
+    from kopt.store.vcs import candidate_hash
     from kopt.workspace import log
-    from kopt.workspace.vcs import candidate_hash
 
     ws = tmp_path / "w"
     assert run("init", ws).exit_code == 0

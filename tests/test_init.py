@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from kopt import template
 from kopt.cli.main import app
 from kopt.errors import KoptError
-from kopt.workspace import journal
+from kopt.store import journal
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED = ["README.md", "SKILL.md", "HINTS.md", "ITERATIONS.md", "candidates.jsonl", "bench/cases.yaml",

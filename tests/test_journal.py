@@ -15,9 +15,10 @@ from conftest import failure, kopt
 from kopt import atomic
 from kopt.errors import UsageError
 from kopt.records import CaseResult
-from kopt.workspace import journal, ledger, log
-from kopt.workspace.journal import Entry
-from kopt.workspace.vcs import candidate_hash
+from kopt.store import journal, ledger
+from kopt.store.journal import Entry
+from kopt.store.vcs import candidate_hash
+from kopt.workspace import log
 
 pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import kopt
 from kopt.records import CaseResult
-from kopt.workspace import lean, ledger
+from kopt.store import lean, ledger
 
 SAMPLE = Path(__file__).resolve().parent / "fixtures" / "ledger-schema1-sample.jsonl.xz"
 

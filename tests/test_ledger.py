@@ -3,7 +3,7 @@
 import json
 
 from kopt.records import CaseResult, Status
-from kopt.workspace.ledger import append, load, load_dicts
+from kopt.store.ledger import append, load, load_dicts
 
 
 def test_append_and_load_roundtrip(tmp_path):
@@ -38,7 +38,7 @@ def test_unwritable_ledger_fails_before_any_work(tmp_path):
     import pytest
 
     from kopt.errors import LedgerError
-    from kopt.workspace.ledger import check_writable
+    from kopt.store.ledger import check_writable
 
     (tmp_path / "c.jsonl").mkdir()
     with pytest.raises(LedgerError, match="cannot write ledger"):
@@ -55,7 +55,7 @@ def _rows(*ids):
 def test_import_appends_only_the_rows_not_yet_held_in_order_and_verbatim(tmp_path):
     """Another copy of the ledger (a device run's: this one's rows plus new ones) gives up only its new rows,
     appended in their order and byte for byte; a second import adds nothing; a dry run writes nothing."""
-    from kopt.workspace.ledger import import_rows
+    from kopt.store.ledger import import_rows
 
     dest, other = tmp_path / "candidates.jsonl", tmp_path / "device.jsonl"
     append(dest, _rows("a", "b"))
@@ -75,7 +75,7 @@ def test_import_reads_the_ledger_inside_a_campaign_archive_and_refuses_bad_lines
     schema is refused and reported by line, the valid rows still come in."""
     import tarfile
 
-    from kopt.workspace.ledger import import_rows
+    from kopt.store.ledger import import_rows
 
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -104,7 +104,7 @@ def test_import_refuses_what_is_not_a_ledger(tmp_path):
     import pytest
 
     from kopt.errors import LedgerError
-    from kopt.workspace.ledger import import_rows
+    from kopt.store.ledger import import_rows
 
     dest = tmp_path / "candidates.jsonl"
     append(dest, _rows("a"))

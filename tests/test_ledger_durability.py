@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 
 from kopt.records import CaseResult
-from kopt.workspace.ledger import append, load, load_dicts
+from kopt.store.ledger import append, load, load_dicts
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 _WRITER = """
 import sys
 from pathlib import Path
-from kopt.workspace.ledger import append
+from kopt.store.ledger import append
 from kopt.records import CaseResult
 path, wid, n = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 for i in range(n):
@@ -27,7 +27,7 @@ for i in range(n):
 _BIG_WRITER = """
 import sys
 from pathlib import Path
-from kopt.workspace.ledger import append
+from kopt.store.ledger import append
 from kopt.records import CaseResult
 row = CaseResult(row_id="big", message="x" * int(sys.argv[2]))
 print(len(row.model_dump_json()) + 1, flush=True)

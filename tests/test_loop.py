@@ -11,9 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from kopt.cli.main import app
+from kopt.policy import iterations, ranking
 from kopt.records import CaseResult
-from kopt.workspace import iterations, journal, ledger, log, ranking, trajectory
-from kopt.workspace.vcs import candidate_hash
+from kopt.store import journal, ledger, trajectory
+from kopt.store.vcs import candidate_hash
+from kopt.workspace import log
 
 CASES = (1, 2, 3)
 #: KOPT_TEST_REAL_VERDICT=1 runs the real `kopt verify` (CPU, quick) instead of writing verdict rows.
@@ -89,7 +91,7 @@ def test_whole_loop(tmp_path, monkeypatch):
     assert subjects[-1] == "kopt init"
     snaps = sorted(p.name for p in (ws / "trajectory").iterdir() if p.is_dir())
     assert [s.split("-")[0] for s in snaps] == ["1", "2", "3", "4"]
-    from kopt.workspace import trajectory
+    from kopt.store import trajectory
 
     # each snapshot rebuilds its iteration's candidate (the first whole, the others as deltas)
     assert all("solution/tilelang/run_kernel.py" in trajectory.files(ws / "trajectory" / s) for s in snaps)
@@ -180,7 +182,7 @@ def test_changes_count_from_the_last_iteration_commit(tmp_path, monkeypatch):
     shows in the next entry's Changes: the diff runs from the last [iter N] commit."""
     import git
 
-    from kopt.workspace import vcs
+    from kopt.store import vcs
 
     ws = tmp_path / "chg"
     kopt("init", ws)

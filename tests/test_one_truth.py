@@ -10,7 +10,7 @@ import re
 
 from conftest import kopt
 from kopt.paths import ledger_file
-from kopt.workspace import ledger
+from kopt.store import ledger
 from test_peers import _rows as peer_rows
 from test_shown import PERF, noisy_older_ledger, row, shipped  # noqa: F401  (shipped: a fixture)
 

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from conftest import failure, kopt
 from kopt.cli.main import app
-from kopt.workspace import pack, vcs
+from kopt.store import vcs
+from kopt.workspace import pack
 
 pytestmark = pytest.mark.usefixtures("git_env")
 

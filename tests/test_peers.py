@@ -347,7 +347,7 @@ def test_peers_cli_cpu_end_to_end(workspace):
     assert r.exit_code == 0, r.output
     assert "| 2 | edge |" in r.stdout and "NA fa3 on case(s) 2: needs CUDA" in r.stdout
     from kopt.records import CaseResult
-    from kopt.workspace.ledger import load
+    from kopt.store.ledger import load
 
     row = load(CaseResult, workspace / "candidates.jsonl").rows[-1]
     assert row.mode == "peers" and row.correct and row.ref.startswith("torch-cpu-") and row.speedup

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from kopt.cli.main import app
 from kopt.paths import ledger_file
 from kopt.records import CaseResult
-from kopt.workspace import ledger
+from kopt.store import ledger
 
 PNG = b"\x89PNG\r\n\x1a\n"
 runner = CliRunner()

@@ -131,7 +131,7 @@ def test_profile_reads_the_plan_from_the_ledger(workspace):
     from kopt.cases import load_cases
     from kopt.profile.runner import _balance
     from kopt.records import CaseResult
-    from kopt.workspace import ledger
+    from kopt.store import ledger
 
     c18 = next(c for c in load_cases() if c.id == 18)
     b, why = _balance(workspace, "abc", c18, 0, 132, "H200")

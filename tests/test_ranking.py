@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from kopt.cli.main import app
 from kopt.errors import KoptError
-from kopt.workspace import ranking
+from kopt.policy import ranking
 
 
 def kopt(*args: str):
@@ -125,9 +125,9 @@ def test_ten_thousand_rows_under_two_seconds(workspace, capsys):
 
 def test_device_filter_keeps_devices_apart(tmp_path):
     """Times from different devices never mix in one ranking."""
+    from kopt.policy.ranking import report
     from kopt.records import CaseResult
-    from kopt.workspace.ledger import append
-    from kopt.workspace.ranking import report
+    from kopt.store.ledger import append
 
     f = tmp_path / "c.jsonl"
     append(f, [CaseResult(row_id="a", candidate_id="gpu", case=1, correct=True, runtime_ms=1.0, ref_runtime_ms=2.0,

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 from conftest import REPO
 from kopt.cli.main import app
 from kopt.records import CaseResult
-from kopt.tune import table
-from kopt.workspace.ledger import load
+from kopt.store import tuning
+from kopt.store.ledger import load
 from test_tune import CANDIDATE
 
 TASK_TITLE = "ray::node_task"   # the process title Ray gives a worker while it runs kopt's task
@@ -127,7 +127,7 @@ def test_tune_on_ray_matches_local(cluster, workspace):
         assert a["config"]["passes"] == b["config"]["passes"] == 1
         assert a["gain_ci"][0] > 1 and b["gain_ci"][0] > 1 and b["gain"] > 1.5
     here = socket.gethostname()
-    lt, rt = table.read(workspace / "local.csv").rows, table.read(workspace / "ray.csv").rows
+    lt, rt = tuning.read(workspace / "local.csv").rows, tuning.read(workspace / "ray.csv").rows
     assert [x.key for x in lt] == [x.key for x in rt] and all(x.config["passes"] == 1 for x in lt + rt)
     assert all(x.host == here and x.device == "cpu" and x.units > 0 for x in rt)
     led = load(CaseResult, workspace / "candidates.jsonl")
@@ -259,7 +259,7 @@ def test_ctrl_c_cancels_the_tasks_and_leaves_the_ledger_whole(cluster, workspace
         tune(cand, select(load_cases(), [2, 3, 4]), opts, on_case=interrupt, log=logs.append)
     assert any(m.startswith("kopt: ray: cancelled ") for m in logs), logs
     led = load(CaseResult, workspace / "candidates.jsonl")
-    assert not led.skipped and len(led.rows) == 1 and len(table.read(workspace / "t.csv").rows) == 1
+    assert not led.skipped and len(led.rows) == 1 and len(tuning.read(workspace / "t.csv").rows) == 1
     assert not ray.is_initialized()                                     # the head left the cluster
 
 

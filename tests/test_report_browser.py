@@ -13,8 +13,8 @@ from conftest import REPO, kopt
 from kopt.paths import ledger_file
 from kopt.records import CaseResult
 from kopt.report import browser
-from kopt.workspace import ledger
-from kopt.workspace.vcs import candidate_hash
+from kopt.store import ledger
+from kopt.store.vcs import candidate_hash
 
 pytestmark = pytest.mark.skipif(browser.find() is None,
                                 reason="no headless Chromium (apt-get install chromium): browser check skipped")

@@ -1,4 +1,4 @@
-"""The shown-candidate rule (kopt.report.shown): the shipped candidate with its latest verdict and bench rows
+"""The shown-candidate rule (kopt.policy.shown): the shipped candidate with its latest verdict and bench rows
 for the cases the verdict did not time; the rule's best beside it, with the reason, only when another."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import uuid
 import pytest
 
 from kopt.paths import ledger_file
+from kopt.policy.shown import ranges, shown_candidate
 from kopt.records import CaseResult, TimingStats
-from kopt.report.shown import ranges, shown_candidate
-from kopt.workspace import ledger
-from kopt.workspace.vcs import candidate_hash
+from kopt.store import ledger
+from kopt.store.vcs import candidate_hash
 
 PERF = range(4, 15)
 VARIANT = "fp16-d128-contig-full"

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from kopt.records import CaseResult, parse_line
-from kopt.workspace.ledger import load
+from kopt.store.ledger import load
 
 ADV = Path(__file__).resolve().parent / "adversarial"
 SRC = Path(__file__).resolve().parents[1] / "src"

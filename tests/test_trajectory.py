@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import failure, kopt
 from kopt.cli.main import app
 from kopt.errors import WorkspaceError
-from kopt.workspace import delta, trajectory, vcs
+from kopt.store import delta, trajectory, vcs
 
 SOL = Path("solution") / "tilelang"
 

@@ -7,11 +7,11 @@ from typer.testing import CliRunner
 
 from kopt.cli.main import app
 from kopt.records import CaseResult, Status, TimingStats
+from kopt.store import tuning
+from kopt.store.ledger import load
 from kopt.tune import TuneOptions, finish_case
-from kopt.tune import table as tuning
 from kopt.tune.models import ConfigResult, ShardResult
 from kopt.tune.pick import pick_finalists, pick_winner, select_indices, shard_indices
-from kopt.workspace.ledger import load
 
 # Honest torch attention with a `passes` knob: the default recomputes the output 6 times (same
 # result, 6x the work), so a tuned config wins by far more than CPU timing noise.

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import REPO
 from kopt.errors import LedgerError
-from kopt.tune import table as tuning
-from kopt.tune.table import TuningRow
+from kopt.store import tuning
+from kopt.store.tuning import TuningRow
 
 LOOKUP_PY = REPO / "solution" / "tilelang" / "tuning_lookup.py"
 

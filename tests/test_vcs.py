@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from conftest import failure, kopt
 from kopt.cli.main import app, main
 from kopt.records import CaseResult
-from kopt.workspace import ledger, trajectory, vcs
+from kopt.store import ledger, trajectory, vcs
 
 pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 

@@ -18,8 +18,8 @@ from kopt import workloads
 from kopt.cases import load_file
 from kopt.errors import CaseError
 from kopt.eval.verdict import Verdict
+from kopt.policy import iterations, ranking
 from kopt.records import CaseResult, parse_line
-from kopt.workspace import iterations, ranking
 
 REPO = Path(__file__).resolve().parents[1]
 ADV = Path(__file__).resolve().parent / "adversarial"
@@ -174,8 +174,8 @@ def test_status_and_the_journal_say_overfit(tmp_path, monkeypatch, git_env):
     from typer.testing import CliRunner
 
     from kopt.cli.main import app
-    from kopt.workspace import ledger
-    from kopt.workspace.vcs import candidate_hash
+    from kopt.store import ledger
+    from kopt.store.vcs import candidate_hash
 
     ws = tmp_path / "loop"
     run = lambda *a: CliRunner().invoke(app, [str(x) for x in a])  # noqa: E731

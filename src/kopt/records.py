@@ -142,7 +142,7 @@ class CaseResult(BaseModel):
     peers, calibrate, e2e: those commands; heldout: the reigning candidate timed on a verdict's held-out draws."""
     verdict_rows: Optional[int] = Field(default=None, ge=1)
     """mode=verdict: the rows its `kopt verify` run writes in all (perf, matrix, hidden). A run with fewer rows
-    in the ledger was stopped before its end and is no verdict (kopt.workspace.ranking.latest_verdict)."""
+    in the ledger was stopped before its end and is no verdict (kopt.policy.ranking.latest_verdict)."""
     kind: Literal["case", "stagnation"] = "case"
     candidate_path: str = ""
     candidate_hash: str = ""

@@ -18,7 +18,7 @@ def command(
     from kopt.errors import UsageError
     from kopt.paths import ledger_file, workspace
     from kopt.records import CaseResult
-    from kopt.workspace import ledger
+    from kopt.store import ledger
 
     dest = ledger_file(workspace())
     if path.is_dir():

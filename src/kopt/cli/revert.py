@@ -17,7 +17,8 @@ def command(
     """Restore solution/ from snapshot N (or the best iteration's) as a new revert commit, never a reset. An
     uncommitted attempt in solution/ is first committed as an iteration of its own (not judged without a verdict)."""
     from kopt.paths import workspace
-    from kopt.workspace import commit, trajectory, vcs
+    from kopt.store import trajectory, vcs
+    from kopt.workspace import commit
 
     if to is not None:
         path, meta = vcs.pick_snapshot(workspace(), target.strip().lower())

@@ -167,8 +167,8 @@ def _time_reigning(p: Path, reigning: Optional[Path], best: Optional[str], v, he
     from kopt import candidate
     from kopt.eval import verdict
     from kopt.paths import workspace
-    from kopt.workspace import ranking
-    from kopt.workspace.vcs import export_candidate
+    from kopt.policy import ranking
+    from kopt.store.vcs import export_candidate
 
     me = candidate.candidate_id(p)
     with tempfile.TemporaryDirectory(prefix="kopt-reigning-") as tmp:
@@ -197,7 +197,7 @@ def _current_best(ledger: Path) -> Optional[str]:
     """The top-ranked candidate id of the ledger, if any."""
     if not ledger.exists():
         return None
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
     top = ranking.best(ranking.load_frame(ledger)[0])
     return str(top["candidate_id"]) if top else None

@@ -99,6 +99,6 @@ def _died(o: E2EOptions, p) -> E2EResult:
 def record(res: E2EResult, run_id: Optional[str] = None) -> None:
     """Append the run's ledger row (mode e2e) to the workspace's candidates.jsonl."""
     from kopt.paths import ledger_file
-    from kopt.workspace import ledger
+    from kopt.store import ledger
 
     ledger.append(ledger_file(), [res.row(run_id)])

@@ -5,7 +5,7 @@ Aggregates per group: GEOMEAN_SPEEDUP over the uniform perf cases (every sequenc
 seed's cases), GEOMEAN_SPEEDUP_RAGGED over the ragged ones, GEOMEAN_SPEEDUP_SEED over the seed projects'
 model shapes, and GEOMEAN_SPEEDUP_HELDOUT over the held-out draws (the number to move: the named cases are
 a sample), each with its PCT_LIMIT geomean. They are kept apart so a gain on one kind cannot hide a loss
-on another (kopt.workspace.iterations' rule reads them). The held-out geomeans are over the draws that ran
+on another (kopt.policy.iterations' rule reads them). The held-out geomeans are over the draws that ran
 correctly, beside HELDOUT_CORRECT (k/n): a draw is random, so one failure must not hide the other eleven;
 any failed row still fails the verdict, and FAILED names it.
 """
@@ -39,7 +39,7 @@ class Verdict:
     heldout_seed: Optional[int] = None
     vs_best: Optional[float] = None
     """Geomean over the held-out draws of this candidate's SPEEDUP / the reigning candidate's on the same draw
-    (kopt.workspace.ranking.heldout_ratio); None when the reigning candidate was not timed."""
+    (kopt.policy.ranking.heldout_ratio); None when the reigning candidate was not timed."""
     best_id: Optional[str] = None
     """The reigning candidate timed on the same draws."""
     planned: dict[str, int] = field(default_factory=dict)
@@ -317,7 +317,7 @@ def run_spread(path, cf, opts, perf_ids, on_result, ex, heldout=None):
     from kopt import candidate, paths
     from kopt.eval.bench import row_label
     from kopt.executor import PoolResult
-    from kopt.workspace import ledger
+    from kopt.store import ledger
 
     groups = plan(cf, opts, perf_ids, heldout)
     items = [it for g in groups for it in g]  # the executors' path: no budget, no screen
@@ -380,7 +380,7 @@ def run_on_gpus(path, cf, opts, perf_ids, on_result, gpus, heldout=None):
 def time_reigning(reigning: Path, cases: list[Case], opts: BenchOptions, run_id: str,
                   on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
     """The reigning candidate timed on a verdict's held-out cases (mode=heldout, paired_run=the verdict's run):
-    the improvement rule compares the two on the same draws (kopt.workspace.iterations: overfit)."""
+    the improvement rule compares the two on the same draws (kopt.policy.iterations: overfit)."""
     o = replace(opts, mode="heldout", run_id=None, verdict_rows=None, kept_child=False, paired_run=run_id,
                 parent_id=None, technique=None, hypothesis=None)
     return evaluate(reigning, cases, o, on_result)

@@ -38,7 +38,7 @@ def candidate_path(path: Optional[Path] = None) -> Path:
 def header(**facts) -> str:
     """The first line of a study: the device, the workspace's commit (NA outside a repository), then `facts`."""
     from kopt import hardware, paths
-    from kopt.workspace import vcs
+    from kopt.store import vcs
 
     dev = hardware.detect("cuda")
     commit = vcs.head_short(paths.workspace()) or "NA"

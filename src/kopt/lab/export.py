@@ -21,8 +21,9 @@ from pathlib import Path
 
 from kopt.cases import load_cases, select
 from kopt.errors import UsageError
+from kopt.policy import ranking
 from kopt.records import fmt_na
-from kopt.workspace import ledger, ranking
+from kopt.store import ledger
 
 COLUMNS = ["device", "date", "commit", "candidate_id", "case", "group", "model", "shape", "variant", "runtime_ms",
            "ref_runtime_ms", "ref",

@@ -1,7 +1,5 @@
-"""What the campaign shows: the HTML report, the plots, the peer panel, and the one rule of which candidate
-they show.
+"""What the campaign shows: the HTML report, the plots, the peer panel (which candidate they show: kopt.policy.shown).
 
-- `shown`    : which candidate the report, the plots, `kopt status` and `kopt candidates` show.
 - `campaign` : what the plots and the report show, read once (the shown candidate per case, peers).
 - `page`     : `kopt report`: one self-contained HTML page; `refresh` regenerates the committed views.
 - `plot`     : `kopt plot`: the PNG figures.

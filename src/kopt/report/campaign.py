@@ -1,7 +1,7 @@
-"""What the plots and the report show, read once: the shown candidate (kopt.report.shown) on every case of
+"""What the plots and the report show, read once: the shown candidate (kopt.policy.shown) on every case of
 the matrix, the iterations with their outcomes, and peer rows.
 
-Iterations come from git `[iter N]` commits (trajectory snapshots, kopt.workspace.iterations.trajectory) or, without
+Iterations come from git `[iter N]` commits (trajectory snapshots, kopt.policy.iterations.trajectory) or, without
 them, from verdict rows grouped by candidate_id in timestamp order.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from kopt.workspace.iterations import IterPoint
+from kopt.policy.iterations import IterPoint
 
 #: The reason a % of limit is NA on rows written before rows recorded the roofline limit.
 NO_LIMIT = "not measured: rows before the limit was recorded"
@@ -56,7 +56,7 @@ class Campaign:
     """What the plots and the report show."""
 
     shown: object = None
-    """kopt.report.shown.Shown."""
+    """kopt.policy.shown.Shown."""
     rows: list[CaseRow] = field(default_factory=list)
     trajectory: list[IterPoint] = field(default_factory=list)
     trajectory_source: str = "none"
@@ -66,7 +66,7 @@ class Campaign:
     peers: dict = field(default_factory=dict)
     """device slug -> kopt.report.panel.Panel of that device's newest `kopt peers` run."""
     ledger: object = None
-    """kopt.workspace.ledger.Loaded: the whole ledger as read once (every device's rows, the lines skipped)."""
+    """kopt.store.ledger.Loaded: the whole ledger as read once (every device's rows, the lines skipped)."""
 
     @property
     def skipped(self) -> int:
@@ -112,7 +112,7 @@ def _na(r: Optional[dict], view_note: str) -> dict[str, str]:
     names = ("runtime_ms", "ref_runtime_ms", "speedup", "ci", "gbps", "pct_peak", "pct_limit")
     if r is None:
         return {k: view_note for k in names}
-    from kopt.workspace.ranking import row_speedup
+    from kopt.policy.ranking import row_speedup
 
     st = str(r.get("status", "ok"))
     failed = f"not measured: the case failed ({st})" if st not in ("ok", "baseline_error") else None
@@ -130,7 +130,7 @@ def _na(r: Optional[dict], view_note: str) -> dict[str, str]:
 
 
 def _case_row(case, view) -> CaseRow:
-    from kopt.workspace.ranking import noisy_sides, row_speedup
+    from kopt.policy.ranking import noisy_sides, row_speedup
 
     c = CaseRow(case.id, case.kind, view.variant, case.batch, case.seqlen_k, case.kv_heads, case.gqa,
                 case.valid_keys, case.c500_ref_ms, view.basis, note=view.note)
@@ -170,15 +170,15 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     """The shown candidate on every case (with C500 reference times), the trajectory, peer rows."""
     from kopt.cases import load_cases
     from kopt.paths import cases_file, ledger_file
-    from kopt.report.shown import shown_candidate
-    from kopt.workspace.iterations import trajectory
-    from kopt.workspace.ledger import load_dicts
+    from kopt.policy.iterations import trajectory
+    from kopt.policy.shown import shown_candidate
+    from kopt.store.ledger import load_dicts
 
     ws = Path(ws)
     c = Campaign()
     c.ledger = load_dicts(ledger_file(ws))
     rows = c.ledger.rows
-    from kopt.report.shown import check_device
+    from kopt.policy.shown import check_device
 
     device = check_device(rows, device)  # before any figure is drawn
     if device:

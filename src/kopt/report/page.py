@@ -1,6 +1,6 @@
 """`kopt report`: one self-contained HTML page of the campaign (plots inlined as base64 PNG).
 
-Sections: the shown candidate (kopt.report.shown) and the rule's best beside it, every case of the matrix
+Sections: the shown candidate (kopt.policy.shown) and the rule's best beside it, every case of the matrix
 (with the seed's C500 reference times, labelled as reference data), the plots, peers, the
 trajectory and the latest diagnosis (the newest results/*/profiling/*/*/summary.json).
 
@@ -95,7 +95,7 @@ def _cases_section(c) -> str:
     head = ["case", "kind", "batch", "seqlen_k", "valid keys", "kv_heads", "gqa", "C500 ref ms*", "source"]
     head += [h for _, h, _ in MEASURED] + ["status", "notes"]
     copy = sorted(r.case for r in c.rows if r.pct_peak is not None and r.ceiling == "copy")
-    from kopt.report.shown import ranges
+    from kopt.policy.shown import ranges
 
     notes = "".join(f"<li value='{n}'>{html.escape(why)}</li>" for why, n in foot.items())
     return ("<h2>Cases</h2>" + _table(head, rows, 2, attrs)
@@ -109,8 +109,8 @@ def _cases_section(c) -> str:
 
 def _heldout_section(c) -> str:
     """The shown candidate's verdict by group, and its held-out draws one row each (the number to move)."""
+    from kopt.policy import ranking
     from kopt.records import fmt_na
-    from kopt.workspace import ranking
 
     s = c.shown
     run = s.verdict_run if s else None
@@ -167,7 +167,7 @@ def _shown_section(c, ranked: list[dict]) -> str:
                 f"{_e(b.iteration)}, geomean {_e(b.geomean)}): {_e(b.reason)}.</p>")
     else:
         out += "<p>Best by the improvement rule: the same candidate.</p>"
-    out += ("<p class='note'>Rule (kopt.report.shown): the shipped candidate with its latest verdict, its latest bench "
+    out += ("<p class='note'>Rule (kopt.policy.shown): the shipped candidate with its latest verdict, its latest bench "
             "rows for cases the verdict did not time; the rule's best beside it only when it is another "
             "candidate.</p></div>")
     if ranked:
@@ -236,7 +236,7 @@ def _img(path: Path, alt: str) -> str:
 
 def _ranked(ws: Path, c, device: Optional[str]) -> list[dict]:
     from kopt.paths import ledger_file
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
     df, _ = ranking.load_frame(ledger_file(ws), device, c.ledger)  # the ledger the campaign read
     return ranking.records(ranking.rank(df).head(5))

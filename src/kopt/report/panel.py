@@ -206,7 +206,7 @@ def notes(p: Panel) -> list[str]:
 
 def _ids(cs: list[int]) -> str:
     """1,2,3,5 -> 1-3,5."""
-    from kopt.report.shown import ranges
+    from kopt.policy.shown import ranges
 
     return ranges(set(cs)).replace(", ", ",")
 
@@ -244,7 +244,7 @@ def report_section(ws: Path, device: Optional[str] = None) -> str:
     its campaign already built: kopt.report.page); empty text when there is no peers run."""
     from kopt.cases import load_cases
     from kopt.paths import cases_file, ledger_file
-    from kopt.workspace.ledger import load_dicts
+    from kopt.store.ledger import load_dicts
 
     try:
         kinds = {c.id: c.kind for c in load_cases(cases_file(ws))}

@@ -1,4 +1,4 @@
-"""`kopt plot`: campaign figures (matplotlib, Agg, PNG) of the shown candidate (kopt.report.shown).
+"""`kopt plot`: campaign figures (matplotlib, Agg, PNG) of the shown candidate (kopt.policy.shown).
 
 - speedup.png: SPEEDUP with its 95% CI on every case of the matrix (one label per case, NA where
   not measured), and beside it measured runtimes next to the seed's C500 reference times
@@ -36,7 +36,7 @@ def _empty(ax, text: str) -> None:
 
 def _kinds(c: Campaign) -> str:
     """'1-3 edge, 4-14 perf, 15-18 ragged' for an axis label."""
-    from kopt.report.shown import ranges
+    from kopt.policy.shown import ranges
 
     kinds: dict[str, list[int]] = {}
     for r in c.rows:

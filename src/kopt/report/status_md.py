@@ -27,9 +27,9 @@ def markdown(ws: Path, campaign=None) -> str:
     from kopt.cases import load_cases
     from kopt.hardware import cache_file, read_cached
     from kopt.paths import CANDIDATE_REL, cases_file
+    from kopt.policy import ranking
+    from kopt.policy.shown import ranges
     from kopt.report.campaign import load_campaign
-    from kopt.report.shown import ranges
-    from kopt.workspace import ranking
 
     ws = Path(ws)
     c = campaign or load_campaign(ws)

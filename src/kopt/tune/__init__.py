@@ -7,7 +7,8 @@
              (kopt.eval.session), then the finalists paired with the default.
 - `pick`   : the pure selection rule: which configs are tried, paired, and which one wins.
 - `models` : the job a tuning child reads and what it reports.
-- `table`  : the tuning table, results/<backend>/tuning.csv: schema, tolerant read, upsert, lookup.
+
+The tuning table itself, results/<backend>/tuning.csv, is kopt.store.tuning.
 """
 
 from kopt.tune.api import CaseTune, TuneOptions, finish_case, ledger_row, table_row, tune

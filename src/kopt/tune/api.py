@@ -15,7 +15,7 @@ default in interleaved ABBA rounds (full options unless --quick). Outputs are ch
 the fp32 reference; the winner is the correct finalist with the highest paired speedup that passes
 the improvement rule (CI above 1, effect >= max(1%, 3 x the device's A/A spread)); when none
 passes, the default stays (gain 1). Results without paired figures fall back to the screened
-medians (kopt.tune.pick). Winners are upserted into results/<backend>/tuning.csv (kopt.tune.table).
+medians (kopt.tune.pick). Winners are upserted into results/<backend>/tuning.csv (kopt.store.tuning).
 """
 
 from __future__ import annotations
@@ -223,13 +223,13 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
     # a quick or partial search (--quick, --max-configs) never replaces a full one of the same kernel
     ct.row = table_row(case, ct, path, chash, quick=opts.quick or bool(opts.max_configs))
     if opts.write:
-        from kopt.tune import table
+        from kopt.store import tuning
 
-        ct.csv = Path(opts.csv) if opts.csv else table.default_path(ct.meta.backend or "tilelang")
-        table.upsert(ct.csv, [ct.row])
+        ct.csv = Path(opts.csv) if opts.csv else tuning.default_path(ct.meta.backend or "tilelang")
+        tuning.upsert(ct.csv, [ct.row])
     if opts.record:
         from kopt import paths
-        from kopt.workspace import ledger
+        from kopt.store import ledger
 
         ledger.append(opts.ledger or paths.ledger_file(), [ledger_row(path, case, ct, chash)])
     return ct
@@ -237,16 +237,16 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
 
 def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = False):
     """The tuning-table row of a case's winner (seqlen bucket from the cache capacity the kernel sees)."""
-    from kopt.tune import table
-    from kopt.workspace.vcs import head_short
+    from kopt.store import tuning
+    from kopt.store.vcs import head_short
 
     v, w = case.variant, ct.winner
     d_ms, w_ms = ct.times_ms()
     lo, hi = ct.gain_ci or (None, None)
     page = v.page_size or 0
-    return table.TuningRow(
+    return tuning.TuningRow(
         device=ct.meta.device_name, units=ct.meta.units, dtype=v.dtype.value, head_dim=v.head_dim,
-        batch=case.batch, seqlen_bucket=table.bucket(case.capacity), kv_heads=case.kv_heads, gqa=case.gqa,
+        batch=case.batch, seqlen_bucket=tuning.bucket(case.capacity), kv_heads=case.kv_heads, gqa=case.gqa,
         page_size=page, config=w.config or {}, runtime_ms=w_ms, default_runtime_ms=d_ms, gain=ct.gain,
         gain_lo=lo, gain_hi=hi, commit=head_short(Path(path).parent), candidate_id=short_id(chash), quick=bool(quick),
         host=ct.meta.host)

@@ -1,5 +1,5 @@
 """`kopt commit`: one iteration into git: its trajectory snapshot, the committed views (plots, report)
-regenerated from it, and the `[iter N]` commit of the workspace paths (kopt.workspace.vcs does the git)."""
+regenerated from it, and the `[iter N]` commit of the workspace paths (kopt.store.vcs does the git)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from typing import Optional
 from kopt.errors import LedgerError, UsageError, WorkspaceError
 from kopt.paths import ledger_file
 from kopt.report import refresh_for_commit
-from kopt.workspace import journal, ledger, log, trajectory, vcs
+from kopt.store import journal, ledger, trajectory, vcs
+from kopt.workspace import log
 
 
 def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> vcs.CommitResult:
@@ -80,7 +81,7 @@ def revert(ws: Path, target: str = "best") -> tuple[Optional[vcs.CommitResult], 
     attempts are data), then solution/ is restored from snapshot N, or from the best iteration by the improvement
     rule ("best"; the ledger's top-ranked candidate when no iteration improved). Returns (the attempt's commit or
     None, the revert commit)."""
-    from kopt.workspace import iterations
+    from kopt.policy import iterations
 
     repo = vcs.open_repo(ws)
     vcs.check_state(repo)
@@ -117,7 +118,7 @@ class Compaction:
 
 
 def compact_workspace(ws: Path, dry_run: bool = False) -> Compaction:
-    """Store the workspace lean: the ledger (run records, older rows archived: kopt.workspace.ledger.compact) and
-    every schema 1 trajectory snapshot (its files as a delta: kopt.workspace.trajectory.migrate). Every row and
+    """Store the workspace lean: the ledger (run records, older rows archived: kopt.store.ledger.compact) and
+    every schema 1 trajectory snapshot (its files as a delta: kopt.store.trajectory.migrate). Every row and
     snapshot is checked to read back the same before it replaces the old one. The result is for `kopt commit`."""
     return Compaction(ledger.compact(ledger_file(ws), dry_run=dry_run), trajectory.migrate(ws, dry_run=dry_run))

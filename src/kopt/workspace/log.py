@@ -1,6 +1,6 @@
 """`kopt log`: the next ITERATIONS.md entry, built from the workspace (Changes from git, Bench from the current
 candidate's own rows: its latest verdict judged against the best iteration, else its bench rows, not judged) and
-appended through kopt.workspace.journal."""
+appended through kopt.store.journal."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Optional
 
 from kopt.errors import UsageError, WorkspaceError
 from kopt.records import fmt_na
-from kopt.workspace.journal import Entry, add_entry, journal_file, parse, read, render_entry
+from kopt.store.journal import Entry, add_entry, journal_file, parse, read, render_entry
 
 
 def changes_section(ws: Path) -> str:
     """`git diff --stat` of the workspace paths (HEAD vs working tree) plus untracked files."""
-    from kopt.workspace import vcs
+    from kopt.store import vcs
 
     stat = vcs.diff_stat(ws)
     if stat is None:
@@ -26,7 +26,7 @@ def changes_section(ws: Path) -> str:
 def _table(rows: list[dict], source: bool = False) -> tuple[list[str], list[str]]:
     """Markdown table of rows (% of the roofline limit beside the speedup; with `source`, which command measured
     each row) and the cases whose timing was flagged noisy."""
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
     head = "| case | runtime ms | ref ms | speedup | % limit | noisy | status |"
     rule = "|---:|---:|---:|---:|---:|---|---|"
@@ -58,7 +58,7 @@ def row_source(r: dict) -> str:
 
 def signal_rows(rows: list[dict], cid: Optional[str]) -> list[dict]:
     """Candidate `cid`'s latest bench (and quick-verdict screen) row per case and variant, in case order."""
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
     latest: dict[tuple, dict] = {}
     for r in rows:
@@ -69,11 +69,11 @@ def signal_rows(rows: list[dict], cid: Optional[str]) -> list[dict]:
 
 def bench_section(ws: Path) -> str:
     """The Bench of the current solution's candidate, from its own rows only: its latest verdict (judged against
-    the best iteration by kopt.workspace.iterations.judge), else its bench and screen rows, labelled so and not
+    the best iteration by kopt.policy.iterations.judge), else its bench and screen rows, labelled so and not
     judged. Never another candidate's rows."""
     from kopt.paths import ledger_file
-    from kopt.workspace import iterations, ranking
-    from kopt.workspace.ledger import load_dicts
+    from kopt.policy import iterations, ranking
+    from kopt.store.ledger import load_dicts
 
     cid = iterations.current_candidate(ws)
     rows = load_dicts(ledger_file(ws)).rows
@@ -128,7 +128,7 @@ def bench_section(ws: Path) -> str:
 
 def _signal_section(rows: list[dict], cid: Optional[str]) -> str:
     """The Bench of a candidate without a verdict: its own bench / screen rows, labelled, and `not judged`."""
-    from kopt.workspace import iterations, ranking
+    from kopt.policy import iterations, ranking
 
     mine = signal_rows(rows, cid)
     if not mine:
@@ -159,7 +159,7 @@ def log_iteration(ws: Path, title: Optional[str] = None, hypothesis: Optional[st
                   edit: Optional[Callable[[str], Optional[str]]] = None) -> Entry:
     """Build the next entry (Changes from git, Bench from the ledger: the current candidate's own rows) and append
     it to ITERATIONS.md."""
-    from kopt.workspace import vcs
+    from kopt.store import vcs
 
     path = journal_file(ws)
     _, doc = read(path)

@@ -7,7 +7,7 @@ folders carried on purpose (an offline site folder, a peer kernel's build), unde
 copy: a new git repository with one commit, without the history a run never reads (LEAVE_OUT: trajectory/,
 ITERATIONS.md, knowledge/, workflows/, the views and notes in results/), with the whole ledger, the tuning
 tables, the device caches and the GPU campaign files (KEEP). Its COPIED_FROM file names the commit it was copied
-from, which its rows then name (kopt.workspace.vcs.head_short).
+from, which its rows then name (kopt.store.vcs.head_short).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from kopt.errors import UsageError, WorkspaceError
-from kopt.workspace.vcs import COPIED_FROM, git_error, head_short, open_repo
+from kopt.store.vcs import COPIED_FROM, git_error, head_short, open_repo
 
 #: The limit on the working tree that travels, carried folders included.
 LIMIT = 64 << 20

@@ -49,7 +49,7 @@ class InitResult:
 
 def _generated() -> dict[str, str]:
     """Files written from code: relative path -> text."""
-    from kopt.workspace.journal import render
+    from kopt.store.journal import render
 
     files = {"ITERATIONS.md": render([]), "candidates.jsonl": "", ".gitignore": GITIGNORE}
     files.update({k: "" for k in KEEP})
@@ -73,7 +73,7 @@ def _git_commit(root: Path, paths: list[str]) -> str:
         repo.git.add("--", *paths)
         repo.git.commit("-m", INIT_MESSAGE, "--", *paths)
     except git.GitCommandError as e:
-        from kopt.workspace.vcs import git_error
+        from kopt.store.vcs import git_error
 
         raise WorkspaceError(f"workspace written but the first commit failed ({git_error(e)}): "
                              f"fix git (user.name/user.email?) and run `git commit` in {root}") from None

@@ -1,4 +1,4 @@
-"""`kopt status`: where the loop stands: the iterations and their outcomes (kopt.workspace.iterations), the best
+"""`kopt status`: where the loop stands: the iterations and their outcomes (kopt.policy.iterations), the best
 candidate and why, the shown candidate, stagnation.
 
 Stagnation: STAGNATION_AFTER consecutive non-improving iterations. `status` then prints the
@@ -13,8 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from kopt.records import SPEEDUP_FMT, fmt_na
-from kopt.workspace.iterations import (
+from kopt.policy.iterations import (
     Iteration,
     best_iteration,
     history,
@@ -23,6 +22,7 @@ from kopt.workspace.iterations import (
     threshold,
     trajectory,
 )
+from kopt.records import SPEEDUP_FMT, fmt_na
 
 STAGNATION_AFTER = 3
 
@@ -45,7 +45,7 @@ class StatusReport:
     why_best: str = ""
     """Which candidate is best and why, in words: the rule's reason for the best iteration, both geomeans."""
     shown: Optional[dict] = None
-    """The shown candidate and the rule's best beside it (kopt.report.shown.Shown.brief())."""
+    """The shown candidate and the rule's best beside it (kopt.policy.shown.Shown.brief())."""
 
     def to_dict(self) -> dict:
         """JSON-ready form."""
@@ -62,7 +62,7 @@ def protocol(worst_case: Optional[int]) -> list[str]:
 
 def _worst_case(rows: list[dict]) -> Optional[int]:
     """The failing case, else the case with the lowest speedup, of a set of verdict rows."""
-    from kopt.workspace.ranking import row_speedup
+    from kopt.policy.ranking import row_speedup
 
     if not rows:
         return None
@@ -78,7 +78,7 @@ def record_stagnation(ws: Path, hist: list[Iteration], worst: Optional[int],
     rows: the ledger's rows when already read."""
     from kopt.paths import ledger_file
     from kopt.records import CaseResult
-    from kopt.workspace import ledger
+    from kopt.store import ledger
 
     best = best_iteration(hist)
     episode = f"after-iter-{best.iteration if best else 0}"
@@ -123,13 +123,13 @@ def why_best(best: Optional[Iteration], top: Optional[dict], hist: list[Iteratio
 def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] = None) -> StatusReport:
     """Iterations, best per case and overall, recent outcomes, stagnation (recorded in the ledger)."""
     from kopt.paths import ledger_file
-    from kopt.workspace import ranking
-    from kopt.workspace.ledger import load_dicts
+    from kopt.policy import ranking
+    from kopt.store.ledger import load_dicts
 
     ws = Path(ws)
     loaded = load_dicts(ledger_file(ws))  # read once: nothing below writes before the stagnation row
     rows = loaded.rows
-    from kopt.report.shown import check_device
+    from kopt.policy.shown import check_device
 
     device = check_device(rows, device)  # before anything is written
     hist = history(ws, rows)
@@ -140,7 +140,7 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     rep = StatusReport(len(hist), threshold(ws, rows=rows), best_iteration(hist), top,
                        ranking.records(ranking.best_per_case(df)), hist[-last:] if last > 0 else [], since, stagnating)
     rep.why_best = why_best(rep.best, top, hist)
-    from kopt.report.shown import shown_candidate
+    from kopt.policy.shown import shown_candidate
 
     points = None if device else trajectory(ws, rows, hist=hist)[0]  # the history above, not computed again
     rep.shown = shown_candidate(ws, rows, device, points=points, top=top).brief()

@@ -13,7 +13,7 @@ A lean row reads back as `{k: own[k] if k in own else shared[k] for k in keys}`:
 of the whole row it was encoded from; `encode` checks every row and keeps one whole where it would not. Which
 fields are shared is found from the rows themselves, never from a list of field names, so a new row field
 needs no change here. A run record belongs to its file: a run whose rows span two files has one in each.
-Pure functions over text and dicts; the I/O is kopt.workspace.ledger's.
+Pure functions over text and dicts; the I/O is kopt.store.ledger's.
 """
 
 from __future__ import annotations

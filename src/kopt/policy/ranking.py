@@ -1,6 +1,6 @@
 """Candidate ranking over candidates.jsonl: best per case, geomean per candidate, lineage.
 
-Rows are read as raw dicts (kopt.workspace.ledger.load_dicts) so rows of older schema versions still
+Rows are read as raw dicts (kopt.store.ledger.load_dicts) so rows of older schema versions still
 rank: a missing field is NA, never a guess. Two layers:
 
 - small pure-Python helpers (`row_cid`, `latest_verdict`, `geomean_of`, `geomeans`) used by journal/vcs/loop,
@@ -204,11 +204,11 @@ def load_frame(path: Path, device: Optional[str] = None, loaded=None):
     """Ledger -> (DataFrame of case rows with normalized columns and file order `seq`, skipped lines).
 
     With `device`, only rows measured on that device (times from different devices never mix in a rank).
-    `loaded`: the ledger already read with kopt.workspace.ledger.load_dicts (not read again).
+    `loaded`: the ledger already read with kopt.store.ledger.load_dicts (not read again).
     """
     import pandas as pd
 
-    from kopt.workspace.ledger import load_dicts
+    from kopt.store.ledger import load_dicts
 
     loaded = loaded if loaded is not None else load_dicts(path)
     df = pd.DataFrame.from_records(loaded.rows, columns=COLUMNS) if loaded.rows else pd.DataFrame(columns=COLUMNS)
@@ -371,13 +371,13 @@ class Report:
     skipped: list = field(default_factory=list)
     case: Optional[int] = None
     rows: list = field(default_factory=list)
-    """The ledger's raw rows, read once (kopt.report.shown reads them too)."""
+    """The ledger's raw rows, read once (kopt.policy.shown reads them too)."""
 
 
 def report(path: Path, top: Optional[int] = None, case: Optional[int] = None,
            device: Optional[str] = None) -> Report:
     """The library call behind `kopt candidates`."""
-    from kopt.workspace.ledger import load_dicts
+    from kopt.store.ledger import load_dicts
 
     loaded = load_dicts(path)
     df, skipped = load_frame(path, device, loaded)

@@ -11,7 +11,7 @@ from typing import Optional, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kopt.errors import LedgerError
-from kopt.workspace import lean
+from kopt.store import lean
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -80,7 +80,7 @@ class Loaded:
 
 def _parse(model: type[M], text: str):
     """Yield (line number, line, row or None, why not) for every row line of ledger text, lean rows read back
-    whole (kopt.workspace.lean)."""
+    whole (kopt.store.lean)."""
     for no, line, obj, why in lean.decode(text):
         if obj is None:
             yield no, line, None, why
@@ -262,7 +262,7 @@ def _checked(items: list) -> list[str]:
 
 def compact(path: Path, archive_at: Optional[int] = None, keep: Optional[int] = None,
             dry_run: bool = False) -> Compacted:
-    """Store ledger `path` lean (kopt.workspace.lean: every row reads back the same, checked before anything is
+    """Store ledger `path` lean (kopt.store.lean: every row reads back the same, checked before anything is
     replaced); when it is still longer than `archive_at` bytes (ARCHIVE_AT), its older rows go to a new
     xz-compressed generation in archive_dir(path), never rewritten, and about `keep` bytes (KEEP) of the newest
     stay. Under the ledger's lock, so appends wait; each file is replaced atomically."""

@@ -1,7 +1,7 @@
 """The loop's iterations and the improvement rule that judges them.
 
 An iteration is one `kopt commit`; its trajectory snapshot records the candidate id and the
-geomeans of that candidate's latest verdict (see kopt.workspace.trajectory.SnapshotMeta). The candidate's latest
+geomeans of that candidate's latest verdict (see kopt.store.trajectory.SnapshotMeta). The candidate's latest
 verdict in the ledger on the snapshot's device wins over the snapshot's copy, so re-verifying a
 candidate (a newer harness, the ragged cases) re-judges its iteration.
 
@@ -18,7 +18,7 @@ the same code (H200, iteration 31), so a pair timed together settles a gain the 
 A rule on the named cases alone can be won by fitting them, so a verdict also times held-out draws from the
 workload library and the reigning candidate on the same draws (rows of mode heldout, paired_run = the
 verdict's run): an iteration the rule above calls improved whose held-out SPEEDUPs lose to the reigning
-candidate's beyond the threshold (kopt.workspace.ranking.heldout_ratio < 1 - threshold) is `overfit`, not
+candidate's beyond the threshold (kopt.policy.ranking.heldout_ratio < 1 - threshold) is `overfit`, not
 improved, and does not become the best. When either verdict has no ragged geomean (rows older than the
 ragged cases, or a verdict without them) the uniform rule alone decides, G >= G_best * (1 + threshold),
 and the reason says so. The first iteration with a correct verdict on a device improves by definition, and
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
 
 @dataclass
@@ -159,7 +159,7 @@ def paired_verdict(verdicts: list[dict], cid: Optional[str], device: Optional[st
                    when: Optional[datetime]) -> Optional[Pair]:
     """Candidate `cid`'s finished, correct verify run on `device` with a uniform geomean, timed the same way
     (`generation`), closest in time to `when` and at most PAIR_WINDOW_S from it; None when it has none."""
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
     if not cid or when is None:
         return None
@@ -191,14 +191,14 @@ def best_side(verdicts: list[dict], best_cid: Optional[str], cid: Optional[str],
 def current_candidate(ws: Path) -> Optional[str]:
     """candidate_id of the workspace's solution/tilelang/run_kernel.py (None when absent)."""
     from kopt.paths import default_candidate
-    from kopt.workspace.vcs import candidate_hash
+    from kopt.store.vcs import candidate_hash
 
     return candidate_hash(default_candidate(ws))[1]
 
 
 def _rows(ws: Path) -> list[dict]:
     from kopt.paths import ledger_file
-    from kopt.workspace.ledger import load_dicts
+    from kopt.store.ledger import load_dicts
 
     return load_dicts(ledger_file(ws)).rows
 
@@ -209,8 +209,8 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     Geomeans are compared per device: an iteration verified on an H200 is judged against the best
     earlier H200 iteration, never against a CPU one; the first verdict on a device is an improvement
     (the device's first best)."""
-    from kopt.workspace import ranking
-    from kopt.workspace.trajectory import snapshots
+    from kopt.policy import ranking
+    from kopt.store.trajectory import snapshots
 
     best: dict = {}
     thr: dict = {}
@@ -259,7 +259,7 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
 def overfit(j: Judgement, late: list[dict], rows: list[dict], thr: float) -> Judgement:
     """An improved judgement turned `overfit` when the verdict's held-out draws lose to the reigning candidate
     timed on the same draws beyond the threshold; the reason says the held-out ratio either way."""
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
     run_id = next((r.get("run_id") for r in late if r.get("run_id")), None)
     theirs = ranking.reigning_rows(rows, run_id)
@@ -337,7 +337,7 @@ def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
                hist: Optional[list[Iteration]] = None) -> tuple[list[IterPoint], str]:
     """Git iterations when there are any (all devices); else verdicts grouped by candidate in timestamp
     order, judged by the same rule (judge). hist: history(ws, rows) when already computed."""
-    from kopt.workspace.ranking import failed, geomeans, latest_verdict, row_cid, verdict_device
+    from kopt.policy.ranking import failed, geomeans, latest_verdict, row_cid, verdict_device
 
     by_cid: dict[str, list[dict]] = {}  # one pass over the ledger, not one per candidate
     for r in rows:

@@ -1,5 +1,5 @@
 """Sets of files as deltas of each other, exact to the byte: a trajectory snapshot stores what changed since the
-snapshot before it (kopt.workspace.trajectory), not another copy of solution/.
+snapshot before it (kopt.store.trajectory), not another copy of solution/.
 
 A file set maps a relative path (posix) to (bytes, permission bits). A delta is JSON-ready:
 `{"files": {path: null | {"mode": m, "ops": [[i1, i2, [line, ...]], ...]} | {"mode": m, "text": s}

@@ -1,4 +1,4 @@
-"""Git for the loop (GitPython, imported lazily): `[iter N]` commits, reverts (from kopt.workspace.trajectory).
+"""Git for the loop (GitPython, imported lazily): `[iter N]` commits, reverts (from kopt.store.trajectory).
 
 Iteration numbering rule (one rule, used by `kopt log`, `kopt commit` and `kopt status`):
 N = 1 + the number of commits reachable from HEAD whose subject starts with `[iter `.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional
 from kopt.errors import UsageError, WorkspaceError
 
 if TYPE_CHECKING:
-    from kopt.workspace import trajectory
+    from kopt.store import trajectory
 
 WORKSPACE_PATHS = ("solution", "results", "ITERATIONS.md", "candidates.jsonl", "candidates.archive", "trajectory",
                    "knowledge")
@@ -162,7 +162,7 @@ def changed(repo, specs: list[str]) -> bool:
 def pick_snapshot(ws: Path, target: str = "best") -> tuple[Path, trajectory.SnapshotMeta]:
     """The snapshot of iteration `target` (its last, when several), or of the best-ranked candidate in the
     ledger that has one ('best')."""
-    from kopt.workspace.trajectory import restorable, snapshots
+    from kopt.store.trajectory import restorable, snapshots
 
     snaps = [(p, m) for p, m in snapshots(ws) if restorable(p)]
     if not snaps:
@@ -181,7 +181,7 @@ def pick_snapshot(ws: Path, target: str = "best") -> tuple[Path, trajectory.Snap
 def _best_snapshot(ws: Path, snaps: list[tuple[Path, trajectory.SnapshotMeta]]) -> tuple[Path, trajectory.SnapshotMeta]:
     """The snapshot of the best-ranked candidate (geomean from the ledger) that has one."""
     from kopt.paths import ledger_file
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
     by_cid: dict[str, tuple[Path, trajectory.SnapshotMeta]] = {}
     for p, m in snaps:
@@ -197,7 +197,7 @@ def _best_snapshot(ws: Path, snaps: list[tuple[Path, trajectory.SnapshotMeta]]) 
 
 def revert(ws: Path, target: str = "best") -> CommitResult:
     """Restore solution/ from snapshot N (or the best candidate's), byte for byte, as a NEW commit `[revert] ...`."""
-    from kopt.workspace import delta, trajectory
+    from kopt.store import delta, trajectory
 
     repo = open_repo(ws)
     check_state(repo)

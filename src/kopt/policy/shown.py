@@ -9,10 +9,10 @@ The rule:
    candidate's latest verdict when that verdict timed the case, else its latest bench row on the
    verdict's device (the verdict times perf cases only), else none (NA, with the reason).
 3. Beside it, only when it is another candidate: the best by the improvement rule (the last
-   improving iteration, kopt.workspace.status), with the reason it ranks there: the cases it leads on by more
+   improving iteration, kopt.policy.iterations), with the reason it ranks there: the cases it leads on by more
    than the rule's threshold and whether those timings were noisy.
 
-The improvement rule itself lives in kopt.workspace.status; this module only reads its outcome.
+The improvement rule itself lives in kopt.policy.iterations; this module only reads its outcome.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Shown(BaseModel):
     device: Optional[str] = None
     verdict_run: Optional[str] = None
     verdict_timing: Optional[str] = None
-    """How the verdict's rows were timed (kopt.workspace.iterations.GENERATIONS): verdicts timed another way
+    """How the verdict's rows were timed (kopt.policy.iterations.GENERATIONS): verdicts timed another way
     are not compared with it, and its figures differ from bench rows timed another way."""
     verdict_geomean: Optional[float] = None
     """Geomean speedup of the verdict's timed uniform (edge and perf) cases."""
@@ -201,7 +201,7 @@ def _timed(r: dict) -> bool:
 
 def _latest(rows: list[dict], cid: str, case: int, variants: tuple, device: Optional[str], mode: str):
     """(file index, row) of the candidate's latest timed row of `mode` on one case, or (None, None)."""
-    from kopt.workspace.ranking import row_cid
+    from kopt.policy.ranking import row_cid
 
     for i in range(len(rows) - 1, -1, -1):
         r = rows[i]
@@ -215,7 +215,7 @@ def _latest(rows: list[dict], cid: str, case: int, variants: tuple, device: Opti
 def _case_views(ws: Path, rows: list[dict], cid: str, verdict: list[dict], device: Optional[str]) -> list[CaseView]:
     from kopt.cases import load_cases
     from kopt.paths import cases_file
-    from kopt.workspace.ranking import row_speedup
+    from kopt.policy.ranking import row_speedup
 
     index = {id(r): i for i, r in enumerate(rows)}
     out = []
@@ -247,12 +247,12 @@ def _case_views(ws: Path, rows: list[dict], cid: str, verdict: list[dict], devic
 def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optional[str] = None,
                     points: Optional[list] = None, top: Optional[dict] = None) -> Shown:
     """The shown candidate under the module's rule. rows: the ledger's rows when already read;
-    points: the iterations (kopt.workspace.iterations.trajectory) when already computed; top: the ranking's first
-    candidate (kopt.workspace.ranking.best) when already computed."""
+    points: the iterations (kopt.policy.iterations.trajectory) when already computed; top: the ranking's first
+    candidate (kopt.policy.ranking.best) when already computed."""
     from kopt.paths import ledger_file
-    from kopt.workspace import ranking
-    from kopt.workspace.iterations import GENERATIONS, current_candidate, timing_generation
-    from kopt.workspace.ledger import Loaded, load_dicts
+    from kopt.policy import ranking
+    from kopt.policy.iterations import GENERATIONS, current_candidate, timing_generation
+    from kopt.store.ledger import Loaded, load_dicts
 
     ws = Path(ws)
     rows = rows if rows is not None else load_dicts(ledger_file(ws)).rows
@@ -297,7 +297,7 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     s.verdict_geomean, s.verdict_geomean_ragged = g.uniform, g.ragged
     s.commits = list(dict.fromkeys(str(c.row["commit"]) for c in s.cases if c.row and c.row.get("commit")))
     if points is None:
-        from kopt.workspace.iterations import trajectory
+        from kopt.policy.iterations import trajectory
 
         points, _ = trajectory(ws, rows, use_git=not device)  # git geomeans mix devices
     mine = [p for p in points if p.candidate_id == cid]
@@ -332,8 +332,8 @@ def _ranked_first(top: Optional[dict], s: Shown, points: list) -> Optional[Ranke
 
 def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optional[BestByRule]:
     """The last improving iteration's candidate on the shown device, when it is another one."""
-    from kopt.workspace.iterations import threshold
-    from kopt.workspace.ranking import latest_verdict
+    from kopt.policy.iterations import threshold
+    from kopt.policy.ranking import latest_verdict
 
     best = _rule_best(points, s.device)
     if best is None or best.candidate_id == s.candidate_id:
@@ -369,14 +369,14 @@ def _best_by_rule(ws: Path, rows: list[dict], s: Shown, points: list) -> Optiona
 
 
 def _speed(r: dict) -> Optional[float]:
-    from kopt.workspace.ranking import row_speedup
+    from kopt.policy.ranking import row_speedup
 
     return row_speedup(r) if r.get("correct") is True else None
 
 
 def _noise(other: dict, mine: dict) -> str:
     """Which timings behind a comparison were flagged noisy, with their relative IQR."""
-    from kopt.workspace.ranking import noisy_sides
+    from kopt.policy.ranking import noisy_sides
 
     out = []
     for who, r in (("its", other), ("the shown", mine)):

@@ -7,7 +7,7 @@ A snapshot, trajectory/<N>-<stamp>-<label>/, holds:
 - iteration.md: entry N of ITERATIONS.md;
 - the iteration's files, solution/ and the tuning tables the candidate reads (results/*/tuning.csv), either
   whole, in those folders (the first snapshot, and one whose chain of deltas since the last whole one would
-  outgrow the files themselves), or as files.json: a delta (kopt.workspace.delta) against the snapshot that
+  outgrow the files themselves), or as files.json: a delta (kopt.store.delta) against the snapshot that
   meta.base names.
 
 `files` rebuilds any snapshot's files byte for byte and checks them against meta.files; `kopt revert` restores
@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from kopt.errors import WorkspaceError
 from kopt.paths import CANDIDATE_REL
-from kopt.workspace import delta
+from kopt.store import delta
 
 DELTA = "files.json"
 _SKIP = re.compile(r"(^|/)(__pycache__/|[^/]*\.pyc$|\.[^/]*\.swp$)")
@@ -175,7 +175,7 @@ def _store(dst: Path, new: delta.Files, prev: Optional[tuple[Path, delta.Files]]
 
 def _verdict(rows: list[dict]) -> dict:
     """The SnapshotMeta fields of a candidate's latest verdict (its rows, in ledger order)."""
-    from kopt.workspace import ranking
+    from kopt.policy import ranking
 
     g = ranking.geomeans(rows)
     return dict(geomean=g.uniform, n_cases=g.n_uniform, geomean_ragged=g.ragged, n_ragged=g.n_ragged,
@@ -199,8 +199,9 @@ def write(ws: Path, n: int, description: str, branch: str = "", parent_commit: O
     trajectory/<N>-<stamp>-<label>/, atomically; returns the folder."""
     from kopt.candidate import content_hash, short_id
     from kopt.paths import ledger_file
-    from kopt.workspace import journal, ranking
-    from kopt.workspace.ledger import load_dicts
+    from kopt.policy import ranking
+    from kopt.store import journal
+    from kopt.store.ledger import load_dicts
 
     ws = Path(ws)
     now = datetime.now(timezone.utc)

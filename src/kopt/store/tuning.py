@@ -45,7 +45,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kopt.errors import LedgerError
-from kopt.workspace.ledger import Loaded
+from kopt.store.ledger import Loaded
 
 SCHEMA_VERSION = 1
 KEY = ("device", "units", "dtype", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size")
