@@ -161,11 +161,11 @@ def _timed_row(runtime_ms: float, cold: bool = True) -> CaseResult:
 @pytest.fixture
 def fake_ceiling(monkeypatch):
     from kopt import roofline
-    from kopt.eval import noise
+    from kopt.store import calibration
 
     roof = roofline.Roofline(read_gbps=1000.0, copy_gbps=900.0, floor_ms=0.002)
     monkeypatch.setattr(roofline, "for_device", lambda *a, **k: roof)
-    monkeypatch.setattr(noise, "aa_spread", lambda *a, **k: None)
+    monkeypatch.setattr(calibration, "aa_spread", lambda *a, **k: None)
 
 
 def test_implausible_when_faster_than_the_read_ceiling(fake_ceiling):

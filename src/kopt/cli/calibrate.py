@@ -26,9 +26,9 @@ def command(
     from kopt.candidate import resolve
     from kopt.eval import calibrate
     from kopt.eval.bench import BenchOptions
-    from kopt.eval.noise import calibration_file
     from kopt.paths import default_candidate, relative
     from kopt.records import fmt_na, token
+    from kopt.store.calibration import calibration_file
     from kopt.timing.stats import min_effect
 
     cases = resolve_cases(CaseSelection(case, False))

@@ -17,15 +17,15 @@ def command(
     """Restore solution/ from snapshot N (or the best iteration's) as a new revert commit, never a reset. An
     uncommitted attempt in solution/ is first committed as an iteration of its own (not judged without a verdict)."""
     from kopt.paths import workspace
-    from kopt.store import trajectory, vcs
-    from kopt.workspace import commit
+    from kopt.store import trajectory
+    from kopt.workspace import revert
 
     if to is not None:
-        path, meta = vcs.pick_snapshot(workspace(), target.strip().lower())
+        path, meta = revert.pick_snapshot(workspace(), target.strip().lower())
         written = trajectory.extract(path, to)
         print(f"iteration {meta.iteration} ({path.name}): {len(written)} file(s) written under {to}")
         return
-    attempt, res = commit.revert(workspace(), target.strip().lower())
+    attempt, res = revert.revert(workspace(), target.strip().lower())
     if attempt is not None:
         print(f"{attempt.message}  {attempt.sha[:10]}  snapshot {attempt.snapshot.name if attempt.snapshot else 'NA'}")
     print(f"{res.message}  {res.sha[:10]}")

@@ -2,7 +2,7 @@
 
 - `bench`     : `evaluate`, the one call behind `kopt bench`, `kopt verify` and `kopt peers`: rows of the ledger.
 - `verdict`   : `kopt verify`: every perf case cold, the correctness matrix, hidden shapes; on an executor.
-- `calibrate` : `kopt calibrate`: A/A runs; `noise` stores and reads the device's A/A spread.
+- `calibrate` : `kopt calibrate`: A/A runs, their spread stored by kopt.store.calibration; `noise`: a row's NOISY.
 - `peers`     : the candidate against each peer kernel: the child's half and the parent's output check.
 - `child`     : the parent's side of an evaluation child (`python -m kopt.eval.worker`), through kopt.proc.
 - `jobs`      : what parent and child exchange: Job, SavedOutput, WorkerResult, Outcome, fresh seeds.

@@ -296,6 +296,7 @@ def _derive(r: CaseResult, case: Case, device: str) -> None:
     """Correct flag, bandwidth, % of the read ceiling and of the limit, the implausibility guard, improvement."""
     from kopt import roofline
     from kopt.eval import checks, noise
+    from kopt.store import calibration
     from kopt.timing import stats
     from kopt.workload import bytes_moved, gbps
 
@@ -314,4 +315,4 @@ def _derive(r: CaseResult, case: Case, device: str) -> None:
                               r.timing.noisy if r.timing else None)
     # beats the reference beyond the noise; a one-off --config run is no candidate, so it gets no such flag
     if r.correct and r.speedup is not None and r.speedup_ci is not None and not r.config:
-        r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, noise.aa_spread(r.device))
+        r.improvement = stats.is_improvement(r.speedup, r.speedup_ci, calibration.aa_spread(r.device))

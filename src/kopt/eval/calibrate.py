@@ -1,5 +1,5 @@
 """`kopt calibrate`: A/A runs (the baseline and the candidate each timed against itself) that measure the
-device's noise floor and store it (kopt.eval.noise)."""
+device's noise floor and store it (kopt.store.calibration)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kopt.cases import Case
-from kopt.eval.noise import DEFAULT_SPREAD, AAEntry, Calibration, calibration_file
+from kopt.store.calibration import DEFAULT_SPREAD, AAEntry, Calibration, calibration_file
 
 
 def _entry(case: int, pair: str, r) -> AAEntry:

@@ -25,7 +25,7 @@ and the reason says so. The first iteration with a correct verdict on a device i
 so does the first one timed device-only there: verdicts timed device-only are judged only against each other
 (timing_generation). aa_spread is the `spread`
 of results/calibration-<device>.json (`kopt calibrate`; device of the latest verdict row), else
-kopt.eval.noise.DEFAULT_SPREAD (0.01, so +3% without a calibration). An iteration fails when any row of its
+kopt.store.calibration.DEFAULT_SPREAD (0.01, so +3% without a calibration). An iteration fails when any row of its
 candidate's verdict is incorrect or not ok; one whose candidate has no verdict (bench rows, a quick verdict's
 screen rows) is `not judged`: no outcome, and it does not count toward stagnation.
 
@@ -83,7 +83,7 @@ class Judgement:
 def threshold(ws: Path, device: Optional[str] = None, rows: Optional[list[dict]] = None) -> float:
     """Relative improvement an iteration must beat: max(1%, 3 x A/A spread of the verdict's device).
     rows: the ledger's rows when already read."""
-    from kopt.eval.noise import DEFAULT_SPREAD, aa_spread
+    from kopt.store.calibration import DEFAULT_SPREAD, aa_spread
     from kopt.timing.stats import min_effect
 
     if device is None:  # the device of the latest verdict row
@@ -194,6 +194,21 @@ def current_candidate(ws: Path) -> Optional[str]:
     from kopt.store.vcs import candidate_hash
 
     return candidate_hash(default_candidate(ws))[1]
+
+
+def snapshot_verdict(ws: Path) -> dict:
+    """What a trajectory snapshot records of the workspace candidate's latest verdict: the SnapshotMeta fields
+    (kopt.store.trajectory.write's `verdict`), its rows by id in ledger order; those of no verdict when it has
+    none."""
+    from kopt.policy import ranking
+
+    cid = current_candidate(ws)
+    rows = ranking.latest_verdict(_rows(ws), cid) if cid else []
+    g = ranking.geomeans(rows)
+    return dict(geomean=g.uniform, n_cases=g.n_uniform, geomean_ragged=g.ragged, n_ragged=g.n_ragged,
+                pct_limit=g.pct_limit, pct_limit_ragged=g.pct_limit_ragged, verdict_rows=len(rows),
+                failed=ranking.failed(rows), device=ranking.verdict_device(rows),
+                rows=[str(r.get("row_id")) for r in rows])
 
 
 def _rows(ws: Path) -> list[dict]:

@@ -173,17 +173,6 @@ def _store(dst: Path, new: delta.Files, prev: Optional[tuple[Path, delta.Files]]
     return None, 0
 
 
-def _verdict(rows: list[dict]) -> dict:
-    """The SnapshotMeta fields of a candidate's latest verdict (its rows, in ledger order)."""
-    from kopt.policy import ranking
-
-    g = ranking.geomeans(rows)
-    return dict(geomean=g.uniform, n_cases=g.n_uniform, geomean_ragged=g.ragged, n_ragged=g.n_ragged,
-                pct_limit=g.pct_limit, pct_limit_ragged=g.pct_limit_ragged, verdict_rows=len(rows),
-                failed=ranking.failed(rows), device=ranking.verdict_device(rows),
-                rows=[str(r.get("row_id")) for r in rows])
-
-
 def _previous(ws: Path) -> Optional[tuple[Path, delta.Files]]:
     """The last restorable snapshot and its files, the base of the next delta; None when there is none or its
     files cannot be rebuilt (a hand-edited or broken chain: the next snapshot is then stored whole)."""
@@ -194,14 +183,13 @@ def _previous(ws: Path) -> Optional[tuple[Path, delta.Files]]:
         return None
 
 
-def write(ws: Path, n: int, description: str, branch: str = "", parent_commit: Optional[str] = None) -> Path:
+def write(ws: Path, n: int, description: str, branch: str = "", parent_commit: Optional[str] = None,
+          verdict: Optional[dict] = None) -> Path:
     """Snapshot iteration N (its files, the candidate's latest verdict by row id, entry N of ITERATIONS.md) into
-    trajectory/<N>-<stamp>-<label>/, atomically; returns the folder."""
+    trajectory/<N>-<stamp>-<label>/, atomically; returns the folder. verdict: the SnapshotMeta fields of the
+    candidate's latest verdict (kopt.policy.iterations.snapshot_verdict); None: it has none."""
     from kopt.candidate import content_hash, short_id
-    from kopt.paths import ledger_file
-    from kopt.policy import ranking
     from kopt.store import journal
-    from kopt.store.ledger import load_dicts
 
     ws = Path(ws)
     now = datetime.now(timezone.utc)
@@ -211,7 +199,6 @@ def write(ws: Path, n: int, description: str, branch: str = "", parent_commit: O
     except OSError:
         h = None
     cid = short_id(h) if h else None
-    rows = ranking.latest_verdict(load_dicts(ledger_file(ws)).rows, cid) if cid else []
     new = workspace_files(ws)
     prev = _previous(ws)
     traj = ws / "trajectory"
@@ -223,7 +210,7 @@ def write(ws: Path, n: int, description: str, branch: str = "", parent_commit: O
         meta = SnapshotMeta(iteration=n, label=label, description=description,
                             created=now.isoformat(timespec="seconds"), candidate_hash=h, candidate_id=cid,
                             branch=branch, parent_commit=parent_commit, base=base,
-                            files=delta.manifest(new), **_verdict(rows))
+                            files=delta.manifest(new), **(verdict or {}))
         if (entry := journal.entry_text(ws, n)) is not None:
             (tmp / "iteration.md").write_text(entry)
         (tmp / "meta.json").write_text(meta.model_dump_json(indent=1) + "\n")

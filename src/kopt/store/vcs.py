@@ -1,4 +1,5 @@
-"""Git for the loop (GitPython, imported lazily): `[iter N]` commits, reverts (from kopt.store.trajectory).
+"""Git for the loop (GitPython, imported lazily): `[iter N]` commits, the commits of `kopt revert`
+(kopt.workspace.revert).
 
 Iteration numbering rule (one rule, used by `kopt log`, `kopt commit` and `kopt status`):
 N = 1 + the number of commits reachable from HEAD whose subject starts with `[iter `.
@@ -17,12 +18,9 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-from kopt.errors import UsageError, WorkspaceError
-
-if TYPE_CHECKING:
-    from kopt.store import trajectory
+from kopt.errors import WorkspaceError
 
 WORKSPACE_PATHS = ("solution", "results", "ITERATIONS.md", "candidates.jsonl", "candidates.archive", "trajectory",
                    "knowledge")
@@ -157,62 +155,6 @@ def commit(repo, message: str, specs: list[str]) -> str:
 
 def changed(repo, specs: list[str]) -> bool:
     return bool(repo.git.status("--porcelain", "--untracked-files=all", "--", *specs).strip())
-
-
-def pick_snapshot(ws: Path, target: str = "best") -> tuple[Path, trajectory.SnapshotMeta]:
-    """The snapshot of iteration `target` (its last, when several), or of the best-ranked candidate in the
-    ledger that has one ('best')."""
-    from kopt.store.trajectory import restorable, snapshots
-
-    snaps = [(p, m) for p, m in snapshots(ws) if restorable(p)]
-    if not snaps:
-        raise WorkspaceError("no trajectory snapshots yet: `kopt commit` records one per iteration")
-    if target == "best":
-        return _best_snapshot(ws, snaps)
-    if not target.isdigit():
-        raise UsageError(f"revert target must be an iteration number or 'best', not {target!r}")
-    found = [(p, m) for p, m in snaps if m.iteration == int(target)]
-    if not found:
-        have = ", ".join(str(m.iteration) for _, m in snaps)
-        raise UsageError(f"no trajectory snapshot for iteration {target} (have: {have})")
-    return found[-1]
-
-
-def _best_snapshot(ws: Path, snaps: list[tuple[Path, trajectory.SnapshotMeta]]) -> tuple[Path, trajectory.SnapshotMeta]:
-    """The snapshot of the best-ranked candidate (geomean from the ledger) that has one."""
-    from kopt.paths import ledger_file
-    from kopt.policy import ranking
-
-    by_cid: dict[str, tuple[Path, trajectory.SnapshotMeta]] = {}
-    for p, m in snaps:
-        if m.candidate_id:
-            by_cid.setdefault(m.candidate_id, (p, m))  # the first iteration that committed it
-    df, _ = ranking.load_frame(ledger_file(ws))
-    for cid in ranking.rank(df)["candidate_id"]:
-        if cid in by_cid:
-            return by_cid[cid]
-    raise WorkspaceError("no trajectory snapshot holds a candidate ranked in candidates.jsonl: "
-                         "give an iteration number instead (`kopt revert N`)")
-
-
-def revert(ws: Path, target: str = "best") -> CommitResult:
-    """Restore solution/ from snapshot N (or the best candidate's), byte for byte, as a NEW commit `[revert] ...`."""
-    from kopt.store import delta, trajectory
-
-    repo = open_repo(ws)
-    check_state(repo)
-    path, meta = pick_snapshot(ws, target)
-    got = {rel: f for rel, f in trajectory.files(path).items() if rel.startswith("solution/")}
-    specs = pathspecs(repo, ws, ("solution",))
-    if changed(repo, specs):
-        raise WorkspaceError("solution/ has uncommitted changes: commit them (`kopt commit`) or discard them first")
-    sol = Path(ws) / "solution"
-    shutil.rmtree(sol, ignore_errors=True)
-    delta.write_tree(ws, got)
-    if not changed(repo, specs):
-        raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
-    message = f"[revert] solution from iter {meta.iteration}"
-    return CommitResult(meta.iteration, message, commit(repo, message, specs), path)
 
 
 def head_short(start: Path) -> Optional[str]:

@@ -208,7 +208,7 @@ def tune(path: Path, cases: list[Case], opts: TuneOptions, on_case: Optional[Cal
 def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOptions, parallel: bool) -> CaseTune:
     """Merge shards, pick the winner, upsert the table row and append the ledger row."""
     from kopt.candidate import content_hash
-    from kopt.eval.noise import aa_spread
+    from kopt.store.calibration import aa_spread
 
     shards = sorted(shards, key=lambda s: 0 if s.n_configs else 1)   # a shard that loaded first (for meta)
     ct = CaseTune(case=case, shards=shards, configs=[c for s in shards for c in s.results])

@@ -7,10 +7,10 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from kopt.errors import LedgerError, UsageError, WorkspaceError
 from kopt.paths import ledger_file
+from kopt.policy import iterations
 from kopt.report import refresh_for_commit
 from kopt.store import journal, ledger, trajectory, vcs
 from kopt.workspace import log
@@ -47,7 +47,7 @@ def commit_iteration(ws: Path, description: str, allow_empty: bool = False) -> v
     except LedgerError as e:
         lean_warning = f"ledger left as it was: {e}"
     snap = trajectory.write(ws, n, description, repo.active_branch.name,
-                            repo.head.commit.hexsha if repo.head.is_valid() else None)
+                            repo.head.commit.hexsha if repo.head.is_valid() else None, iterations.snapshot_verdict(ws))
     refreshed, warning = refresh_for_commit(ws)  # after the snapshot: the trajectory has this iteration
     message = f"[iter {n}] {description}"
     try:
@@ -74,24 +74,6 @@ def authored_changed(repo, ws: Path) -> bool:
         return True
     return bool(repo.git.diff("--name-only", base, "--", *spec).strip()
                 or repo.git.ls_files("--others", "--exclude-standard", "--", *spec).strip())
-
-
-def revert(ws: Path, target: str = "best") -> tuple[Optional[vcs.CommitResult], vcs.CommitResult]:
-    """`kopt revert`: an uncommitted attempt in solution/ is first recorded as an iteration of its own (failed
-    attempts are data), then solution/ is restored from snapshot N, or from the best iteration by the improvement
-    rule ("best"; the ledger's top-ranked candidate when no iteration improved). Returns (the attempt's commit or
-    None, the revert commit)."""
-    from kopt.policy import iterations
-
-    repo = vcs.open_repo(ws)
-    vcs.check_state(repo)
-    attempt = None
-    if vcs.changed(repo, vcs.pathspecs(repo, ws, ("solution",))):
-        attempt = commit_iteration(ws, "attempt, reverted by kopt revert")
-    if target == "best":
-        best = iterations.best_iteration(iterations.history(ws))
-        target = str(best.iteration) if best else target
-    return attempt, vcs.revert(ws, target)
 
 
 def _without_prefix(description: str, n: int) -> str:
