@@ -1,18 +1,22 @@
-"""kopt's import graph, read with `ast`: no cycle between modules, no use of another module's private name.
+"""kopt's import graph, read with `ast`: no cycle between modules, no cycle between stages (the packages and
+modules directly under kopt), no import against the layers ARCHITECTURE.md declares, no use of another module's
+private name.
 
 Every import counts, the lazy ones inside functions included; relative imports are resolved against the
-importing module's package. Imports under `if TYPE_CHECKING:` never run, so they are left out of the cycle
-check (they still may not name another module's private name).
+importing module's package. Imports under `if TYPE_CHECKING:` never run, so they are left out of the cycle and
+layer checks (they still may not name another module's private name).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROOT = "kopt"
+ARCHITECTURE = SRC.parent / "ARCHITECTURE.md"
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,77 @@ def cycles(edges: list[Edge]) -> list[list[str]]:
     return sorted(out)
 
 
+def stage(module: str) -> str:
+    """The stage a module belongs to: kopt.X for kopt.X and everything under it; kopt for the package's __init__."""
+    return ".".join(module.split(".")[:2])
+
+
+def _crossing(edges: list[Edge]) -> list[Edge]:
+    """The imports that run (not under TYPE_CHECKING) from one stage into another."""
+    return [e for e in edges if not e.typing_only and stage(e.src) != stage(e.dst)]
+
+
+def _loop(crossing: list[Edge], comp: list[str]) -> list[str]:
+    """The shortest loop of stages through comp[0] inside the cycle `comp`, its first stage repeated at the end."""
+    graph: dict[str, set[str]] = {}
+    for e in crossing:
+        graph.setdefault(stage(e.src), set()).add(stage(e.dst))
+    start, members = comp[0], set(comp)
+    prev: dict[str, str] = {}
+    queue = [start]
+    for v in queue:
+        for w in sorted(graph.get(v, ()) & members):
+            if w == start:
+                path = [v]
+                while path[-1] != start:
+                    path.append(prev[path[-1]])
+                return [*reversed(path), start]
+            if w not in prev:
+                prev[w] = v
+                queue.append(w)
+    return comp
+
+
+def stage_cycles(edges: list[Edge]) -> list[str]:
+    """Each cycle between stages as a line naming its shortest loop, then every import that closes it (file:line,
+    module -> module); empty when the stages form no cycle."""
+    crossing = _crossing(edges)
+    lines = []
+    for comp in cycles([Edge(stage(e.src), stage(e.dst), e.where, False) for e in crossing]):
+        members = set(comp)
+        lines.append("stage cycle: " + " -> ".join(_loop(crossing, comp)))
+        lines += [f"  {stage(e.src)} -> {stage(e.dst)}: {e.where} ({e.src} -> {e.dst})" for e in crossing
+                  if stage(e.src) in members and stage(e.dst) in members]
+    return lines
+
+
+def declared_layers(text: str) -> list[list[str]]:
+    """The stages of each line of the Layers table of ARCHITECTURE.md's text, the top line first."""
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| ") and not ln.startswith("| layer |")]
+    return [[ROOT if n == ROOT else f"{ROOT}.{n}" for n in re.findall(r"`([\w.]+)`", row.split("|")[2])]
+            for row in rows]
+
+
+def layer_violations(edges: list[Edge], layers: list[list[str]], stages: set[str]) -> list[str]:
+    """Every import of a stage on a line above the importer's (file:line), every stage on no line or on two, every
+    line's stage that does not exist."""
+    level: dict[str, int] = {}
+    out = []
+    for i, line in enumerate(layers):
+        for s in line:
+            if s in level:
+                out.append(f"{s} is on two lines of the layers")
+            level.setdefault(s, i)
+    out += [f"stage {s} is on no line of ARCHITECTURE.md's layers" for s in sorted(stages - level.keys())]
+    out += [f"the layers name {s}, which is no stage" for s in sorted(level.keys() - stages)]
+    for e in _crossing(edges):
+        a, b = stage(e.src), stage(e.dst)
+        if a in level and b in level and level[b] < level[a]:
+            out.append(f"{a} imports {b}, a layer above it: {e.where} ({e.src} -> {e.dst})")
+    return out
+
+
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         path = tmp_path / name
@@ -206,6 +281,43 @@ def test_the_scanner_sees_relative_lazy_and_attribute_uses(tmp_path):
     assert sorted(p.split(": ", 1)[1] for p in private) == ["b._hidden", "from kopt.pkg.c import _x"]
 
 
+def test_the_stage_check_sees_a_cycle_closed_by_lazy_imports(tmp_path):
+    """No module imports one that imports it back, so the module check passes; the two packages still import each
+    other, through imports inside functions, one of them relative: the stage check names that cycle and the
+    imports that close it."""
+    files = {
+        "kopt/__init__.py": "",
+        "kopt/alpha/__init__.py": "",
+        "kopt/alpha/one.py": "def f():\n    from kopt.beta import two\n    return two.Y\n",
+        "kopt/alpha/four.py": "X = 1\n",
+        "kopt/beta/__init__.py": "",
+        "kopt/beta/two.py": "Y = 2\n",
+    }
+    one_way, _ = scan(_tree(tmp_path / "one-way", files))
+    assert stage_cycles(one_way) == []
+    files["kopt/beta/three.py"] = "def g():\n    from ..alpha import four\n    return four.X\n"
+    edges, _ = scan(_tree(tmp_path / "both-ways", files))
+    assert cycles(edges) == []
+    assert stage_cycles(edges) == [
+        "stage cycle: kopt.alpha -> kopt.beta -> kopt.alpha",
+        "  kopt.alpha -> kopt.beta: kopt/alpha/one.py:2 (kopt.alpha.one -> kopt.beta.two)",
+        "  kopt.beta -> kopt.alpha: kopt/beta/three.py:2 (kopt.beta.three -> kopt.alpha.four)",
+    ]
+
+
+def test_the_layer_check_flags_an_import_from_below_and_an_unplaced_stage():
+    layers = [["kopt.top"], ["kopt.low", "kopt.side"]]
+    edges = [Edge("kopt.top.a", "kopt.low.b", "kopt/top/a.py:3", False),
+             Edge("kopt.low.b", "kopt.side", "kopt/low/b.py:4", False),
+             Edge("kopt.low.c", "kopt.top.a", "kopt/low/c.py:9", False),
+             Edge("kopt.side", "kopt.top", "kopt/side.py:7", True)]  # under TYPE_CHECKING: never runs
+    assert layer_violations(edges, layers, {"kopt.top", "kopt.low", "kopt.side", "kopt.new"}) == [
+        "stage kopt.new is on no line of ARCHITECTURE.md's layers",
+        "kopt.low imports kopt.top, a layer above it: kopt/low/c.py:9 (kopt.low.c -> kopt.top.a)",
+    ]
+    assert layer_violations(edges[:2], layers, {"kopt.top", "kopt.low", "kopt.side"}) == []
+
+
 def test_the_scan_sees_the_package():
     edges, _ = scan()
     assert len(module_names()) > 20
@@ -222,6 +334,19 @@ def test_no_import_cycle_between_modules():
         lines += [f"  {e.src} -> {e.dst}  ({e.where})" for e in edges if e.src in members and e.dst in members
                   and not e.typing_only]
     assert not found, "\n" + "\n".join(lines)
+
+
+def test_no_import_cycle_between_stages():
+    found = stage_cycles(scan()[0])
+    assert not found, "\n" + "\n".join(found)
+
+
+def test_every_import_keeps_to_the_declared_layers():
+    layers = declared_layers(ARCHITECTURE.read_text())
+    assert len(layers) > 3 and ["kopt.store"] in layers and ["kopt.policy"] in layers
+    stages = {stage(m) for m in module_names()}
+    found = layer_violations(scan()[0], layers, stages)
+    assert not found, "\n" + "\n".join(found)
 
 
 def test_no_private_name_of_another_module():
