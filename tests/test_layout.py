@@ -361,3 +361,19 @@ def test_ci_runs_the_readme_test_command_with_the_lint():
     assert "ruff check src tests" in block[-1] and block[-1].endswith("python3 -m pytest -q")
     run = (repo / ".ci" / "run").read_text().splitlines()
     assert run[-len(block):] == block
+
+
+def test_the_store_and_policy_faces_give_their_modules_own_objects():
+    import importlib
+
+    import pytest
+
+    for pkg in ("kopt.store", "kopt.policy"):
+        face = importlib.import_module(pkg)
+        assert face.__all__
+        for name in face.__all__:
+            obj = getattr(face, name)
+            assert obj.__module__.startswith(f"{pkg}.")
+            assert getattr(importlib.import_module(obj.__module__), name) is obj
+        with pytest.raises(AttributeError):
+            face.no_such_name  # noqa: B018

@@ -212,7 +212,7 @@ def for_device(device: str, cache_dir: Optional[Path] = None, *, refresh: bool =
     if entry is None:
         return None
     if refresh or entry.read_gbps is None or entry.floor_ms is None:
-        from kopt.store.vcs import head_short
+        from kopt.store import head_short
 
         gbps, how = (measure_read or measure_read_gbps)(device)
         floor, floor_how = (measure_floor or measure_floor_ms)(device)

@@ -38,14 +38,13 @@ def command(
     from kopt.cli.common import err_console, out_console
     from kopt.errors import UsageError
     from kopt.paths import ledger_file, workspace
-    from kopt.policy import ranking
-    from kopt.policy.shown import shown_candidate
+    from kopt.policy import ranking, shown_candidate
     from kopt.records import fmt_na
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")
     from kopt.cli.options import one_case
-    from kopt.policy.shown import check_device
+    from kopt.policy import check_device
 
     case = one_case(case)
     # A terminal table of hundreds of rows is unreadable (and slow to lay out): 20 unless asked.

@@ -41,7 +41,7 @@ def command(
     from rich.table import Table
 
     con = out_console()
-    from kopt.policy.shown import Shown
+    from kopt.policy import Shown
 
     shown = Shown.model_validate(rep.shown)
     lines = shown.lines()

@@ -139,8 +139,7 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions, device: str,
               on_result: Optional[Callable[[CaseResult], None]], child: Child) -> list[CaseResult]:
     from kopt import candidate, paths
     from kopt.integrity import static_check
-    from kopt.store import ledger
-    from kopt.store.vcs import head_short
+    from kopt.store import head_short, ledger
 
     path = candidate.resolve(path)
     led = paths.ledger_file()

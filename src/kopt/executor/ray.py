@@ -156,7 +156,7 @@ class RayExecutor(Executor):
     def checkout(self, path: Path) -> Checkout:
         """How the nodes find the candidate, with the hash they must find there."""
         from kopt.candidate import content_hash
-        from kopt.store.vcs import head_short
+        from kopt.store import head_short
 
         path = Path(path).resolve()
         commit = head_short(path.parent)

@@ -191,7 +191,7 @@ def best_side(verdicts: list[dict], best_cid: Optional[str], cid: Optional[str],
 def current_candidate(ws: Path) -> Optional[str]:
     """candidate_id of the workspace's solution/tilelang/run_kernel.py (None when absent)."""
     from kopt.paths import default_candidate
-    from kopt.store.vcs import candidate_hash
+    from kopt.store import candidate_hash
 
     return candidate_hash(default_candidate(ws))[1]
 
@@ -213,7 +213,7 @@ def snapshot_verdict(ws: Path) -> dict:
 
 def _rows(ws: Path) -> list[dict]:
     from kopt.paths import ledger_file
-    from kopt.store.ledger import load_dicts
+    from kopt.store import load_dicts
 
     return load_dicts(ledger_file(ws)).rows
 

@@ -208,7 +208,7 @@ def load_frame(path: Path, device: Optional[str] = None, loaded=None):
     """
     import pandas as pd
 
-    from kopt.store.ledger import load_dicts
+    from kopt.store import load_dicts
 
     loaded = loaded if loaded is not None else load_dicts(path)
     df = pd.DataFrame.from_records(loaded.rows, columns=COLUMNS) if loaded.rows else pd.DataFrame(columns=COLUMNS)
@@ -377,7 +377,7 @@ class Report:
 def report(path: Path, top: Optional[int] = None, case: Optional[int] = None,
            device: Optional[str] = None) -> Report:
     """The library call behind `kopt candidates`."""
-    from kopt.store.ledger import load_dicts
+    from kopt.store import load_dicts
 
     loaded = load_dicts(path)
     df, skipped = load_frame(path, device, loaded)

@@ -252,7 +252,7 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     from kopt.paths import ledger_file
     from kopt.policy import ranking
     from kopt.policy.iterations import GENERATIONS, current_candidate, timing_generation
-    from kopt.store.ledger import Loaded, load_dicts
+    from kopt.store import Loaded, load_dicts
 
     ws = Path(ws)
     rows = rows if rows is not None else load_dicts(ledger_file(ws)).rows

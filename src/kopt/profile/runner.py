@@ -244,7 +244,7 @@ def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_n
     its own plan) on this device: the profiled process is not asked, so a case never benched there has none."""
     from kopt.paths import ledger_file
     from kopt.profile.geometry import plan_balance
-    from kopt.store.ledger import load_dicts
+    from kopt.store import load_dicts
     from kopt.workload import seqlens_for
 
     label = case.variant.label()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from kopt.policy.iterations import IterPoint
+from kopt.policy import IterPoint
 
 #: The reason a % of limit is NA on rows written before rows recorded the roofline limit.
 NO_LIMIT = "not measured: rows before the limit was recorded"
@@ -170,15 +170,15 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     """The shown candidate on every case (with C500 reference times), the trajectory, peer rows."""
     from kopt.cases import load_cases
     from kopt.paths import cases_file, ledger_file
+    from kopt.policy import shown_candidate
     from kopt.policy.iterations import trajectory
-    from kopt.policy.shown import shown_candidate
-    from kopt.store.ledger import load_dicts
+    from kopt.store import load_dicts
 
     ws = Path(ws)
     c = Campaign()
     c.ledger = load_dicts(ledger_file(ws))
     rows = c.ledger.rows
-    from kopt.policy.shown import check_device
+    from kopt.policy import check_device
 
     device = check_device(rows, device)  # before any figure is drawn
     if device:

@@ -244,7 +244,7 @@ def report_section(ws: Path, device: Optional[str] = None) -> str:
     its campaign already built: kopt.report.page); empty text when there is no peers run."""
     from kopt.cases import load_cases
     from kopt.paths import cases_file, ledger_file
-    from kopt.store.ledger import load_dicts
+    from kopt.store import load_dicts
 
     try:
         kinds = {c.id: c.kind for c in load_cases(cases_file(ws))}

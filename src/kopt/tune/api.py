@@ -237,8 +237,7 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
 
 def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = False):
     """The tuning-table row of a case's winner (seqlen bucket from the cache capacity the kernel sees)."""
-    from kopt.store import tuning
-    from kopt.store.vcs import head_short
+    from kopt.store import head_short, tuning
 
     v, w = case.variant, ct.winner
     d_ms, w_ms = ct.times_ms()

@@ -73,7 +73,7 @@ def bench_section(ws: Path) -> str:
     judged. Never another candidate's rows."""
     from kopt.paths import ledger_file
     from kopt.policy import iterations, ranking
-    from kopt.store.ledger import load_dicts
+    from kopt.store import load_dicts
 
     cid = iterations.current_candidate(ws)
     rows = load_dicts(ledger_file(ws)).rows

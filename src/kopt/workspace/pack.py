@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 from kopt.errors import UsageError, WorkspaceError
-from kopt.store.vcs import COPIED_FROM, git_error, head_short, open_repo
+from kopt.store import head_short
+from kopt.store.vcs import COPIED_FROM, git_error, open_repo
 
 #: The limit on the working tree that travels, carried folders included.
 LIMIT = 64 << 20

@@ -124,12 +124,12 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     """Iterations, best per case and overall, recent outcomes, stagnation (recorded in the ledger)."""
     from kopt.paths import ledger_file
     from kopt.policy import ranking
-    from kopt.store.ledger import load_dicts
+    from kopt.store import load_dicts
 
     ws = Path(ws)
     loaded = load_dicts(ledger_file(ws))  # read once: nothing below writes before the stagnation row
     rows = loaded.rows
-    from kopt.policy.shown import check_device
+    from kopt.policy import check_device
 
     device = check_device(rows, device)  # before anything is written
     hist = history(ws, rows)
@@ -140,7 +140,7 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     rep = StatusReport(len(hist), threshold(ws, rows=rows), best_iteration(hist), top,
                        ranking.records(ranking.best_per_case(df)), hist[-last:] if last > 0 else [], since, stagnating)
     rep.why_best = why_best(rep.best, top, hist)
-    from kopt.policy.shown import shown_candidate
+    from kopt.policy import shown_candidate
 
     points = None if device else trajectory(ws, rows, hist=hist)[0]  # the history above, not computed again
     rep.shown = shown_candidate(ws, rows, device, points=points, top=top).brief()
