@@ -293,7 +293,7 @@ def config_token(cfg: Optional[dict]) -> str:
 
 
 #: Every line kopt prints on stdout for agents (machine, VERDICT, TUNE, STOPPED, CALIBRATION... lines):
-#: KEY:VALUE fields, one space apart, no value with a space (tests/test_grammar.py).
+#: KEY:VALUE fields, one space apart, no value with a space (tests/engine/cli/test_grammar.py).
 ANY_LINE = re.compile(r"^(\w+:\S+)( \w+:\S+)*$")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 #: The project's top-level paths that form the workspace template: globs relative to the repository root, each
 #: matching at least one file. The starter candidate comes with every sibling module it imports
-#: (kopt.candidate.sources; tests/test_init.py checks the list holds them all).
+#: (kopt.candidate.sources; tests/engine/workspace/test_init.py checks the list holds them all).
 SHIPPED = (
     "SKILL.md",
     "HINTS.md",

@@ -105,7 +105,7 @@ def guarded(fn, name: str = ""):
 def _register(target: typer.Typer, name: str, module: str) -> None:
     try:
         m = import_module(f"kopt.cli.{module}")
-    except ModuleNotFoundError as e:  # tests/test_cli.py asserts every entry imports
+    except ModuleNotFoundError as e:  # tests/engine/cli/test_cli.py asserts every entry imports
         if e.name != f"kopt.cli.{module}":
             raise
         print(f"kopt: warning: command module {module} missing", file=sys.stderr)

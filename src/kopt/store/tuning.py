@@ -18,7 +18,7 @@ row of one kernel is kept. A row of
 another candidate, or a row without candidate_id (older tables), is always replaced.
 
 Lookup rules (the candidate side, solution/tilelang/tuning_lookup.py, repeats them without
-importing kopt; tests/test_tuning.py checks that both agree):
+importing kopt; tests/kernel/test_tuning.py checks that both agree):
 
 - seqlen_bucket = the next power of two >= seqlen_k;
 - exact match on device, units, dtype, head_dim, kv_heads, gqa and page_size; the device

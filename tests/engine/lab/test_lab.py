@@ -1,0 +1,234 @@
+"""`kopt lab`: the research tools' pure parts, their usage errors (one line, exit 2, before any GPU work), the
+prewarm list on the CPU, the export, and a campaign of a few steps run for real. What needs a GPU (the screens,
+timelines, read bounds, compiles and the FlashInfer check) is checked here as far as argument parsing and plans go."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, SHIPPED, assert_clean, run_main
+
+ROW = ('{"schema_version":1,"row_id":"r1","run_id":"x","mode":"signal","kind":"case","candidate_id":"aaaaaaaaaaaa",'
+       '"case":1,"device":"cpu","status":"ok","compiled":true,"correct":true}')
+
+
+#: The GPU tools whose usage errors are checked with the shipped candidate (the test workspace holds none).
+WITH_CANDIDATE = ("screen", "timeline", "readbound", "prewarm")
+
+
+def refused(argv: list[str], needle: str) -> str:
+    """`kopt argv` exits 2 with one `kopt: error:` line holding `needle`, and writes nothing to stdout."""
+    if argv[:2] in (["lab", c] for c in WITH_CANDIDATE) and "--candidate" not in argv:
+        argv = [*argv, "--candidate", str(SHIPPED)]
+    code, out, err = run_main(argv)
+    assert_clean(code, out, err, allowed=(2,))
+    assert needle in err and out == "", (err, out)
+    return err
+
+
+def test_the_lab_face_names_what_it_holds():
+    import kopt.lab
+
+    assert all(getattr(kopt.lab, name) is not None for name in kopt.lab.__all__)
+    with pytest.raises(AttributeError):
+        kopt.lab.no_such_name  # noqa: B018
+
+
+# ---------------------------------------------------------------- configs (pure)
+
+def test_configs_parse_labels_and_overlays():
+    from kopt.lab import LabConfig, parse_configs
+
+    assert parse_configs('a={"pdl": 0}; b=+{"block_N": 128} ;') == [LabConfig("a", {"pdl": 0}, False),
+                                                                    LabConfig("b", {"block_N": 128}, True)]
+    assert parse_configs('{"pdl": 0};+{"fused": 1}', labelled=False) == [LabConfig("c0", {"pdl": 0}, False),
+                                                                        LabConfig("c1", {"fused": 1}, True)]
+    assert LabConfig("b", {"pdl": 0}, True).full({"pdl": 1, "block_N": 64}) == {"pdl": 0, "block_N": 64}
+    assert LabConfig("a", {"pdl": 0}, False).full({"pdl": 1, "block_N": 64}) == {"pdl": 0}
+
+
+@pytest.mark.parametrize("text", ['{"pdl": 0}', "=[]", "x=[1]", "x={bad"])
+def test_a_bad_config_is_a_usage_error(text):
+    from kopt.errors import UsageError
+    from kopt.lab import parse_configs
+
+    with pytest.raises(UsageError):
+        parse_configs(text)
+
+
+def test_resolved_config_is_the_plan_as_config_keys():
+    """What '+{..}' is laid over: booleans as 0/1, the call's own fields (path, paged, page_size) and any field that
+    is no config key of the candidate left out; a config resolving to the default plan is an A/A (same_plan)."""
+    from kopt.lab import resolved_config, same_plan
+
+    plan = {"path": "cuda", "paged": False, "page_size": 0, "block_N": 128, "pdl": True, "fused": False, "scale": 0.1}
+    assert resolved_config(plan, frozenset({"block_N", "pdl", "fused"})) == {"block_N": 128, "pdl": 1, "fused": 0}
+    assert resolved_config(plan) == {"block_N": 128, "pdl": 1, "fused": 0, "scale": 0.1}
+    assert same_plan(dict(plan), plan) and not same_plan(plan | {"pdl": False}, plan)
+
+
+def test_screen_watchdog_reports_a_hang_and_exits_3():
+    """A config with no result in time (a hanging kernel blocks the process in a CUDA wait) is printed as HUNG and
+    the process exits 3, so the next screen still runs; a cancelled watchdog does nothing."""
+    code = ("import time; from kopt.lab.screen import watchdog; d = watchdog({s}, 'case=10 config=x HUNG'); "
+            "{then}; time.sleep(1.5); print('done')")
+    env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-c", code.format(s=0.2, then="pass")], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 3 and p.stdout.strip() == "case=10 config=x HUNG"
+    p = subprocess.run([sys.executable, "-c", code.format(s=0.5, then="d.cancel()")], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 0 and p.stdout.strip() == "done"
+
+
+def test_timeline_summary_takes_medians_per_kernel_and_the_handoff():
+    from kopt.lab.timeline import summarize
+
+    calls = [[("split", 0.0, 6.0), ("combine", 6.5, 8.0)], [("split", 0.0, 6.4), ("combine", 6.9, 8.6)],
+             [("split", 0.0, 6.2), ("combine", 6.6, 8.1)]]
+    rows, nums = summarize("10 candidate", calls, 1)
+    assert nums == {"span_us": 8.1, "missing": 1, "handoff_us": pytest.approx(2.0)}  # 2.0, 2.2, 1.9
+    assert rows[0] == "| 10 candidate | 0: `split` | 0.00 | 6.20 | 6.20 |" and len(rows) == 2
+    rows, nums = summarize("x", calls + [[("split", 0.0, 5.0)]], 0)
+    assert nums == {} and "NA: the calls launched different kernel counts ([1, 2])" in rows[0]
+
+
+def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean():
+    from kopt.cases import load_cases, select
+    from kopt.lab.readbound import shaped_na, table
+
+    uniform, ragged = select(load_cases(), [10, 18])
+    assert shaped_na(uniform, {"paged": False, "balanced": 0}) is None
+    assert shaped_na(uniform, {"paged": True}) == "NA: a paged cache"
+    assert shaped_na(uniform, {"balanced": 1}).startswith("NA: a balanced plan")
+    assert shaped_na(ragged, {"paged": False, "balanced": 0}).startswith("NA: ragged lengths")
+    row = dict(case=1, kind="perf", bytes=2e6, limit_us=1.0, read_us=2.0, cand_us=4.0, read_pct=50.0, cand_pct=25.0,
+               ratio=2.0, lo=1.9, hi=2.1, shaped_us=None, hm_us=None)
+    lines = table([row, row | {"case": 2, "read_pct": 200.0, "cand_pct": 100.0}], emit=lambda s: None)
+    assert "| 1 | 2.00 | 1.00 | 2.00 | NA | NA | 4.00 | 50.0 | 25.0 | 2.000 (1.900-2.100) |" in lines
+    assert lines[-1].startswith("geomean over 2 perf cases: read % of limit 100.0, candidate % of limit 50.0")
+
+
+# ---------------------------------------------------------------- usage errors, before any GPU work
+
+@pytest.mark.parametrize("argv,needle", [
+    (["lab", "screen", "--case", "10", "--configs", "nolabel"], "config 'nolabel': want label=JSON"),
+    (["lab", "screen", "--case", "10", "--configs", 'x={"no_such_key": 1}'], "unknown key no_such_key"),
+    (["lab", "screen", "--case", "99", "--configs", "x={}"], "unknown case id 99"),
+    (["lab", "screen", "--case", "10", "--configs", "x={}", "--page-size", "48"], "--page-size must be"),
+    (["lab", "timeline", "--calls", "5"], "--calls must be at least 20, got 5"),
+    (["lab", "timeline", "--configs", "nolabel"], "config 'nolabel': want label=JSON"),
+    (["lab", "readbound", "--layouts", "0,17"], "--layouts takes page sizes"),
+    (["lab", "readbound", "--candidate", "nope.py"], "candidate file not found"),
+    (["lab", "prewarm", "--bf16"], "--bf16 goes with --verify"),
+    (["lab", "prewarm", "--heldout", "3", "--verify"], "--heldout goes with --heldout-seed"),
+    (["lab", "prewarm", "--verify", "--case", "10"], "--verify and --case are exclusive"),
+    (["lab", "prewarm", "--page-size", "16"], "--page-size goes with --case"),
+    (["lab", "prewarm", "--device-profile", "H200"], "--device-profile goes with --list"),
+    (["lab", "prewarm", "--list", "--device-profile", "NOPE"], "no such GPU profile"),
+    (["lab", "prewarm", "--list", "--device-profile", "H200", "--configs", "[1]"], "want a JSON object"),
+    (["lab", "export", "nope"], "ledger not found"),
+    (["lab", "campaign", "nope.yaml"], "campaign file not found"),
+    (["lab", "campaign", "--steps", "", "x.yaml"], "--steps names no step"),
+    (["lab", "flashinfer-build", "--src", "nope.tar.xz"], "--src nope.tar.xz: no such file"),
+    (["lab", "flashinfer-build", "--wheel", "pyproject.toml", "--src", "pyproject.toml"], "--wheel or --src, not both"),
+])
+def test_lab_usage_errors_are_one_line_exit_2(argv, needle):
+    refused(argv, needle)
+
+
+@pytest.mark.parametrize("argv", [["lab", "screen", "--case", "10", "--configs", "x={}"], ["lab", "timeline"],
+                                  ["lab", "readbound"], ["lab", "prewarm"], ["lab", "prewarm", "--list"],
+                                  ["lab", "flashinfer"]])
+def test_gpu_tools_say_in_one_line_that_they_need_a_gpu(argv):
+    from kopt import hardware
+
+    if hardware.cuda_missing("x") is None:
+        pytest.skip("a CUDA device is visible here")
+    refused(argv, "needs a CUDA device; none is visible")
+
+
+@pytest.mark.parametrize("sub", ["screen", "timeline", "readbound", "prewarm", "export", "flashinfer",
+                                 "flashinfer-build", "campaign"])
+def test_every_lab_command_has_help(sub):
+    code, out, err = run_main(["lab", sub, "--help"])
+    assert code == 0 and "Usage" in out, err
+
+
+# ---------------------------------------------------------------- prewarm: the list, on any machine
+
+def test_prewarm_lists_distinct_kernels_of_a_device_profile_on_the_cpu():
+    """--list with a device profile resolves every shape's plan through the candidate's device_plan, here: the
+    verify set is a subset of the default set's kernels, a '+{..}' config laid over case 10's plan adds its kernel
+    (the same fields but the switch), and every line names the call's dtype and heads."""
+    def listed(*args):
+        code, out, err = run_main(["lab", "prewarm", "--list", "--device-profile", "H200", "--candidate", str(SHIPPED),
+                                   *args])
+        assert code == 0, err
+        *lines, last = out.splitlines()
+        assert last == f"{len(lines)} kernels" and len(set(lines)) == len(lines)
+        return lines
+
+    default, verify = listed(), listed("--verify")
+    assert set(verify) <= set(default) and len(verify) < len(default)
+    assert all(x.startswith("dtype=") and " hq=" in x and " split=" in x and "FAILED" not in x for x in default)
+    own = listed("--case", "10")
+    over = listed("--case", "10", "--configs", '+{"pdl": 0}')
+    assert len(own) == 1 and len(over) == 2 and own[0] in over
+    (other,) = [x for x in over if x != own[0]]
+    differ = set(other.split()) ^ set(own[0].split())
+    assert {w.split("=")[0] for w in differ} == {"pdl"}, differ
+
+
+def test_prewarm_build_error_comes_back_as_text():
+    """A worker's failure is returned as one line (a compiler's exception may not survive the trip back, and the
+    pool would lose its worker), so the other kernels still compile."""
+    from kopt.cases import load_cases
+    from kopt.lab.prewarm import compile_kernel
+
+    case = load_cases()[0]
+    seconds, err = compile_kernel("no/such/run_kernel.py", case.model_dump_json(), None)
+    assert seconds >= 0 and err and len(err) <= 300 and "\n" not in err
+
+
+# ---------------------------------------------------------------- export
+
+def _bench_rows(run_id, runtime, cases, ref=0.010, replay="graph", variant="fp16-d128-contig-full"):
+    return [json.dumps({"mode": "signal", "candidate_id": "abcdef012345", "run_id": run_id, "case": c,
+                        "variant": variant, "runtime_ms": runtime(c), "ref_runtime_ms": ref, "commit": "deadbee",
+                        "timestamp": "2026-12-01T11:31:00+00:00", "device": "H200", "kind": "case", "status": "ok",
+                        "correct": True, "case_kind": "ragged" if c >= 15 else "perf",
+                        "timing": {"method": "cupti", "replay": replay, "flush_kind": "read", "n": 5004}})
+            for c in cases]
+
+
+def test_export_writes_the_replay_column(workspace):
+    (workspace / "candidates.jsonl").write_text("\n".join(_bench_rows("runA", lambda c: 0.0031, [1, 2],
+                                                                      replay="stream")) + "\n")
+    code, out, err = run_main(["lab", "export", "runA"])
+    assert code == 0, err
+    head, first, *_ = out.splitlines()
+    cols = head.split(",")
+    assert first.split(",")[cols.index("replay")] == "stream" and first.split(",")[cols.index("case")] == "1"
+    refused(["lab", "export", "runA", "runB"], "no case rows for run id(s) runB")
+
+
+def test_export_markdown_holds_each_layout_against_contiguous(workspace):
+    """--markdown: a case's paged runtimes beside its contiguous one, and per page size the ragged cases over the 5%
+    bar (R4 at +6% in 16-token pages), or that every one is within it."""
+    lines = _bench_rows("runC", lambda c: 0.040, [10, 15, 16, 17, 18])
+    for run, page, slower in (("runP16", 16, {18: 1.06}), ("runP256", 256, {})):
+        lines += _bench_rows(run, lambda c, s=slower: 0.040 * s.get(c, 1.01), [15, 16, 17, 18],
+                             variant=f"fp16-d128-paged{page}-full")
+    (workspace / "candidates.jsonl").write_text("\n".join(lines) + "\n")
+    out_file = workspace / "table.md"
+    code, out, err = run_main(["lab", "export", "runC", "runP16", "runP256", "--markdown", "--out", str(out_file)])
+    assert code == 0 and out == "", err
+    text = out_file.read_text()
+    assert "| R4 | 40.00 | 10.00 |" in text and "42.40 (+6.0%) | 40.40 (+1.0%) |" in text
+    assert "| 10 | 40.00 |" in text and "16-token pages: over the 5% bar: R4 +6.0%" in text
+    assert "256-token pages: every ragged case (4) within 5% of contiguous" in text

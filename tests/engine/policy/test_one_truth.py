@@ -1,0 +1,86 @@
+"""One shown candidate everywhere: status, candidates, the report, the plots and results/STATUS.md name the same
+shipped candidate, the same best by the rule and the same first of the ranking, in their first line, with why they
+differ; a peer panel of another candidate is marked stale where it is shown; the report dates each device apart."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+
+from test_shown import PERF, noisy_older_ledger, row, shipped  # noqa: F401  (shipped: a fixture)
+
+from conftest import kopt, peer_rows
+from kopt.paths import ledger_file
+from kopt.store import ledger
+
+
+def _fixture(ws, cid: str) -> None:
+    """The shipped candidate's verdict; an older one better by the rule; a bench-only third ranked first; a peer
+    panel of a fourth candidate from 2026-12-01; a CPU row newer than everything."""
+    noisy_older_ledger(ws, cid)
+    ledger.append(ledger_file(ws), [row("cccccccccccc", c, 2.5, mode="signal", run="b-ccc") for c in PERF])
+    with open(ledger_file(ws), "a") as f:
+        for r in peer_rows():
+            f.write(json.dumps(r) + "\n")
+        f.write(json.dumps({"mode": "signal", "kind": "case", "case": 2, "device": "cpu", "candidate_id": cid,
+                            "timestamp": "2099-01-01T00:00:00+00:00", "status": "ok"}) + "\n")
+
+
+def _report_headline(page: str) -> str:
+    return html.unescape(re.search(r"data-headline='1'><b>([^<]*)</b>", page).group(1))
+
+
+def test_status_candidates_report_and_status_md_agree(workspace, shipped):  # noqa: F811
+    from kopt.report.plot import png_text
+
+    _fixture(workspace, shipped)
+    first = kopt("status", "--no-record").stdout.splitlines()[0]
+    assert first.startswith(f"shipped {shipped} (")
+    assert "best by the improvement rule: 0ld0ld0ld0ld (iteration 1), as the rule judged the shipped one not " \
+           "improved" in first
+    assert "first in the ranking by uniform geomean: cccccccccccc (2.500x, bench rows), no iteration holds it, " \
+           "so the rule never judged it" in first
+    assert kopt("candidates").stdout.splitlines()[0] == first
+    st = json.loads(kopt("status", "--json", "--no-record").stdout)["shown"]
+    assert st["headline"] == first
+    assert (st["candidate_id"], st["rule_best"], st["ranked_first"]["candidate_id"]) == \
+           (shipped, "0ld0ld0ld0ld", "cccccccccccc")
+    assert json.loads(kopt("candidates", "--json").stdout)["shown"]["candidate_id"] == shipped
+
+    r = kopt("report")
+    assert r.exit_code == 0, r.output
+    page = (workspace / "results" / "tilelang" / "report.html").read_text()
+    assert _report_headline(page) == first
+    assert f"<meta name='kopt-candidate' content='{shipped}'>" in page
+    assert "<meta name='kopt-rule-best' content='0ld0ld0ld0ld'>" in page
+    # the panel timed candidate abc on 2026-12-01: stale, with its candidate and its age, where it is shown
+    assert "data-stale='abc'" in page and "stale: this panel timed candidate abc on 2026-12-01" in html.unescape(page)
+    assert re.search(r"\d+ days before the shown candidate's verdict", html.unescape(page))
+    # the header dates each device by its own newest row: the CPU row of 2099 does not date the H200 rows
+    head = re.search(r"newest ledger row per device: ([^;]*; [^;.]*)", page).group(1)
+    assert head.startswith("cpu 2099-01-01") and "H200 " in head and "H200 2099" not in head
+    plots = workspace / "results" / "tilelang" / "plots"
+    for p in plots.glob("*.png"):
+        meta = png_text(p)
+        assert meta["kopt-candidate"] == shipped and meta["kopt-rule-best"] == "0ld0ld0ld0ld", p.name
+    status_md = (workspace / "results" / "STATUS.md").read_text()
+    assert first + "." in status_md and "stale: this panel timed candidate abc" in status_md
+
+
+def test_a_panel_of_the_shown_candidate_is_not_stale(workspace, shipped):  # noqa: F811
+    from kopt.report.campaign import load_campaign
+
+    noisy_older_ledger(workspace, shipped)
+    with open(ledger_file(workspace), "a") as f:
+        for r in peer_rows():
+            f.write(json.dumps({**r, "candidate_id": shipped}) + "\n")
+    c = load_campaign(workspace)
+    assert [p.stale for p in c.peers.values()] == [""]
+
+
+def test_without_other_candidates_the_first_line_says_so(workspace, shipped):  # noqa: F811
+    ledger.append(ledger_file(workspace), [row(shipped, c, 1.5, run="v-new") for c in PERF])
+    first = kopt("status", "--no-record").stdout.splitlines()[0]
+    assert first.startswith(f"shipped {shipped} (iteration 1") and first.endswith(
+        "also the best by the improvement rule; also first in the ranking")

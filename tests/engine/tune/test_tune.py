@@ -1,0 +1,211 @@
+"""`kopt tune` on the CPU with tiny torch candidates that declare configs(); selection, finalist and winner rules."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import TUNE_CANDIDATE as CANDIDATE
+from kopt.cli.main import app
+from kopt.records import CaseResult, Status, TimingStats
+from kopt.store import tuning
+from kopt.store.ledger import load
+from kopt.tune import TuneOptions, finish_case
+from kopt.tune.models import ConfigResult, ShardResult
+from kopt.tune.pick import pick_finalists, pick_winner, select_indices, shard_indices
+
+# Honest torch attention with a `passes` knob: the default recomputes the output 6 times (same
+# result, 6x the work), so a tuned config wins by far more than CPU timing noise.
+
+
+def test_select_and_shard_indices():
+    assert select_indices(0, 3) == [] and select_indices(5, None) == [0, 1, 2, 3, 4]
+    assert select_indices(5, 9) == [0, 1, 2, 3, 4] and select_indices(21, 1) == [0]
+    assert select_indices(21, 2) == [0, 1]
+    assert select_indices(21, 5) == [0, 1, 7, 14, 20]          # the default + 4 spread over the rest
+    sel = select_indices(10, None)
+    parts = [shard_indices(sel, s, 3) for s in range(3)]
+    assert all(p[0] == 0 for p in parts)                       # every shard re-times the default
+    assert sorted(i for p in parts for i in p[1:]) == list(range(1, 10))
+
+
+def _t(ms, ci=0.005):
+    return TimingStats(method="cupti", median_ms=ms, q1_ms=ms, q3_ms=ms, min_ms=ms, n=100, rel_iqr=0.0, ci_rel=ci)
+
+
+def _cr(index, ms, shard=0, correct=True, ci=0.005, paired=None, status=Status.ok):
+    """A checked config; paired=(speedup, lo, hi) makes it a finalist timed against its shard's default."""
+    cr = ConfigResult(index=index, shard=shard, config={"i": index}, status=status, correct=correct, cold=_t(ms, ci))
+    if paired:
+        s, lo, hi = paired
+        cr.paired_speedup, cr.paired_ci, cr.paired_a, cr.paired_b = s, (lo, hi), _t(ms / 1.01), _t(ms / 1.01 * s)
+    return cr
+
+
+def test_pick_winner_rules():
+    w, d, g, _ = pick_winner([_cr(0, 1.0), _cr(1, 0.8), _cr(2, 0.7, correct=False)])
+    assert w.index == 1 and d.index == 0 and g == pytest.approx(1.25)
+    w, d, g, note = pick_winner([_cr(0, 1.0), _cr(1, 0.998)])  # inside the CI: keep the default
+    assert w.index == 0 and g == 1.0 and "noise" in note
+    w, d, g, note = pick_winner([_cr(0, 1.0, ci=3.0), _cr(1, 0.9, ci=2.0)])  # a wide host CI is capped
+    assert w.index == 1 and g == pytest.approx(1 / 0.9)
+    w, d, g, note = pick_winner([_cr(0, 1.0, correct=False), _cr(1, 0.9)])
+    assert w.index == 1 and d is None and g is None and "default" in note
+    # shards on different GPUs: compared through each shard's own default
+    w, d, g, _ = pick_winner([_cr(0, 1.0, 0), _cr(1, 0.9, 0), _cr(0, 1.2, 1), _cr(2, 0.96, 1)])
+    assert (w.index, w.shard, d.shard) == (2, 1, 1) and g == pytest.approx(1.25)
+    assert pick_winner([_cr(0, 1.0, correct=False)])[0] is None
+
+
+def test_pick_winner_paired_rules():
+    # a finalist whose CI excludes 1 and whose effect clears max(1%, 3 x A/A): wins with its paired gain
+    w, d, g, note = pick_winner([_cr(0, 1.0), _cr(1, 0.9, paired=(1.08, 1.05, 1.10)),
+                                 _cr(2, 0.95, paired=(1.03, 1.02, 1.04))], aa_spread=0.005)
+    assert (w.index, d.index, note) == (1, 0, "") and g == pytest.approx(1.08)
+    # the screen ranked 2 first, but the pairs decide: the highest paired speedup that passes wins
+    w, _, g, _ = pick_winner([_cr(0, 1.0), _cr(1, 0.95, paired=(1.04, 1.03, 1.05)),
+                              _cr(2, 0.90, paired=(1.02, 1.015, 1.03))], aa_spread=0.001)
+    assert w.index == 1 and g == pytest.approx(1.04)
+    # within noise: a CI that includes 1, or an effect below 3 x the A/A spread: the default stays
+    w, d, g, note = pick_winner([_cr(0, 1.0), _cr(1, 0.9, paired=(1.006, 0.998, 1.012))], aa_spread=0.002)
+    assert w.index == 0 and d.index == 0 and g == 1.0
+    assert note == "best finalist 1.006x (CI 0.998-1.012): not an improvement, default kept"
+    w, _, g, note = pick_winner([_cr(0, 1.0), _cr(1, 0.9, paired=(1.02, 1.01, 1.03))], aa_spread=0.01)
+    assert w.index == 0 and g == 1.0 and "1.020x" in note          # needs >= 3% on this device
+    # an incorrect finalist never wins, however fast its pairs say it is
+    w, _, g, _ = pick_winner([_cr(0, 1.0), _cr(1, 0.5, correct=False, paired=(2.0, 1.9, 2.1)),
+                              _cr(2, 0.9, paired=(1.1, 1.08, 1.12))], aa_spread=0.005)
+    assert w.index == 2 and g == pytest.approx(1.1)
+    w, _, g, note = pick_winner([_cr(0, 1.0), _cr(1, 0.5, correct=False, paired=(2.0, 1.9, 2.1))])
+    assert w.index == 0 and g == 1.0 and "finalist" not in note       # unpaired rule: only the default is correct
+    # pairs against a default that failed its check mean nothing: the unpaired rule reports it
+    w, d, g, note = pick_winner([_cr(0, 1.0, correct=False), _cr(1, 0.9, paired=(1.1, 1.05, 1.15))])
+    assert w.index == 1 and d is None and g is None and "default" in note
+    # shards: each shard's finalists were paired with that shard's own default
+    w, d, g, _ = pick_winner([_cr(0, 1.0, 0), _cr(1, 0.9, 0, paired=(1.1, 1.05, 1.15)),
+                              _cr(0, 1.3, 1), _cr(2, 1.1, 1, paired=(1.2, 1.15, 1.25))], aa_spread=0.005)
+    assert (w.index, w.shard, d.shard) == (2, 1, 1) and g == pytest.approx(1.2)
+
+
+def test_pick_finalists_ranks_screened_configs():
+    rs = [_cr(0, 1.0), _cr(1, 0.7), _cr(2, 0.9), _cr(3, 0.5, status=Status.crash), _cr(4, 0.8), _cr(5, 0.6)]
+    rs[5].cold = None                                                  # screened ok but no cold figure
+    assert pick_finalists(rs, 3) == [1, 4, 2]                          # fastest first, ok only, no default
+    assert pick_finalists(rs, 1) == [1] and pick_finalists(rs, 10) == [1, 4, 2] and pick_finalists(rs, 0) == []
+    assert pick_finalists([_cr(0, 0.1), _cr(1, 0.7), _cr(2, 0.7)], 5) == [1, 2]   # ties: lower index first
+    assert pick_finalists([_cr(0, 1.0)], 3) == []                      # the default alone: nothing to pair
+    assert pick_finalists([_cr(0, 1.0, status=Status.runtime_error), _cr(1, 0.7)], 3) == []  # nothing to pair with
+
+
+def test_finish_case_reports_paired_gain(tmp_path):
+    cand = tmp_path / "c.py"
+    cand.write_text("def run(): pass\n")
+    opts = TuneOptions(write=False, record=False)
+    shard = ShardResult(device_name="cpu", n_configs=3, finalists=[1],
+                        results=[_cr(0, 1.0), _cr(1, 0.9, paired=(1.06, 1.04, 1.08)), _cr(2, 0.95)])
+    from kopt.cases import load_cases
+
+    case = load_cases()[1]
+    ct = finish_case(cand, case, [shard], opts, parallel=False)
+    f = dict(x.split(":", 1) for x in ct.line().split()[1:])
+    assert ct.winner.index == 1 and ct.gain_ci == (1.04, 1.08) and ct.row.gain == pytest.approx(1.06)
+    assert (ct.row.gain_lo, ct.row.gain_hi) == (1.04, 1.08)
+    assert f["GAIN"] == "1.0600x" and f["GAIN_CI"] == "1.0400-1.0800"
+    # the row's times come from the paired rounds, so runtime and gain agree
+    assert ct.row.runtime_ms == pytest.approx(0.9 / 1.01)
+    assert ct.row.default_runtime_ms == pytest.approx(0.9 / 1.01 * 1.06)
+    shard.results[1] = _cr(1, 0.9, paired=(1.004, 0.99, 1.02))
+    shard.pair_error = "RuntimeError: config 2 no longer compiles"
+    ct = finish_case(cand, case, [shard], opts, parallel=False)
+    f = dict(x.split(":", 1) for x in ct.line().split()[1:])
+    assert ct.winner.index == 0 and ct.gain == 1.0 and ct.gain_ci is None and f["GAIN_CI"] == "NA"
+    assert "not an improvement, default kept" in ct.note and "pairing stopped: RuntimeError" in ct.note
+    assert ct.row.gain_lo is None and ct.row.runtime_ms == ct.row.default_runtime_ms == 1.0
+
+
+def test_older_table_without_gain_ci_columns_stays_readable(tmp_path):
+    """A table written before gain_lo / gain_hi: read as before, and an upsert adds the columns, rows kept."""
+    p = tmp_path / "t.csv"
+    old_cols = [c for c in tuning.COLUMNS if c not in ("gain_lo", "gain_hi")]
+    old = tuning.TuningRow(device="H200", units=132, dtype="fp16", head_dim=128, batch=16, seqlen_bucket=4096,
+                           kv_heads=4, gqa=8, config={"num_splits": 4}, gain=1.1)
+    p.write_text(",".join(old_cols) + "\n" + ",".join(
+        '"{}"'.format(old.cells()[c].replace('"', '""')) for c in old_cols) + "\n")
+    assert tuning.read(p).rows[0].config == {"num_splits": 4} and tuning.read(p).rows[0].gain_lo is None
+    new = old.model_copy(update={"batch": 32, "gain": 1.05, "gain_lo": 1.02, "gain_hi": 1.08})
+    tuning.upsert(p, [new])
+    got = tuning.read(p)
+    assert not got.skipped
+    assert [(r.batch, r.gain_lo, r.gain_hi) for r in got.rows] == [(16, None, None), (32, 1.02, 1.08)]
+
+
+def test_tune_cli_end_to_end_cpu(workspace, tmp_path):
+    """One case, three configs (slow default, fast, crashing): the crash is blamed and skipped, the fast one wins."""
+    cand = tmp_path / "passes.py"
+    cand.write_text(CANDIDATE % "True")
+    r = CliRunner().invoke(app, ["tune", "--case", "2", "--device", "cpu", "--candidate", str(cand), "--quick",
+                                 "--gpus", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    assert "--gpus 2: a CPU run; running serially" in r.stderr
+    assert "kopt tune: case 2: 3 configs in" in r.stderr                    # the per-case tune time
+    obj = json.loads(r.stdout)
+    assert obj["summary"].startswith("TUNE_SUMMARY:ok CASES:1 TUNED:1 NOT_APPLICABLE:0 GEOMEAN_GAIN:")
+    (c,) = obj["cases"]
+    f = dict(x.split(":", 1) for x in c["line"].split())
+    assert f["TUNE"] == "ok" and f["CASE"] == "2" and f["DEVICE"] == "cpu" and f["CONFIGS"] == "3/3"
+    assert f["CORRECT"] == "True" and f["CONFIGS_CORRECT"] == "2"
+    assert f["CONFIG"] == "passes=1" and float(f["GAIN"].rstrip("x")) > 1.5
+    assert float(f["DEFAULT"]) > float(f["BEST"]) and c["gain"] > 1.5 and f["STATUS"] == "ok"
+    lo, hi = map(float, f["GAIN_CI"].split("-"))
+    assert 1.0 < lo <= c["gain"] <= hi and c["gain_ci"] == pytest.approx([lo, hi], rel=1e-3)
+    by = {x["index"]: x for x in c["configs"]}
+    assert by[2]["status"] == "crash" and "died" in by[2]["message"] and not by[2]["correct"]
+    assert by[0]["correct"] and by[1]["correct"] and by[0]["validation"]["trials"] >= 2
+    # the last config crashed its child, so one more child paired the finalist with the default
+    assert c["finalists"] == [[1]] and by[1]["paired_speedup"] == c["gain"] and by[1]["paired_a"]["n"] >= 3
+    assert by[0]["paired_speedup"] is None and by[2]["paired_speedup"] is None
+    table = workspace / "results" / "torch" / "tuning.csv"
+    rows = tuning.read(table).rows
+    assert len(rows) == 1 and rows[0].config == {"passes": 1} and rows[0].gain > 1.5
+    assert rows[0].gain_lo == pytest.approx(lo, rel=1e-3) and rows[0].gain_hi == pytest.approx(hi, rel=1e-3)
+    assert (rows[0].batch, rows[0].seqlen_bucket, rows[0].kv_heads, rows[0].gqa, rows[0].page_size) == (4, 2, 8, 4, 0)
+    assert rows[0].default_runtime_ms > rows[0].runtime_ms
+    assert rows[0].candidate_id and len(rows[0].candidate_id) == 12 and rows[0].quick is True  # run with --quick
+    q = dict(device="cpu", units=rows[0].units, dtype="fp16", head_dim=128, batch=5, seqlen_k=3, kv_heads=8,
+             gqa=4, page_size=None)
+    assert tuning.lookup(table, **q) == {"passes": 1}                       # a hidden-like neighbour finds it
+    led = load(CaseResult, workspace / "candidates.jsonl").rows
+    assert len(led) == 1 and led[0].mode == "tune" and led[0].config == {"passes": 1} and led[0].correct
+
+
+def test_tune_pairs_only_the_top_finalists(workspace, tmp_path):
+    """No crash: one child screens all three configs, then pairs the --finalists 1 fastest with the default."""
+    cand = tmp_path / "passes.py"
+    cand.write_text(CANDIDATE % "False")
+    r = CliRunner().invoke(app, ["tune", "--case", "2", "--device", "cpu", "--candidate", str(cand), "--quick",
+                                 "--finalists", "1", "--no-record", "--no-write", "--json"])
+    assert r.exit_code == 0, r.output
+    (c,) = json.loads(r.stdout)["cases"]
+    by = {x["index"]: x for x in c["configs"]}
+    fastest = min((1, 2), key=lambda i: by[i]["cold"]["median_ms"])
+    assert c["finalists"] == [[fastest]] and by[fastest]["paired_speedup"] > 1.5
+    assert by[3 - fastest]["paired_speedup"] is None and by[0]["paired_speedup"] is None
+    assert c["config"] == by[fastest]["config"] and c["gain"] == by[fastest]["paired_speedup"]
+    assert all(x["correct"] for x in c["configs"]) and "GAIN_CI:NA" not in c["line"]
+
+
+def test_candidate_without_configs_fails_cleanly(workspace, tmp_path):
+    from conftest import CANDIDATES
+
+    r = CliRunner().invoke(app, ["tune", "--case", "2", "--device", "cpu", "--quick", "--no-record",
+                                 "--candidate", str(CANDIDATES / "torch_honest.py")])
+    assert r.exit_code == 1
+    assert "STATUS:failed" in r.stdout and "configs(case)" in r.stdout
+    assert not (workspace / "results").exists()
+
+
+def test_tune_usage_errors(workspace):
+    for args, msg in ([["tune"], "--case"], [["tune", "--case", "99"], "valid ids"],
+                      [["tune", "--case", "1", "--gpus", "x"], "--gpus"]):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2 and msg in str(r.exception) + r.output, (args, r.output)
