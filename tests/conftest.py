@@ -1,7 +1,9 @@
-"""Shared fixtures: kopt state in tmp_path; the gpu marker is skipped without CUDA."""
+"""Shared fixtures: kopt state in tmp_path; the gpu marker is skipped without CUDA; nvcc builds cached for the run."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -57,6 +59,67 @@ def workspace(tmp_path, monkeypatch) -> Path:
     shutil.copy(REPO / "bench" / "cases.yaml", ws / "bench" / "cases.yaml")
     monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
     return ws
+
+
+class NvccCache:
+    """nvcc builds of one test run, keyed by a hash of the source, the output format, the arch, the flags and the
+    compiler: many kernel tests build the same source (a variant and its default, a plan checked twice), and each
+    nvcc run of a TileLang kernel costs seconds to tens of seconds. Wraps tilelang.contrib.nvcc.compile_cuda; its
+    verbose log (ptxas -v: registers, spills) is replayed on a hit, so callers that read it see the same lines."""
+
+    def __init__(self, compile_cuda, logger, compiler: str):
+        self.compile_cuda, self.logger, self.compiler = compile_cuda, logger, compiler
+        self.builds: dict[str, tuple[bytes, list[str]]] = {}
+        self.hits = self.misses = 0
+
+    def key(self, code, target_format, arch, options, verbose) -> str:
+        blob = json.dumps([code, target_format, arch, options, bool(verbose), self.compiler])
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def __call__(self, code, target_format="ptx", arch=None, options=None, path_target=None, verbose=False):
+        if path_target is not None or arch is None:   # writes a file, or reads the current target: not cached
+            return self.compile_cuda(code, target_format, arch, options, path_target, verbose)
+        key = self.key(code, target_format, arch, options, verbose)
+        if key in self.builds:
+            self.hits += 1
+            data, log = self.builds[key]
+            for line in log:
+                self.logger.info("%s", line)
+            return bytearray(data)
+        import logging
+
+        log: list[str] = []
+
+        class Grab(logging.Handler):
+            def emit(self, record):
+                log.append(record.getMessage())
+
+        grab = Grab()
+        self.logger.addHandler(grab)
+        try:
+            data = self.compile_cuda(code, target_format, arch, options, None, verbose)
+        finally:
+            self.logger.removeHandler(grab)
+        self.misses += 1
+        if log or not verbose:   # a verbose build whose log nobody enabled is not kept: a later caller may want it
+            self.builds[key] = (bytes(data), log)
+        return data
+
+
+@pytest.fixture(scope="session")
+def nvcc_cache():
+    """One NvccCache for the whole run, installed as tilelang's nvcc entry point while the session lasts."""
+    pytest.importorskip("tilelang")
+    from tilelang.contrib import nvcc
+
+    try:
+        compiler = nvcc.get_nvcc_compiler()
+    except Exception:   # no nvcc: the tests that need one skip themselves
+        compiler = ""
+    cache = NvccCache(nvcc.compile_cuda, nvcc.logger, compiler)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nvcc, "compile_cuda", cache)
+        yield cache
 
 
 @pytest.fixture
