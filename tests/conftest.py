@@ -133,6 +133,39 @@ def git_env(tmp_path, monkeypatch):
         monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")
 
 
+def _png_1x1() -> bytes:
+    """A valid one-pixel PNG."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00\x00")) + chunk(b"IEND", b""))
+
+
+@pytest.fixture
+def no_figures(monkeypatch):
+    """kopt commit and kopt report without their matplotlib renders (three figures a commit: most of its time), for
+    tests of the loop's ledger, journal, git and trajectory, which read no figure. Each figure is still written under
+    its own name (a one-pixel PNG), so a commit stages the same files. The figures themselves are tested in test_plot,
+    test_vcs and test_report_browser."""
+    from kopt.report import plot
+    from kopt.report.campaign import load_campaign
+
+    def make_plots(ws, out=None, campaign=None, device=None):
+        c = campaign or load_campaign(ws, device)
+        out = Path(out) if out else Path(ws) / "results" / c.backend / "plots"
+        out.mkdir(parents=True, exist_ok=True)
+        names = ["speedup.png", "roofline.png", "trajectory.png"] + [f"peers-{d}.png" for d in c.peers]
+        for name in names:
+            (out / name).write_bytes(_png_1x1())
+        return [out / n for n in names]
+
+    monkeypatch.setattr(plot, "make_plots", make_plots)
+
+
 def kopt(*args: str):
     """CliRunner result of `kopt ARGS`."""
     from typer.testing import CliRunner

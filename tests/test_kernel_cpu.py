@@ -2,7 +2,12 @@
 
 run() on CPU tensors goes through the TileLang C-target kernel; results are compared with an fp32
 reference written here in plain torch. The CUDA kernels are lowered and nvcc-compiled for sm_90a
-without a GPU (skipped when nvcc is missing).
+without a GPU (skipped when nvcc is missing): what they are checked for is behaviour the compiler
+reports (they compile, spill nothing, fit their shared memory and registers, and the PTX's barrier
+counts), not TileLang's text. A text assertion is kept only where the property IS the generated code
+(an instruction, or the order the kernel issues its loads in, that no CPU run can show), and says so.
+nvcc builds are cached by source hash for the run (conftest.nvcc_cache): tests that build the same
+kernel share it.
 """
 import importlib.util
 import math
@@ -20,7 +25,7 @@ pytest.importorskip("tilelang")
 
 
 @pytest.fixture(scope="module")
-def rk():
+def rk(nvcc_cache):
     spec = importlib.util.spec_from_file_location("kopt_tilelang_run_kernel_test", RUN_KERNEL)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -170,6 +175,45 @@ def test_configs_offer_even_ranges_that_apply(rk, meta_plan):
     assert not [c for c in rk.configs({"batch": 1, "seqlen_k": 8192, "kv_heads": 4, "gqa": 8}) if c.get("even_split")]
 
 
+def test_nvcc_cache_builds_a_source_once():
+    """conftest.NvccCache: a build asked for again (same source, format, arch and flags) does not run nvcc again and
+    replays its log (ptxas -v); another flag, format or source is another build; a build into a named file, or one
+    that reads the current target, is never cached."""
+    import logging
+
+    from conftest import NvccCache
+
+    calls, seen = [], []
+    log = logging.getLogger("kopt.tests.nvcc_cache")
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+    class Seen(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    def compile_cuda(code, target_format="ptx", arch=None, options=None, path_target=None, verbose=False):
+        calls.append((code, target_format, options))
+        if verbose:
+            log.info("ptxas of %s", code)
+        return bytearray(f"{target_format}:{code}".encode())
+
+    cache = NvccCache(compile_cuda, log, "nvcc")
+    log.addHandler(Seen())
+    arch = ["-gencode", "arch=compute_90a,code=sm_90a"]
+    a = cache("k1", "cubin", arch, ["-O3"], verbose=True)
+    b = cache("k1", "cubin", arch, ["-O3"], verbose=True)
+    assert a == b == bytearray(b"cubin:k1") and len(calls) == 1 and seen == ["ptxas of k1"] * 2
+    cache("k1", "cubin", arch, ["-O2"])
+    cache("k1", "ptx", arch, ["-O3"])
+    cache("k2", "cubin", arch, ["-O3"])
+    assert len(calls) == 4 and (cache.hits, cache.misses) == (1, 4)
+    cache("k1", "cubin", arch, ["-O3"], path_target="out.cubin")
+    cache("k1", "cubin", None, ["-O3"])
+    cache("k1", "cubin", None, ["-O3"])
+    assert len(calls) == 7 and cache.hits == 1
+
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not pathlib.Path("/usr/local/cuda/bin/nvcc").exists(),
                                 reason="nvcc not installed")
 
@@ -190,15 +234,29 @@ def meta_plan(rk):
     return plan
 
 
-def _kernel_bodies(src: str) -> dict:
-    """Kernel name -> its source text, up to the next kernel."""
-    parts = re.split(r'(?=extern "C" __global__)', src)
-    out = {}
-    for p in parts:
-        m = re.search(r'__global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(', p)
-        if m:
-            out[m.group(1)] = p
-    return out
+def _defs(src: str) -> list[str]:
+    """The device kernels a CUDA source defines, in order: each one's text up to the next (forward declarations
+    left out)."""
+    parts = re.split(r'(?=extern "C" __global__)', src)[1:]
+    return [p for p in parts if "{" in p.split(";", 1)[0]]
+
+
+def _clean(info: dict) -> None:
+    """An nvcc build that produced a cubin and spilled no register."""
+    assert info["cubin_bytes"] > 0
+    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+
+
+def _cu():
+    import sys
+
+    return sys.modules["tl_decode_cuda"]  # imported by run_kernel.py from its own folder
+
+
+def _lowered(**shape) -> dict:
+    """The main kernel lowered for sm_90a without nvcc (its source and shared memory): for a variant whose build only
+    serves as the comparison of another's."""
+    return _cu().lower_kernels("sm_90a", **shape)["main"]
 
 
 @needs_nvcc
@@ -211,21 +269,16 @@ def _kernel_bodies(src: str) -> dict:
     ids=["fp16-contig-split-unfused", "bf16-paged16-split-fused"],
 )
 def test_cuda_sm90a_lowers_and_compiles(rk, shape):
-    src = rk.build_cuda_source(**shape)  # main + combine kernels, CUDA C++ for sm_90a
-    assert "__global__" in src and "combine_kernel" in src
     fused = shape.get("fused", True)
     info = rk.compile_cuda_check(**shape)
     assert set(info) == ({"main"} if fused else {"main", "combine"})
-    if fused:
-        # one prim_func, two device kernels: the split kernel and the combine kernel behind it,
-        # launched by the same host call
-        assert sorted(_kernel_bodies(info["main"]["source"])) == ["decode_split_combine_kernel",
-                                                                  "decode_split_combine_kernel_1"]
     for name in info:
-        assert info[name]["cubin_bytes"] > 0
-        assert all(s == 0 for s in info[name]["spill_bytes"]), info[name]["ptxas_log"][-2000:]
+        _clean(info[name])
+    # fused: one prim_func, two device kernels (the split kernel and the combine kernel behind it, one host call)
+    assert [len(_defs(info[k]["source"])) for k in sorted(info)] == ([2] if fused else [1, 1])
     assert 0 < info["main"]["dyn_smem_bytes"] <= 227 * 1024
-    assert "mma" in info["main"]["source"]  # QK^T and PV on the tensor cores
+    # the text is the point: QK^T and PV on the tensor cores (mma), which no CPU run can show
+    assert "mma" in info["main"]["source"]
 
 
 @needs_nvcc
@@ -238,7 +291,9 @@ def test_eager_variant_issues_q_and_k_before_l(rk, split, paged):
     Q synchronously first. Both nvcc-compile for sm_90a without spills."""
     shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=bool(paged), page_size=paged or 256, split=split)
     eager = rk.compile_cuda_check(eager=True, **shape)["main"]
-    assert all(s == 0 for s in eager["spill_bytes"]), eager["ptxas_log"][-2000:]
+    _clean(eager)
+    # the text is the point: the eager start is an order of issue (which copies go before the length is known), seen
+    # only in the generated code without a GPU (the GPU tests check its results)
     body = eager["source"].split("__launch_bounds__", 1)[1]
     first_commit = body.index("cp_async_commit")
     group0 = body[:first_commit]
@@ -263,53 +318,46 @@ def test_wide_tiles_hold_a_short_range_in_one_tile(rk, block_N, smem_kb):
     group, then the loop's first wait), with no spills, in 22 / 90 / 106 / 141 KB of shared memory."""
     info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=block_N,
                                  eager=True)["main"]
-    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    _clean(info)
     body = info["source"].split("__launch_bounds__", 1)[1]
-    assert body.index("V_shared") < body.index("cp_async_wait")  # V's copies issued before any wait
+    # the text is the point: an order of issue (V's copies before any wait), seen only in the generated code
+    assert body.index("V_shared") < body.index("cp_async_wait")
     assert smem_kb[0] * 1024 < info["dyn_smem_bytes"] <= smem_kb[1] * 1024
 
 
 @needs_nvcc
 @pytest.mark.parametrize("d", [128, 64])
 def test_v_split_reads_half_of_v_per_cta(rk, d):
-    """v_split 2: the grid's x dimension picks a CTA's half of V's and the output's columns (V rows read from
-    column blockIdx.x * d / 2, the V tile and the PV accumulator halved), K still whole; no spills; a split plan
-    refuses it."""
-    import sys
-
+    """v_split 2: the grid's x dimension picks a CTA's half of V's and the output's columns (the V tile and the PV
+    accumulator halved), K still whole; it compiles without spills; a split plan refuses it."""
     shape = dict(dtype="float16", hq=32, hkv=4, d=d, paged=False, split=False, block_N=160, eager=True)
-    one = rk.compile_cuda_check(v_split=1, **shape)["main"]
+    one = _lowered(v_split=1, **shape)
     two = rk.compile_cuda_check(v_split=2, **shape)["main"]
-    assert all(s == 0 for s in two["spill_bytes"]), two["ptxas_log"][-2000:]
+    _clean(two)
     assert one["dyn_smem_bytes"] - two["dyn_smem_bytes"] == 160 * d // 2 * 2  # half of the V tile
-    body = two["source"].split("__launch_bounds__", 1)[1]
-    assert f"((int64_t)((int)blockIdx.x)) * (int64_t){d // 2}" in body
-    assert "blockIdx.x" not in one["source"].split("__launch_bounds__", 1)[1]
-    cu = sys.modules["tl_decode_cuda"]
+    # the text is the point: which CTA takes which half is its x block index, read only where V is split
+    assert "blockIdx.x" in _defs(two["source"])[0] and "blockIdx.x" not in _defs(one["source"])[0]
     with pytest.raises(ValueError, match="v_split"):
-        cu.build_decode("float16", 32, 4, d, False, 0, 64, 1, 128, True, 0.1, v_split=2)
+        _cu().build_decode("float16", 32, 4, d, False, 0, 64, 1, 128, True, 0.1, v_split=2)
 
 
 @needs_nvcc
 @pytest.mark.parametrize("threads", [128, 64])
 def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, meta_plan):
     """red_batch 2 (the default): the softmax's row max and row sum are one batched butterfly each (both of a
-    thread's rows through one set of barriers), red_batch 1 one butterfly per row; both compile without spills, and
-    a value other than 1 or 2 is refused by the kernel builder and by the plan."""
-    import sys
-
+    thread's rows through one set of barriers): its PTX holds far fewer barriers than red_batch 1's, one butterfly per
+    row; both compile without spills, and a value other than 1 or 2 is refused by the kernel builder and by the
+    plan."""
     shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=64, eager=True,
                  threads=threads)
     two = rk.compile_cuda_check(**shape)["main"]
     one = rk.compile_cuda_check(red_batch=1, **shape)["main"]
     for info in (one, two):
-        assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
-    # batch 2 over a workspace of one slot a thread: max and sum, cross-warp and in-quad, in the loop and its tail
-    assert two["source"].count(f"NamedBarrier<{threads}>, 2, {threads}>::run_batch(") >= 4
-    assert "::run_batch(" not in one["source"] and one["source"].count("::run(") >= 4
-    cu = sys.modules["tl_decode_cuda"]
+        _clean(info)
+    # max and sum, cross-warp and in-quad, in the loop and its tail: a quarter of the barriers at least go
+    assert _ptx_barriers(two["source"]) <= 0.75 * _ptx_barriers(one["source"])
     with pytest.raises(ValueError, match="red_batch"):
-        cu.build_decode("float16", 32, 4, 128, False, 0, 64, 1, 128, False, 0.1, red_batch=4)
+        _cu().build_decode("float16", 32, 4, 128, False, 0, 64, 1, 128, False, 0.1, red_batch=4)
     with pytest.raises(ValueError, match="red_batch"):
         meta_plan(1, 64, 4, 8, {"red_batch": 3})
 
@@ -326,24 +374,21 @@ def _ptx_barriers(source: str) -> int:
 
 @needs_nvcc
 def test_red_once_crosses_four_warps_in_one_round(rk):
-    """red_once: the kernel's source carries the one-round specialization of tl::AllReduce for four warps (once,
-    on the first kernel of a module), the softmax's reductions hit it (AllReduce<..., 128, 32, ...>), it compiles
-    without spills and its PTX has fewer barriers than TileLang's two-round butterfly; a split plan with its
-    combine kernel in the same module compiles too (one definition)."""
+    """red_once: the one-round specialization of tl::AllReduce for four warps, which the kernel's source carries,
+    takes the softmax's reductions: it compiles without spills and its PTX has fewer barriers than TileLang's
+    two-round butterfly; a split plan with its combine kernel in the same module compiles too (one definition of the
+    specialization, else nvcc refuses the redefinition)."""
     shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=160, eager=True,
                  threads=128, v_split=2)
     once = rk.compile_cuda_check(red_once=True, **shape)["main"]
     plain = rk.compile_cuda_check(**shape)["main"]
-    spec = "struct AllReduce<Reducer, 128, 32, thread_offset"
-    assert once["source"].count(spec) == 1 and spec not in plain["source"]
     for info in (once, plain):
-        assert "tl::AllReduce<tl::MaxOp, 128, 32, 0," in info["source"]
-        assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+        _clean(info)
     # two reductions (max, sum) in the loop and in its peeled last tile: two barriers fewer each
     assert _ptx_barriers(once["source"]) <= _ptx_barriers(plain["source"]) - 8
     fused = rk.compile_cuda_check(red_once=True, **{**shape, "split": True, "v_split": 1, "block_N": 128,
                                                     "eager": False})["main"]
-    assert fused["source"].count(spec) == 1 and fused["cubin_bytes"] > 0
+    assert fused["cubin_bytes"] > 0 and len(_defs(fused["source"])) == 2
 
 
 def test_red_once_in_the_plan(meta_plan):
@@ -452,7 +497,8 @@ def test_two_warp_narrow_tile_compiles_without_spills(rk):
     bound and no spills."""
     info = rk.compile_cuda_check(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=False,
                                  block_N=32, eager=True, v_split=2, threads=64)["main"]
-    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    _clean(info)
+    # the text is the point: the launch bound the kernel is compiled for (ptxas reports no thread count)
     assert "__launch_bounds__(64" in info["source"]
 
 
@@ -463,17 +509,16 @@ def test_pdl_switch_launches_the_combine_as_a_dependent(rk):
     portable variant (pdl off) has neither instruction. The fused pdl variant nvcc-compiles without spills."""
     shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=True, block_N=128, eager=True)
     info = rk.compile_cuda_check(pdl=True, **shape)["main"]
-    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
-    k = _kernel_bodies(info["source"])
-    split, comb = k["decode_split_combine_kernel"], k["decode_split_combine_kernel_1"]
+    _clean(info)
+    # the text is the point: dependent launch is two instructions and where they stand, which no CPU run can show
+    split, comb = _defs(info["source"])
     assert "cudaTriggerProgrammaticLaunchCompletion" in split and "cudaGridDependencySynchronize" not in split
     assert split.index("cudaTriggerProgrammaticLaunchCompletion") < split.index("cp_async_gs")
     assert comb.index("cudaGridDependencySynchronize") < comb.index("Opart[")
     plain = rk.build_cuda_source(pdl=False, **shape)
     assert "cudaGridDependencySynchronize" not in plain and "cudaTriggerProgrammaticLaunchCompletion" not in plain
-    bal = _kernel_bodies(rk.build_cuda_source(dtype="float16", hq=32, hkv=4, d=128, split=True, balanced=132,
-                                              block_N=128, bal_combine=True, pdl=True))
-    bcomb = bal["decode_balanced_kernel_1"]
+    _, bcomb = _defs(rk.build_cuda_source(dtype="float16", hq=32, hkv=4, d=128, split=True, balanced=132,
+                                          block_N=128, bal_combine=True, pdl=True))
     assert bcomb.index("L[") < bcomb.index("cudaGridDependencySynchronize") < bcomb.index("Opart[")
     unfused = rk.build_cuda_source(pdl=True, fused=False, **shape)  # split kernel + the separate combine kernel
     assert "cudaTriggerProgrammaticLaunchCompletion" in unfused and "cudaGridDependencySynchronize" in unfused
@@ -485,12 +530,13 @@ def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(rk):
     acq_rel atomic on the (batch, kv head) counter; the merging CTA resets the counter. No spills."""
     info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=True, last_cta=True)
     assert set(info) == {"main"}
+    _clean(info["main"])
     src = info["main"]["source"]
-    assert sorted(_kernel_bodies(src)) == ["decode_split_last_kernel"]
+    assert len(_defs(src)) == 1
+    # the text is the point: a memory order (fence, then an acq_rel atomic), which a CPU run cannot exercise
     fence, atomic = src.index("__threadfence()"), src.index("AtomicAddRet(")
     assert fence < atomic and ", 1, 4)" in src[atomic:atomic + 200]  # memory order 4: acq_rel
     assert re.search(r"Cnt\[[^\]]*\] = 0;", src)
-    assert all(s == 0 for s in info["main"]["spill_bytes"]), info["main"]["ptxas_log"][-2000:]
 
 
 @pytest.mark.parametrize("num_splits,unroll", [(1, 0), (5, 0), (16, 0), (33, 0), (40, 0), (67, 0), (17, 16), (40, 8)])
@@ -558,10 +604,12 @@ def test_balanced_variant_plans_on_the_device(rk, paged):
     info = rk.compile_cuda_check(dtype="bfloat16" if paged else "float16", hq=32, hkv=4, d=128, paged=bool(paged),
                                  page_size=paged or 256, split=True, balanced=264)
     assert set(info) == {"main"}
+    _clean(info["main"])
     src = info["main"]["source"]
-    assert sorted(_kernel_bodies(src)) == ["decode_balanced_kernel"]
-    assert "for (int i = 0; i < batch; ++i)" in src and "AtomicAddRet(" in src
-    assert all(s == 0 for s in info["main"]["spill_bytes"]), info["main"]["ptxas_log"][-2000:]
+    assert len(_defs(src)) == 1
+    # the text is the point: the plan is computed on the device (a loop over the batch's lengths, an atomic counter
+    # for the merge), which no CPU run can show
+    assert re.search(r"for \(int \w+ = 0; \w+ < batch;", src) and "AtomicAddRet(" in src
 
 
 @pytest.mark.parametrize("case,want", [
@@ -604,13 +652,14 @@ def test_tile_page_takes_a_rows_page_from_its_tile(rk, page):
     shape = dict(dtype="float16", hq=32, hkv=8, d=128, paged=True, page_size=page, block_N=64, balanced=264,
                  merge_unroll=8)
     tp = rk.compile_cuda_check(tile_page=True, **shape)["main"]
-    plain = rk.compile_cuda_check(**shape)["main"]
+    plain = _lowered(**shape)
 
     def per_thread(src):
         return [x for x in re.findall(r"BT\[[^\]]*\]", src) if "threadIdx" in x]
 
+    # the text is the point: which index a table load takes is an address computation, seen only in the code
     assert per_thread(plain["source"]) and not per_thread(tp["source"])
-    assert all(s == 0 for s in tp["spill_bytes"]), tp["ptxas_log"][-2000:]
+    _clean(tp)
 
 
 @pytest.mark.parametrize("balanced,page,want", [(264, 16, True), (264, 8, True), (264, 32, False), (264, 256, False),
@@ -639,11 +688,10 @@ def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(rk):
     """comb_smem: 64 splits a round trip compile for sm_90a without spills in fewer registers than a combine CTA
     may take beside two balanced split CTAs (163 registers each, 128 threads: 22,528 of 65,536 left, so at most
     176 a thread); the LSE values are stored once and read behind a barrier."""
-    import sys
-
-    info = sys.modules["tl_decode_cuda"].compile_combine_check(unroll=64, smem=True)
-    assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
+    info = _cu().compile_combine_check(unroll=64, smem=True)
+    _clean(info)
     assert max(info["registers"]) <= 176, info["registers"]
+    # the text is the point: the barrier between the shared store and its reads (a race no CPU run can show)
     assert "__syncthreads()" in info["source"] and "LSE[" in info["source"]
 
 
@@ -708,5 +756,5 @@ def test_odd_gqa_at_head_dim_64_merges_in_the_last_cta(rk):
     """GQA 7 at head dim 64 (Hq 14, Hkv 2), split with the last-CTA merge: lowered and nvcc-compiled for sm_90a without
     spills (before merge_rows its merge found no fragment layout and the kernel did not compile)."""
     info = rk.compile_cuda_check(dtype="float16", hq=14, hkv=2, d=64, split=True, last_cta=True)
-    assert info["main"]["cubin_bytes"] > 0 and all(s == 0 for s in info["main"]["spill_bytes"])
-    assert "decode_split_last_kernel" in info["main"]["source"]
+    _clean(info["main"])
+    assert set(info) == {"main"} and len(_defs(info["main"]["source"])) == 1
