@@ -41,6 +41,44 @@ def _shard(config, items) -> None:
     items[:] = [it for j, it in enumerate(items) if j in keep]
 
 
+#: Background builds of this run, per test module: module name -> (folder, process) (tests/cuda_builds.py).
+BACKGROUND: dict[str, tuple[Path, object]] = {}
+
+
+def _nvcc_found() -> bool:
+    import importlib.util
+
+    return (importlib.util.find_spec("tilelang") is not None
+            and (shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()))
+
+
+def pytest_collection_finish(session):
+    """Start the background builds (tests/cuda_builds.py) of each test module that lists CUDA_BUILDS and has a
+    selected test using its `cuda` fixture: they run on the second core while the other files' tests run."""
+    if session.config.option.collectonly or not _nvcc_found():
+        return
+    mods = {it.module.__name__: it.module for it in session.items
+            if hasattr(getattr(it, "module", None), "CUDA_BUILDS") and "cuda" in getattr(it, "fixturenames", ())}
+    if not mods:
+        return
+    import tempfile
+
+    import cuda_builds
+
+    for name, mod in mods.items():
+        folder = Path(tempfile.mkdtemp(prefix="kopt-cuda-builds-"))
+        BACKGROUND[name] = (folder, cuda_builds.start(folder, mod.CUDA_BUILDS))
+
+
+def pytest_sessionfinish(session):
+    for folder, proc in BACKGROUND.values():
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+    BACKGROUND.clear()
+
+
 def pytest_collection_modifyitems(config, items):
     _shard(config, items)
     if _cuda():

@@ -253,24 +253,91 @@ def _cu():
     return sys.modules["tl_decode_cuda"]  # imported by run_kernel.py from its own folder
 
 
-def _lowered(**shape) -> dict:
-    """The main kernel lowered for sm_90a without nvcc (its source and shared memory): for a variant whose build only
-    serves as the comparison of another's."""
-    return _cu().lower_kernels("sm_90a", **shape)["main"]
+# ---------------------------------------------------------------- the sm_90a builds (tests/cuda_builds.py)
+
+F16 = dict(dtype="float16", hq=32, hkv=4, d=128)
+SM90A = [dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True, fused=False),
+         dict(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=True)]
+
+
+def eager_shape(split: bool, paged: int) -> dict:
+    return dict(**F16, paged=bool(paged), page_size=paged or 256, split=split)
+
+
+def wide_shape(block_N: int) -> dict:
+    return dict(**F16, paged=False, split=False, block_N=block_N, eager=True)
+
+
+def v_split_shape(d: int) -> dict:
+    return dict(dtype="float16", hq=32, hkv=4, d=d, paged=False, split=False, block_N=160, eager=True)
+
+
+def red_batch_shape(threads: int) -> dict:
+    return dict(**F16, paged=False, split=False, block_N=64, eager=True, threads=threads)
+
+
+RED_ONCE = dict(**F16, paged=False, split=False, block_N=160, eager=True, threads=128, v_split=2)
+RED_ONCE_SPLIT = {**RED_ONCE, "split": True, "v_split": 1, "block_N": 128, "eager": False}
+TWO_WARP = dict(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=False, block_N=32, eager=True,
+                v_split=2, threads=64)
+PDL = dict(**F16, paged=False, split=True, block_N=128, eager=True)
+PDL_BALANCED = dict(**F16, split=True, balanced=132, block_N=128, bal_combine=True, pdl=True)
+LAST_CTA = dict(**F16, paged=False, split=True, last_cta=True)
+ODD_GQA = dict(dtype="float16", hq=14, hkv=2, d=64, split=True, last_cta=True)
+COMBINE_SMEM = dict(unroll=64, smem=True)
+
+
+def balanced_shape(paged: int) -> dict:
+    return dict(dtype="bfloat16" if paged else "float16", hq=32, hkv=4, d=128, paged=bool(paged),
+                page_size=paged or 256, split=True, balanced=264)
+
+
+def tile_page_shape(page: int) -> dict:
+    return dict(dtype="float16", hq=32, hkv=8, d=128, paged=True, page_size=page, block_N=64, balanced=264,
+                merge_unroll=8)
+
+
+#: Every build the tests below ask `cuda` for, in the order they ask: made ahead in a background process
+#: (tests/cuda_builds.py). A build missing here is still made, in the test's own process.
+CUDA_BUILDS = (
+    [("compile", s) for s in SM90A]
+    + [b for split in (True, False) for paged in (0, 64)
+       for b in (("compile", {"eager": True, **eager_shape(split, paged)}), ("source", eager_shape(split, paged)))]
+    + [("compile", wide_shape(n)) for n in (32, 160, 192, 256)]
+    + [b for d in (128, 64) for b in (("lowered", {"v_split": 1, **v_split_shape(d)}),
+                                      ("compile", {"v_split": 2, **v_split_shape(d)}))]
+    + [(kind, {**one, **red_batch_shape(t)}) for t in (128, 64) for kind in ("compile", "barriers")
+       for one in ({}, {"red_batch": 1})]
+    + [("compile", {"red_once": True, **RED_ONCE}), ("compile", RED_ONCE), ("barriers", {"red_once": True, **RED_ONCE}),
+       ("barriers", RED_ONCE), ("compile", {"red_once": True, **RED_ONCE_SPLIT})]
+    + [("compile", TWO_WARP), ("compile", {"pdl": True, **PDL}), ("source", {"pdl": False, **PDL}),
+       ("source", PDL_BALANCED), ("source", {"pdl": True, "fused": False, **PDL}), ("compile", LAST_CTA)]
+    + [("compile", balanced_shape(p)) for p in (0, 16)]
+    + [b for p in (16, 256) for b in (("compile", {"tile_page": True, **tile_page_shape(p)}),
+                                      ("lowered", tile_page_shape(p)))]
+    + [("combine", COMBINE_SMEM), ("compile", ODD_GQA)]
+)
+
+
+@pytest.fixture(scope="module")
+def cuda(rk):
+    """The builds of CUDA_BUILDS: cuda.get(kind, **keywords), each made once a run (tests/cuda_builds.py)."""
+    from conftest import BACKGROUND
+    from cuda_builds import Builds
+
+    folder, proc = BACKGROUND.get(__name__, (None, None))
+    return Builds(rk, folder, proc)
 
 
 @needs_nvcc
 @pytest.mark.parametrize(
     "shape",
-    [
-        dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True, fused=False),
-        dict(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=True),
-    ],
+    SM90A,
     ids=["fp16-contig-split-unfused", "bf16-paged16-split-fused"],
 )
-def test_cuda_sm90a_lowers_and_compiles(rk, shape):
+def test_cuda_sm90a_lowers_and_compiles(cuda, shape):
     fused = shape.get("fused", True)
-    info = rk.compile_cuda_check(**shape)
+    info = cuda.get("compile", **shape)
     assert set(info) == ({"main"} if fused else {"main", "combine"})
     for name in info:
         _clean(info[name])
@@ -284,13 +351,13 @@ def test_cuda_sm90a_lowers_and_compiles(rk, shape):
 @needs_nvcc
 @pytest.mark.parametrize("paged", [0, 64], ids=["contig", "paged64"])
 @pytest.mark.parametrize("split", [True, False], ids=["split", "direct"])
-def test_eager_variant_issues_q_and_k_before_l(rk, split, paged):
+def test_eager_variant_issues_q_and_k_before_l(cuda, split, paged):
     """The eager variant's first cp.async group (Q and the first K tile) is addressed from the allocated
     cache length alone, so it is issued before the sequence length read from L[b] is used; V still waits
     for it (rows past the sequence would feed NaN garbage to the PV product). The default variant loads
     Q synchronously first. Both nvcc-compile for sm_90a without spills."""
-    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=bool(paged), page_size=paged or 256, split=split)
-    eager = rk.compile_cuda_check(eager=True, **shape)["main"]
+    shape = eager_shape(split, paged)
+    eager = cuda.get("compile", eager=True, **shape)["main"]
     _clean(eager)
     # the text is the point: the eager start is an order of issue (which copies go before the length is known), seen
     # only in the generated code without a GPU (the GPU tests check its results)
@@ -304,7 +371,7 @@ def test_eager_variant_issues_q_and_k_before_l(rk, split, paged):
     assert "if (0 <" not in group0.split("cp_async_gs")[0]  # no guard on the tile count before the first copy
     if paged:  # page ids read from the block table are clamped into the pool (entries past the sequence)
         assert "max(min(BT[" in group0 and "num_blocks" in group0
-    plain = rk.build_cuda_source(**shape).split("__launch_bounds__", 1)[1]
+    plain = cuda.get("source", **shape).split("__launch_bounds__", 1)[1]
     assert plain.index("__syncthreads") < plain.index("cp_async_gs")  # the default: Q first, then a barrier
     if paged:  # without eager every row is clamped to the sequence: its page id needs no clamp
         assert "BT[" in plain and "max(min(BT[" not in plain
@@ -312,12 +379,11 @@ def test_eager_variant_issues_q_and_k_before_l(rk, split, paged):
 
 @needs_nvcc
 @pytest.mark.parametrize("block_N,smem_kb", [(32, (16, 32)), (160, (80, 100)), (192, (96, 128)), (256, (128, 227))])
-def test_wide_tiles_hold_a_short_range_in_one_tile(rk, block_N, smem_kb):
+def test_wide_tiles_hold_a_short_range_in_one_tile(cuda, block_N, smem_kb):
     """block_N 32, 160 and 192 (the defaults for unsplit ranges of at most 32 and of 129-192 keys) and 256 (a config
     knob): a CTA whose range fits one tile issues all its K and V loads before the first wait (one K group, one V
     group, then the loop's first wait), with no spills, in 22 / 90 / 106 / 141 KB of shared memory."""
-    info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=block_N,
-                                 eager=True)["main"]
+    info = cuda.get("compile", **wide_shape(block_N))["main"]
     _clean(info)
     body = info["source"].split("__launch_bounds__", 1)[1]
     # the text is the point: an order of issue (V's copies before any wait), seen only in the generated code
@@ -327,12 +393,12 @@ def test_wide_tiles_hold_a_short_range_in_one_tile(rk, block_N, smem_kb):
 
 @needs_nvcc
 @pytest.mark.parametrize("d", [128, 64])
-def test_v_split_reads_half_of_v_per_cta(rk, d):
+def test_v_split_reads_half_of_v_per_cta(cuda, d):
     """v_split 2: the grid's x dimension picks a CTA's half of V's and the output's columns (the V tile and the PV
     accumulator halved), K still whole; it compiles without spills; a split plan refuses it."""
-    shape = dict(dtype="float16", hq=32, hkv=4, d=d, paged=False, split=False, block_N=160, eager=True)
-    one = _lowered(v_split=1, **shape)
-    two = rk.compile_cuda_check(v_split=2, **shape)["main"]
+    shape = v_split_shape(d)
+    one = cuda.get("lowered", v_split=1, **shape)
+    two = cuda.get("compile", v_split=2, **shape)["main"]
     _clean(two)
     assert one["dyn_smem_bytes"] - two["dyn_smem_bytes"] == 160 * d // 2 * 2  # half of the V tile
     # the text is the point: which CTA takes which half is its x block index, read only where V is split
@@ -343,51 +409,37 @@ def test_v_split_reads_half_of_v_per_cta(rk, d):
 
 @needs_nvcc
 @pytest.mark.parametrize("threads", [128, 64])
-def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, meta_plan):
+def test_red_batch_reduces_both_rows_of_a_thread_at_once(cuda, threads, meta_plan):
     """red_batch 2 (the default): the softmax's row max and row sum are one batched butterfly each (both of a
     thread's rows through one set of barriers): its PTX holds far fewer barriers than red_batch 1's, one butterfly per
     row; both compile without spills, and a value other than 1 or 2 is refused by the kernel builder and by the
     plan."""
-    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=64, eager=True,
-                 threads=threads)
-    two = rk.compile_cuda_check(**shape)["main"]
-    one = rk.compile_cuda_check(red_batch=1, **shape)["main"]
+    shape = red_batch_shape(threads)
+    two = cuda.get("compile", **shape)["main"]
+    one = cuda.get("compile", red_batch=1, **shape)["main"]
     for info in (one, two):
         _clean(info)
     # max and sum, cross-warp and in-quad, in the loop and its tail: a quarter of the barriers at least go
-    assert _ptx_barriers(two["source"]) <= 0.75 * _ptx_barriers(one["source"])
+    assert cuda.get("barriers", **shape) <= 0.75 * cuda.get("barriers", red_batch=1, **shape)
     with pytest.raises(ValueError, match="red_batch"):
         _cu().build_decode("float16", 32, 4, 128, False, 0, 64, 1, 128, False, 0.1, red_batch=4)
     with pytest.raises(ValueError, match="red_batch"):
         meta_plan(1, 64, 4, 8, {"red_batch": 3})
 
 
-def _ptx_barriers(source: str) -> int:
-    """bar.sync / barrier.sync instructions in the PTX of a kernel source (nvcc, sm_90a, no GPU)."""
-    from tilelang.contrib import nvcc as tl_nvcc
-
-    ptx = tl_nvcc.compile_cuda(source, "ptx", ["-gencode", "arch=compute_90a,code=sm_90a"],
-                               options=tl_nvcc.default_compile_options(["-std=c++20", "-w"]))
-    text = bytes(ptx).decode()
-    return text.count("bar.sync") + text.count("barrier.sync")
-
-
 @needs_nvcc
-def test_red_once_crosses_four_warps_in_one_round(rk):
+def test_red_once_crosses_four_warps_in_one_round(cuda):
     """red_once: the one-round specialization of tl::AllReduce for four warps, which the kernel's source carries,
     takes the softmax's reductions: it compiles without spills and its PTX has fewer barriers than TileLang's
     two-round butterfly; a split plan with its combine kernel in the same module compiles too (one definition of the
     specialization, else nvcc refuses the redefinition)."""
-    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=False, block_N=160, eager=True,
-                 threads=128, v_split=2)
-    once = rk.compile_cuda_check(red_once=True, **shape)["main"]
-    plain = rk.compile_cuda_check(**shape)["main"]
+    once = cuda.get("compile", red_once=True, **RED_ONCE)["main"]
+    plain = cuda.get("compile", **RED_ONCE)["main"]
     for info in (once, plain):
         _clean(info)
     # two reductions (max, sum) in the loop and in its peeled last tile: two barriers fewer each
-    assert _ptx_barriers(once["source"]) <= _ptx_barriers(plain["source"]) - 8
-    fused = rk.compile_cuda_check(red_once=True, **{**shape, "split": True, "v_split": 1, "block_N": 128,
-                                                    "eager": False})["main"]
+    assert cuda.get("barriers", red_once=True, **RED_ONCE) <= cuda.get("barriers", **RED_ONCE) - 8
+    fused = cuda.get("compile", red_once=True, **RED_ONCE_SPLIT)["main"]
     assert fused["cubin_bytes"] > 0 and len(_defs(fused["source"])) == 2
 
 
@@ -492,43 +544,40 @@ def test_default_threads(rk, block_N, v_split, want):
 
 
 @needs_nvcc
-def test_two_warp_narrow_tile_compiles_without_spills(rk):
+def test_two_warp_narrow_tile_compiles_without_spills(cuda):
     """Case 3's default plan (one 32-key tile, v_split 2, 64 threads) lowers for sm_90a with a 64-thread launch
     bound and no spills."""
-    info = rk.compile_cuda_check(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=False,
-                                 block_N=32, eager=True, v_split=2, threads=64)["main"]
+    info = cuda.get("compile", **TWO_WARP)["main"]
     _clean(info)
     # the text is the point: the launch bound the kernel is compiled for (ptxas reports no thread count)
     assert "__launch_bounds__(64" in info["source"]
 
 
 @needs_nvcc
-def test_pdl_switch_launches_the_combine_as_a_dependent(rk):
+def test_pdl_switch_launches_the_combine_as_a_dependent(cuda):
     """pdl (Hopper): the split kernel allows its dependent's launch at its start and the combine kernel waits
     for the split grid before it reads a partial; the balanced combine derives its plan from L first. The
     portable variant (pdl off) has neither instruction. The fused pdl variant nvcc-compiles without spills."""
-    shape = dict(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=True, block_N=128, eager=True)
-    info = rk.compile_cuda_check(pdl=True, **shape)["main"]
+    info = cuda.get("compile", pdl=True, **PDL)["main"]
     _clean(info)
     # the text is the point: dependent launch is two instructions and where they stand, which no CPU run can show
     split, comb = _defs(info["source"])
     assert "cudaTriggerProgrammaticLaunchCompletion" in split and "cudaGridDependencySynchronize" not in split
     assert split.index("cudaTriggerProgrammaticLaunchCompletion") < split.index("cp_async_gs")
     assert comb.index("cudaGridDependencySynchronize") < comb.index("Opart[")
-    plain = rk.build_cuda_source(pdl=False, **shape)
+    plain = cuda.get("source", pdl=False, **PDL)
     assert "cudaGridDependencySynchronize" not in plain and "cudaTriggerProgrammaticLaunchCompletion" not in plain
-    _, bcomb = _defs(rk.build_cuda_source(dtype="float16", hq=32, hkv=4, d=128, split=True, balanced=132,
-                                          block_N=128, bal_combine=True, pdl=True))
+    _, bcomb = _defs(cuda.get("source", **PDL_BALANCED))
     assert bcomb.index("L[") < bcomb.index("cudaGridDependencySynchronize") < bcomb.index("Opart[")
-    unfused = rk.build_cuda_source(pdl=True, fused=False, **shape)  # split kernel + the separate combine kernel
+    unfused = cuda.get("source", pdl=True, fused=False, **PDL)  # split kernel + the separate combine kernel
     assert "cudaTriggerProgrammaticLaunchCompletion" in unfused and "cudaGridDependencySynchronize" in unfused
 
 
 @needs_nvcc
-def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(rk):
+def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(cuda):
     """The last-CTA merge: one device kernel (no combine launch); partial writes fenced before thread 0's
     acq_rel atomic on the (batch, kv head) counter; the merging CTA resets the counter. No spills."""
-    info = rk.compile_cuda_check(dtype="float16", hq=32, hkv=4, d=128, paged=False, split=True, last_cta=True)
+    info = cuda.get("compile", **LAST_CTA)
     assert set(info) == {"main"}
     _clean(info["main"])
     src = info["main"]["source"]
@@ -598,11 +647,10 @@ def test_default_tiling(rk, case, want):
 
 @needs_nvcc
 @pytest.mark.parametrize("paged", [0, 16], ids=["contig", "paged16"])
-def test_balanced_variant_plans_on_the_device(rk, paged):
+def test_balanced_variant_plans_on_the_device(cuda, paged):
     """The work-balanced variant: one kernel (in-kernel merge), a grid of B + pool rows per kv head, the
     split plan computed from L on the device (a loop over the batch's lengths), no spills."""
-    info = rk.compile_cuda_check(dtype="bfloat16" if paged else "float16", hq=32, hkv=4, d=128, paged=bool(paged),
-                                 page_size=paged or 256, split=True, balanced=264)
+    info = cuda.get("compile", **balanced_shape(paged))
     assert set(info) == {"main"}
     _clean(info["main"])
     src = info["main"]["source"]
@@ -645,14 +693,13 @@ def test_balanced_tiling_given_wins_over_the_gqa_rule(rk):
 
 @needs_nvcc
 @pytest.mark.parametrize("page", [16, 256])
-def test_tile_page_takes_a_rows_page_from_its_tile(rk, page):
+def test_tile_page_takes_a_rows_page_from_its_tile(cuda, page):
     """tile_page: the table column of a row is its tile's first page plus the row's page within the tile, so once
     lowered no table load depends on the thread (rows of one page share a load; the default's every row has its
     own), and the kernel compiles without spills for pages of several tiles and tiles of several pages."""
-    shape = dict(dtype="float16", hq=32, hkv=8, d=128, paged=True, page_size=page, block_N=64, balanced=264,
-                 merge_unroll=8)
-    tp = rk.compile_cuda_check(tile_page=True, **shape)["main"]
-    plain = _lowered(**shape)
+    shape = tile_page_shape(page)
+    tp = cuda.get("compile", tile_page=True, **shape)["main"]
+    plain = cuda.get("lowered", **shape)
 
     def per_thread(src):
         return [x for x in re.findall(r"BT\[[^\]]*\]", src) if "threadIdx" in x]
@@ -684,11 +731,11 @@ def test_comb_unroll_default(rk, num_splits, smem, want):
 
 
 @needs_nvcc
-def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(rk):
+def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(cuda):
     """comb_smem: 64 splits a round trip compile for sm_90a without spills in fewer registers than a combine CTA
     may take beside two balanced split CTAs (163 registers each, 128 threads: 22,528 of 65,536 left, so at most
     176 a thread); the LSE values are stored once and read behind a barrier."""
-    info = _cu().compile_combine_check(unroll=64, smem=True)
+    info = cuda.get("combine", **COMBINE_SMEM)
     _clean(info)
     assert max(info["registers"]) <= 176, info["registers"]
     # the text is the point: the barrier between the shared store and its reads (a race no CPU run can show)
@@ -752,9 +799,9 @@ def test_merge_rows(rk, G, d, threads, want):
 
 
 @needs_nvcc
-def test_odd_gqa_at_head_dim_64_merges_in_the_last_cta(rk):
+def test_odd_gqa_at_head_dim_64_merges_in_the_last_cta(cuda):
     """GQA 7 at head dim 64 (Hq 14, Hkv 2), split with the last-CTA merge: lowered and nvcc-compiled for sm_90a without
     spills (before merge_rows its merge found no fragment layout and the kernel did not compile)."""
-    info = rk.compile_cuda_check(dtype="float16", hq=14, hkv=2, d=64, split=True, last_cta=True)
+    info = cuda.get("compile", **ODD_GQA)
     _clean(info["main"])
     assert set(info) == {"main"} and len(_defs(info["main"]["source"])) == 1
