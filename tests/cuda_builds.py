@@ -56,15 +56,14 @@ def compute(rk, kind: str, kw: dict):
     """One build, in this process: compile (rk.compile_cuda_check), source (rk.build_cuda_source), lowered (the main
     kernel lowered for sm_90a, no nvcc), combine (the standalone combine kernel compiled), barriers (the PTX barrier
     count of a compile's main kernel)."""
-    cu = sys.modules["tl_decode_cuda"]  # imported by run_kernel.py from its own folder
     if kind == "compile":
         return rk.compile_cuda_check(**kw)
     if kind == "source":
         return rk.build_cuda_source(**kw)
     if kind == "lowered":
-        return cu.lower_kernels("sm_90a", **kw)["main"]
+        return sys.modules["tl_decode_cuda"].lower_kernels("sm_90a", **kw)["main"]  # run_kernel.py's own import
     if kind == "combine":
-        return cu.compile_combine_check(**kw)
+        return sys.modules["tl_decode_cuda"].compile_combine_check(**kw)
     if kind == "barriers":
         return ptx_barriers(rk.compile_cuda_check(**kw)["main"]["source"])
     raise ValueError(f"unknown build kind {kind!r}")

@@ -214,6 +214,33 @@ def test_nvcc_cache_builds_a_source_once():
     assert len(calls) == 7 and cache.hits == 1
 
 
+def test_builds_are_made_once_read_back_and_taken_over(tmp_path):
+    """cuda_builds.Builds: a build is made once and stored; another process's Builds reads it back; one claimed by a
+    background process that has stopped is made here; without a folder it is made in process."""
+    import subprocess
+    import sys
+
+    from cuda_builds import Builds, key
+
+    class Kernel:
+        calls: list = []
+
+        def compile_cuda_check(self, **kw):
+            self.calls.append(kw)
+            return {"main": {"kw": kw}}
+
+    rk = Kernel()
+    first = Builds(rk, tmp_path)
+    assert first.get("compile", d=64) == {"main": {"kw": {"d": 64}}} == first.get("compile", d=64)
+    assert Builds(rk, tmp_path).get("compile", d=64) == {"main": {"kw": {"d": 64}}} and len(rk.calls) == 1
+    (tmp_path / f"{key('compile', {'d': 128})}.claim").touch()            # claimed by a process that is gone
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert Builds(rk, tmp_path, gone).get("compile", d=128)["main"]["kw"] == {"d": 128} and len(rk.calls) == 2
+    assert (tmp_path / f"{key('compile', {'d': 128})}.pkl").exists()
+    assert Builds(rk, None).get("compile", d=32) and len(rk.calls) == 3
+
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not pathlib.Path("/usr/local/cuda/bin/nvcc").exists(),
                                 reason="nvcc not installed")
 
