@@ -101,8 +101,8 @@ def workspace(tmp_path, monkeypatch) -> Path:
 
 class NvccCache:
     """nvcc builds of one test run, keyed by a hash of the source, the output format, the arch, the flags and the
-    compiler: many kernel tests build the same source (a variant and its default, a plan checked twice), and each
-    nvcc run of a TileLang kernel costs seconds to tens of seconds. Wraps tilelang.contrib.nvcc.compile_cuda; its
+    compiler: kernel tests build the same source more than once (a variant beside its default, a plan checked
+    twice), and each nvcc run of a TileLang kernel costs seconds. Wraps tilelang.contrib.nvcc.compile_cuda; its
     verbose log (ptxas -v: registers, spills) is replayed on a hit, so callers that read it see the same lines."""
 
     def __init__(self, compile_cuda, logger, compiler: str):

@@ -6,8 +6,9 @@ without a GPU (skipped when nvcc is missing): what they are checked for is behav
 reports (they compile, spill nothing, fit their shared memory and registers, and the PTX's barrier
 counts), not TileLang's text. A text assertion is kept only where the property IS the generated code
 (an instruction, or the order the kernel issues its loads in, that no CPU run can show), and says so.
-nvcc builds are cached by source hash for the run (conftest.nvcc_cache): tests that build the same
-kernel share it.
+Each sm_90a build is made once a run, ahead of the tests in a background process where a second core
+is free (CUDA_BUILDS, tests/cuda_builds.py); nvcc runs are cached by source hash for the run as well
+(conftest.nvcc_cache).
 """
 import importlib.util
 import math
