@@ -41,8 +41,8 @@ def _shard(config, items) -> None:
     items[:] = [it for j, it in enumerate(items) if j in keep]
 
 
-#: Background builds of this run, per test module: module name -> (folder, process) (tests/cuda_builds.py).
-BACKGROUND: dict[str, tuple[Path, object]] = {}
+#: The background builds of this run (tests/kernel_builds.py): {"folder": Path, "process": Popen} once started.
+BACKGROUND: dict = {}
 
 
 def _nvcc_found() -> bool:
@@ -53,29 +53,36 @@ def _nvcc_found() -> bool:
 
 
 def pytest_collection_finish(session):
-    """Start the background builds (tests/cuda_builds.py) of each test module that lists CUDA_BUILDS and has a
-    selected test using its `cuda` fixture: they run on the second core while the other files' tests run."""
-    if session.config.option.collectonly or not _nvcc_found():
-        return
-    mods = {it.module.__name__: it.module for it in session.items
-            if hasattr(getattr(it, "module", None), "CUDA_BUILDS") and "cuda" in getattr(it, "fixturenames", ())}
-    if not mods:
-        return
-    import tempfile
+    """Start one background process for the kernel builds (tests/kernel_builds.py) of the test modules that list
+    KERNEL_BUILDS and have a selected test using their `builds` fixture: module by module in the order they run,
+    each module's from its last build back; it runs on the second core while the other files' tests run."""
+    import importlib.util
 
-    import cuda_builds
+    if session.config.option.collectonly or importlib.util.find_spec("tilelang") is None:
+        return
+    mods = {}
+    for it in session.items:
+        mod = getattr(it, "module", None)
+        if hasattr(mod, "KERNEL_BUILDS") and "builds" in getattr(it, "fixturenames", ()):
+            mods.setdefault(mod.__name__, mod)
+    plan = [b for mod in mods.values() for b in reversed(mod.KERNEL_BUILDS)
+            if b[0] == "wave64" or _nvcc_found()]             # the sm_90a tests skip without nvcc
+    if plan:
+        import tempfile
 
-    for name, mod in mods.items():
-        folder = Path(tempfile.mkdtemp(prefix="kopt-cuda-builds-"))
-        BACKGROUND[name] = (folder, cuda_builds.start(folder, mod.CUDA_BUILDS))
+        import kernel_builds
+
+        folder = Path(tempfile.mkdtemp(prefix="kopt-kernel-builds-"))
+        BACKGROUND.update(folder=folder, process=kernel_builds.start(folder, plan))
 
 
 def pytest_sessionfinish(session):
-    for folder, proc in BACKGROUND.values():
+    proc = BACKGROUND.get("process")
+    if proc is not None:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(BACKGROUND["folder"], ignore_errors=True)
     BACKGROUND.clear()
 
 

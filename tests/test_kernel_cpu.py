@@ -7,8 +7,8 @@ reports (they compile, spill nothing, fit their shared memory and registers, and
 counts), not TileLang's text. A text assertion is kept only where the property IS the generated code
 (an instruction, or the order the kernel issues its loads in, that no CPU run can show), and says so.
 Each sm_90a build is made once a run, ahead of the tests in a background process where a second core
-is free (CUDA_BUILDS, tests/cuda_builds.py); nvcc runs are cached by source hash for the run as well
-(conftest.nvcc_cache).
+is free (KERNEL_BUILDS, tests/kernel_builds.py); nvcc runs are cached by source hash for the run as
+well (conftest.nvcc_cache).
 """
 import importlib.util
 import math
@@ -216,12 +216,12 @@ def test_nvcc_cache_builds_a_source_once():
 
 
 def test_builds_are_made_once_read_back_and_taken_over(tmp_path):
-    """cuda_builds.Builds: a build is made once and stored; another process's Builds reads it back; one claimed by a
+    """kernel_builds.Builds: a build is made once and stored; another process's Builds reads it back; one claimed by a
     background process that has stopped is made here; without a folder it is made in process."""
     import subprocess
     import sys
 
-    from cuda_builds import Builds, key
+    from kernel_builds import Builds, key
 
     class Kernel:
         calls: list = []
@@ -281,7 +281,7 @@ def _cu():
     return sys.modules["tl_decode_cuda"]  # imported by run_kernel.py from its own folder
 
 
-# ---------------------------------------------------------------- the sm_90a builds (tests/cuda_builds.py)
+# ---------------------------------------------------------------- the sm_90a builds (tests/kernel_builds.py)
 
 F16 = dict(dtype="float16", hq=32, hkv=4, d=128)
 SM90A = [dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True, fused=False),
@@ -325,9 +325,9 @@ def tile_page_shape(page: int) -> dict:
                 merge_unroll=8)
 
 
-#: Every build the tests below ask `cuda` for, in the order they ask: made ahead in a background process
-#: (tests/cuda_builds.py). A build missing here is still made, in the test's own process.
-CUDA_BUILDS = (
+#: Every build the tests below ask `builds` for, in the order they ask: made ahead in a background process
+#: (tests/kernel_builds.py). A build missing here is still made, in the test's own process.
+KERNEL_BUILDS = (
     [("compile", s) for s in SM90A]
     + [b for split in (True, False) for paged in (0, 64)
        for b in (("compile", {"eager": True, **eager_shape(split, paged)}), ("source", eager_shape(split, paged)))]
@@ -348,13 +348,12 @@ CUDA_BUILDS = (
 
 
 @pytest.fixture(scope="module")
-def cuda(rk):
-    """The builds of CUDA_BUILDS: cuda.get(kind, **keywords), each made once a run (tests/cuda_builds.py)."""
+def builds(rk):
+    """The builds of KERNEL_BUILDS: builds.get(kind, **keywords), each made once a run (tests/kernel_builds.py)."""
     from conftest import BACKGROUND
-    from cuda_builds import Builds
+    from kernel_builds import Builds
 
-    folder, proc = BACKGROUND.get(__name__, (None, None))
-    return Builds(rk, folder, proc)
+    return Builds(rk, BACKGROUND.get("folder"), BACKGROUND.get("process"))
 
 
 @needs_nvcc
@@ -363,9 +362,9 @@ def cuda(rk):
     SM90A,
     ids=["fp16-contig-split-unfused", "bf16-paged16-split-fused"],
 )
-def test_cuda_sm90a_lowers_and_compiles(cuda, shape):
+def test_cuda_sm90a_lowers_and_compiles(builds, shape):
     fused = shape.get("fused", True)
-    info = cuda.get("compile", **shape)
+    info = builds.get("compile", **shape)
     assert set(info) == ({"main"} if fused else {"main", "combine"})
     for name in info:
         _clean(info[name])
@@ -379,13 +378,13 @@ def test_cuda_sm90a_lowers_and_compiles(cuda, shape):
 @needs_nvcc
 @pytest.mark.parametrize("paged", [0, 64], ids=["contig", "paged64"])
 @pytest.mark.parametrize("split", [True, False], ids=["split", "direct"])
-def test_eager_variant_issues_q_and_k_before_l(cuda, split, paged):
+def test_eager_variant_issues_q_and_k_before_l(builds, split, paged):
     """The eager variant's first cp.async group (Q and the first K tile) is addressed from the allocated
     cache length alone, so it is issued before the sequence length read from L[b] is used; V still waits
     for it (rows past the sequence would feed NaN garbage to the PV product). The default variant loads
     Q synchronously first. Both nvcc-compile for sm_90a without spills."""
     shape = eager_shape(split, paged)
-    eager = cuda.get("compile", eager=True, **shape)["main"]
+    eager = builds.get("compile", eager=True, **shape)["main"]
     _clean(eager)
     # the text is the point: the eager start is an order of issue (which copies go before the length is known), seen
     # only in the generated code without a GPU (the GPU tests check its results)
@@ -399,7 +398,7 @@ def test_eager_variant_issues_q_and_k_before_l(cuda, split, paged):
     assert "if (0 <" not in group0.split("cp_async_gs")[0]  # no guard on the tile count before the first copy
     if paged:  # page ids read from the block table are clamped into the pool (entries past the sequence)
         assert "max(min(BT[" in group0 and "num_blocks" in group0
-    plain = cuda.get("source", **shape).split("__launch_bounds__", 1)[1]
+    plain = builds.get("source", **shape).split("__launch_bounds__", 1)[1]
     assert plain.index("__syncthreads") < plain.index("cp_async_gs")  # the default: Q first, then a barrier
     if paged:  # without eager every row is clamped to the sequence: its page id needs no clamp
         assert "BT[" in plain and "max(min(BT[" not in plain
@@ -407,11 +406,11 @@ def test_eager_variant_issues_q_and_k_before_l(cuda, split, paged):
 
 @needs_nvcc
 @pytest.mark.parametrize("block_N,smem_kb", [(32, (16, 32)), (160, (80, 100)), (192, (96, 128)), (256, (128, 227))])
-def test_wide_tiles_hold_a_short_range_in_one_tile(cuda, block_N, smem_kb):
+def test_wide_tiles_hold_a_short_range_in_one_tile(builds, block_N, smem_kb):
     """block_N 32, 160 and 192 (the defaults for unsplit ranges of at most 32 and of 129-192 keys) and 256 (a config
     knob): a CTA whose range fits one tile issues all its K and V loads before the first wait (one K group, one V
     group, then the loop's first wait), with no spills, in 22 / 90 / 106 / 141 KB of shared memory."""
-    info = cuda.get("compile", **wide_shape(block_N))["main"]
+    info = builds.get("compile", **wide_shape(block_N))["main"]
     _clean(info)
     body = info["source"].split("__launch_bounds__", 1)[1]
     # the text is the point: an order of issue (V's copies before any wait), seen only in the generated code
@@ -421,12 +420,12 @@ def test_wide_tiles_hold_a_short_range_in_one_tile(cuda, block_N, smem_kb):
 
 @needs_nvcc
 @pytest.mark.parametrize("d", [128, 64])
-def test_v_split_reads_half_of_v_per_cta(cuda, d):
+def test_v_split_reads_half_of_v_per_cta(builds, d):
     """v_split 2: the grid's x dimension picks a CTA's half of V's and the output's columns (the V tile and the PV
     accumulator halved), K still whole; it compiles without spills; a split plan refuses it."""
     shape = v_split_shape(d)
-    one = cuda.get("lowered", v_split=1, **shape)
-    two = cuda.get("compile", v_split=2, **shape)["main"]
+    one = builds.get("lowered", v_split=1, **shape)
+    two = builds.get("compile", v_split=2, **shape)["main"]
     _clean(two)
     assert one["dyn_smem_bytes"] - two["dyn_smem_bytes"] == 160 * d // 2 * 2  # half of the V tile
     # the text is the point: which CTA takes which half is its x block index, read only where V is split
@@ -437,18 +436,18 @@ def test_v_split_reads_half_of_v_per_cta(cuda, d):
 
 @needs_nvcc
 @pytest.mark.parametrize("threads", [128, 64])
-def test_red_batch_reduces_both_rows_of_a_thread_at_once(cuda, threads, meta_plan):
+def test_red_batch_reduces_both_rows_of_a_thread_at_once(builds, threads, meta_plan):
     """red_batch 2 (the default): the softmax's row max and row sum are one batched butterfly each (both of a
     thread's rows through one set of barriers): its PTX holds far fewer barriers than red_batch 1's, one butterfly per
     row; both compile without spills, and a value other than 1 or 2 is refused by the kernel builder and by the
     plan."""
     shape = red_batch_shape(threads)
-    two = cuda.get("compile", **shape)["main"]
-    one = cuda.get("compile", red_batch=1, **shape)["main"]
+    two = builds.get("compile", **shape)["main"]
+    one = builds.get("compile", red_batch=1, **shape)["main"]
     for info in (one, two):
         _clean(info)
     # max and sum, cross-warp and in-quad, in the loop and its tail: a quarter of the barriers at least go
-    assert cuda.get("barriers", **shape) <= 0.75 * cuda.get("barriers", red_batch=1, **shape)
+    assert builds.get("barriers", **shape) <= 0.75 * builds.get("barriers", red_batch=1, **shape)
     with pytest.raises(ValueError, match="red_batch"):
         _cu().build_decode("float16", 32, 4, 128, False, 0, 64, 1, 128, False, 0.1, red_batch=4)
     with pytest.raises(ValueError, match="red_batch"):
@@ -456,18 +455,18 @@ def test_red_batch_reduces_both_rows_of_a_thread_at_once(cuda, threads, meta_pla
 
 
 @needs_nvcc
-def test_red_once_crosses_four_warps_in_one_round(cuda):
+def test_red_once_crosses_four_warps_in_one_round(builds):
     """red_once: the one-round specialization of tl::AllReduce for four warps, which the kernel's source carries,
     takes the softmax's reductions: it compiles without spills and its PTX has fewer barriers than TileLang's
     two-round butterfly; a split plan with its combine kernel in the same module compiles too (one definition of the
     specialization, else nvcc refuses the redefinition)."""
-    once = cuda.get("compile", red_once=True, **RED_ONCE)["main"]
-    plain = cuda.get("compile", **RED_ONCE)["main"]
+    once = builds.get("compile", red_once=True, **RED_ONCE)["main"]
+    plain = builds.get("compile", **RED_ONCE)["main"]
     for info in (once, plain):
         _clean(info)
     # two reductions (max, sum) in the loop and in its peeled last tile: two barriers fewer each
-    assert cuda.get("barriers", red_once=True, **RED_ONCE) <= cuda.get("barriers", **RED_ONCE) - 8
-    fused = cuda.get("compile", red_once=True, **RED_ONCE_SPLIT)["main"]
+    assert builds.get("barriers", red_once=True, **RED_ONCE) <= builds.get("barriers", **RED_ONCE) - 8
+    fused = builds.get("compile", red_once=True, **RED_ONCE_SPLIT)["main"]
     assert fused["cubin_bytes"] > 0 and len(_defs(fused["source"])) == 2
 
 
@@ -572,40 +571,40 @@ def test_default_threads(rk, block_N, v_split, want):
 
 
 @needs_nvcc
-def test_two_warp_narrow_tile_compiles_without_spills(cuda):
+def test_two_warp_narrow_tile_compiles_without_spills(builds):
     """Case 3's default plan (one 32-key tile, v_split 2, 64 threads) lowers for sm_90a with a 64-thread launch
     bound and no spills."""
-    info = cuda.get("compile", **TWO_WARP)["main"]
+    info = builds.get("compile", **TWO_WARP)["main"]
     _clean(info)
     # the text is the point: the launch bound the kernel is compiled for (ptxas reports no thread count)
     assert "__launch_bounds__(64" in info["source"]
 
 
 @needs_nvcc
-def test_pdl_switch_launches_the_combine_as_a_dependent(cuda):
+def test_pdl_switch_launches_the_combine_as_a_dependent(builds):
     """pdl (Hopper): the split kernel allows its dependent's launch at its start and the combine kernel waits
     for the split grid before it reads a partial; the balanced combine derives its plan from L first. The
     portable variant (pdl off) has neither instruction. The fused pdl variant nvcc-compiles without spills."""
-    info = cuda.get("compile", pdl=True, **PDL)["main"]
+    info = builds.get("compile", pdl=True, **PDL)["main"]
     _clean(info)
     # the text is the point: dependent launch is two instructions and where they stand, which no CPU run can show
     split, comb = _defs(info["source"])
     assert "cudaTriggerProgrammaticLaunchCompletion" in split and "cudaGridDependencySynchronize" not in split
     assert split.index("cudaTriggerProgrammaticLaunchCompletion") < split.index("cp_async_gs")
     assert comb.index("cudaGridDependencySynchronize") < comb.index("Opart[")
-    plain = cuda.get("source", pdl=False, **PDL)
+    plain = builds.get("source", pdl=False, **PDL)
     assert "cudaGridDependencySynchronize" not in plain and "cudaTriggerProgrammaticLaunchCompletion" not in plain
-    _, bcomb = _defs(cuda.get("source", **PDL_BALANCED))
+    _, bcomb = _defs(builds.get("source", **PDL_BALANCED))
     assert bcomb.index("L[") < bcomb.index("cudaGridDependencySynchronize") < bcomb.index("Opart[")
-    unfused = cuda.get("source", pdl=True, fused=False, **PDL)  # split kernel + the separate combine kernel
+    unfused = builds.get("source", pdl=True, fused=False, **PDL)  # split kernel + the separate combine kernel
     assert "cudaTriggerProgrammaticLaunchCompletion" in unfused and "cudaGridDependencySynchronize" in unfused
 
 
 @needs_nvcc
-def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(cuda):
+def test_last_cta_variant_is_one_kernel_with_an_acq_rel_counter(builds):
     """The last-CTA merge: one device kernel (no combine launch); partial writes fenced before thread 0's
     acq_rel atomic on the (batch, kv head) counter; the merging CTA resets the counter. No spills."""
-    info = cuda.get("compile", **LAST_CTA)
+    info = builds.get("compile", **LAST_CTA)
     assert set(info) == {"main"}
     _clean(info["main"])
     src = info["main"]["source"]
@@ -675,10 +674,10 @@ def test_default_tiling(rk, case, want):
 
 @needs_nvcc
 @pytest.mark.parametrize("paged", [0, 16], ids=["contig", "paged16"])
-def test_balanced_variant_plans_on_the_device(cuda, paged):
+def test_balanced_variant_plans_on_the_device(builds, paged):
     """The work-balanced variant: one kernel (in-kernel merge), a grid of B + pool rows per kv head, the
     split plan computed from L on the device (a loop over the batch's lengths), no spills."""
-    info = cuda.get("compile", **balanced_shape(paged))
+    info = builds.get("compile", **balanced_shape(paged))
     assert set(info) == {"main"}
     _clean(info["main"])
     src = info["main"]["source"]
@@ -721,13 +720,13 @@ def test_balanced_tiling_given_wins_over_the_gqa_rule(rk):
 
 @needs_nvcc
 @pytest.mark.parametrize("page", [16, 256])
-def test_tile_page_takes_a_rows_page_from_its_tile(cuda, page):
+def test_tile_page_takes_a_rows_page_from_its_tile(builds, page):
     """tile_page: the table column of a row is its tile's first page plus the row's page within the tile, so once
     lowered no table load depends on the thread (rows of one page share a load; the default's every row has its
     own), and the kernel compiles without spills for pages of several tiles and tiles of several pages."""
     shape = tile_page_shape(page)
-    tp = cuda.get("compile", tile_page=True, **shape)["main"]
-    plain = cuda.get("lowered", **shape)
+    tp = builds.get("compile", tile_page=True, **shape)["main"]
+    plain = builds.get("lowered", **shape)
 
     def per_thread(src):
         return [x for x in re.findall(r"BT\[[^\]]*\]", src) if "threadIdx" in x]
@@ -759,11 +758,11 @@ def test_comb_unroll_default(rk, num_splits, smem, want):
 
 
 @needs_nvcc
-def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(cuda):
+def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(builds):
     """comb_smem: 64 splits a round trip compile for sm_90a without spills in fewer registers than a combine CTA
     may take beside two balanced split CTAs (163 registers each, 128 threads: 22,528 of 65,536 left, so at most
     176 a thread); the LSE values are stored once and read behind a barrier."""
-    info = cuda.get("combine", **COMBINE_SMEM)
+    info = builds.get("combine", **COMBINE_SMEM)
     _clean(info)
     assert max(info["registers"]) <= 176, info["registers"]
     # the text is the point: the barrier between the shared store and its reads (a race no CPU run can show)
@@ -827,9 +826,9 @@ def test_merge_rows(rk, G, d, threads, want):
 
 
 @needs_nvcc
-def test_odd_gqa_at_head_dim_64_merges_in_the_last_cta(cuda):
+def test_odd_gqa_at_head_dim_64_merges_in_the_last_cta(builds):
     """GQA 7 at head dim 64 (Hq 14, Hkv 2), split with the last-CTA merge: lowered and nvcc-compiled for sm_90a without
     spills (before merge_rows its merge found no fragment layout and the kernel did not compile)."""
-    info = cuda.get("compile", **ODD_GQA)
+    info = builds.get("compile", **ODD_GQA)
     _clean(info["main"])
     assert set(info) == {"main"} and len(_defs(info["main"]["source"])) == 1

@@ -1,14 +1,17 @@
-"""The sm_90a builds the kernel tests check (TileLang lowering, nvcc), each made once a run and, where the machine has
-a second core, ahead of the tests in a background process.
+"""The kernel builds the tests check (sm_90a: TileLang lowering and nvcc; wave64: lowering for gfx942 and clang), each
+made once a run and, where the machine has a second core, ahead of the tests in a background process.
 
 A build costs seconds to tens of seconds of one core (lowering a balanced kernel ~10 s, nvcc ~2 s); test_kernel_cpu
-checks about forty. A test module lists the builds it will ask for (CUDA_BUILDS: (kind, keywords) pairs); when any
-of its tests is selected, conftest starts `python tests/cuda_builds.py FOLDER` with the session, which makes them
-(from the last back), each into FOLDER/<key>.pkl, while the other test files run on the other core. A test asks
-through Builds.get: a finished build is read, one the background process is making is waited for, any other is made
-in the test's own process (and claimed, so the two never make the same one). The results are those of the same
-calls in the test process (the kernel's own compile_cuda_check, build_cuda_source, lower_kernels,
-compile_combine_check): only where they are made differs. Not a test module: pytest does not collect it.
+checks about forty and test_wave64 a sweep of 32 plans (~150 s). A test module lists the builds it will ask for
+(KERNEL_BUILDS: (kind, keywords) pairs). When any test of such a module that uses its `builds` fixture is selected,
+conftest starts one `python tests/kernel_builds.py FOLDER` with the session, which makes them, module by module in
+the order the modules run and within a module from its last build back, each into FOLDER/<key>.pkl, while the other
+test files run on the other core. A test asks through Builds.get: a finished build is read, one the background
+process is making is waited for, any other is made in the test's own process (and claimed, so the two never make the
+same one; a test asking from the first build and the background from the last meet in the middle). The results are
+those of the same calls in the test process (the kernel's own compile_cuda_check, build_cuda_source, lower_kernels,
+compile_combine_check, kopt.wave64.check_plans): only where they are made differs. Not a test module: pytest does not
+collect it.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def ptx_barriers(source: str) -> int:
 def compute(rk, kind: str, kw: dict):
     """One build, in this process: compile (rk.compile_cuda_check), source (rk.build_cuda_source), lowered (the main
     kernel lowered for sm_90a, no nvcc), combine (the standalone combine kernel compiled), barriers (the PTX barrier
-    count of a compile's main kernel)."""
+    count of a compile's main kernel), wave64 (kopt.wave64.check_plans of a candidate on a device profile)."""
     if kind == "compile":
         return rk.compile_cuda_check(**kw)
     if kind == "source":
@@ -66,6 +69,12 @@ def compute(rk, kind: str, kw: dict):
         return sys.modules["tl_decode_cuda"].compile_combine_check(**kw)
     if kind == "barriers":
         return ptx_barriers(rk.compile_cuda_check(**kw)["main"]["source"])
+    if kind == "wave64":
+        from kopt import hardware, wave64
+
+        items = [(case, config) for case, config in kw["items"]]
+        return wave64.check_plans(kw["candidate"], items, hardware.profile(kw["profile"]).model_dump(),
+                                  workers=kw["workers"], compile_it=kw["compile"])
     raise ValueError(f"unknown build kind {kind!r}")
 
 
@@ -85,7 +94,8 @@ def _store(folder: Path, k: str, value) -> None:
 
 
 class Builds:
-    """The builds of a run, for one test module: get(kind, **kw) returns the build, made once."""
+    """The builds of a run, for one test module: get(kind, **kw) returns the build, made once. rk: the kernel module
+    the sm_90a kinds call (None where only wave64 builds are asked for)."""
 
     def __init__(self, rk, folder: Path | None = None, child: subprocess.Popen | None = None):
         self.rk, self.folder, self.child = rk, folder, child
@@ -116,7 +126,7 @@ class Builds:
 
 
 def start(folder: Path, builds: list[tuple[str, dict]]) -> subprocess.Popen:
-    """The background process that makes `builds` in order into folder."""
+    """The background process that makes `builds`, in this order, into folder."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "plan.json").write_text(json.dumps(builds))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(HERE.parent / "src"), str(HERE),
@@ -135,9 +145,7 @@ def _background(folder: Path) -> None:
 
     nvcc.compile_cuda = NvccCache(nvcc.compile_cuda, nvcc.logger, nvcc.get_nvcc_compiler())
     rk = load_kernel()
-    # from the last build back: a test process that asks from the first (the tests' order) while this one still
-    # runs takes the builds from the front, and the two meet in the middle instead of one waiting on the other
-    for kind, kw in reversed(json.loads((folder / "plan.json").read_text())):
+    for kind, kw in json.loads((folder / "plan.json").read_text()):
         k = key(kind, kw)
         if (folder / f"{k}.pkl").exists() or not _claim(folder, k):
             continue
