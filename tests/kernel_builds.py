@@ -144,9 +144,12 @@ def _background(folder: Path) -> None:
     from conftest import NvccCache
 
     nvcc.compile_cuda = NvccCache(nvcc.compile_cuda, nvcc.logger, nvcc.get_nvcc_compiler())
+    parent = os.getppid()
     rk = load_kernel()
     for kind, kw in json.loads((folder / "plan.json").read_text()):
         k = key(kind, kw)
+        if os.getppid() != parent:   # the test run is gone (killed before it could stop this process)
+            return
         if (folder / f"{k}.pkl").exists() or not _claim(folder, k):
             continue
         try:
