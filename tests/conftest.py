@@ -1,9 +1,11 @@
-"""Shared fixtures: kopt state in tmp_path; the gpu marker is skipped without CUDA."""
+"""Shared fixtures: kopt state in tmp_path; the gpu marker is skipped without CUDA; nvcc builds cached for the run."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -42,6 +44,51 @@ def _shard(config, items) -> None:
     items[:] = [it for j, it in enumerate(items) if j in keep]
 
 
+#: The background builds of this run (tests/kernel_builds.py): {"folder": Path, "process": Popen} once started.
+BACKGROUND: dict = {}
+
+
+def _nvcc_found() -> bool:
+    import importlib.util
+
+    return (importlib.util.find_spec("tilelang") is not None
+            and (shutil.which("nvcc") is not None or Path("/usr/local/cuda/bin/nvcc").exists()))
+
+
+def pytest_collection_finish(session):
+    """Start one background process for the kernel builds (tests/kernel_builds.py) of the test modules that list
+    KERNEL_BUILDS and have a selected test using their `builds` fixture: module by module in the order they run,
+    each module's from its last build back; it runs on the second core while the other files' tests run."""
+    import importlib.util
+
+    if session.config.option.collectonly or importlib.util.find_spec("tilelang") is None:
+        return
+    mods = {}
+    for it in session.items:
+        mod = getattr(it, "module", None)
+        if hasattr(mod, "KERNEL_BUILDS") and "builds" in getattr(it, "fixturenames", ()):
+            mods.setdefault(mod.__name__, mod)
+    plan = [b for mod in mods.values() for b in reversed(mod.KERNEL_BUILDS)
+            if b[0] == "wave64" or _nvcc_found()]             # the sm_90a tests skip without nvcc
+    if plan:
+        import tempfile
+
+        import kernel_builds
+
+        folder = Path(tempfile.mkdtemp(prefix="kopt-kernel-builds-"))
+        BACKGROUND.update(folder=folder, process=kernel_builds.start(folder, plan))
+
+
+def pytest_sessionfinish(session):
+    proc = BACKGROUND.get("process")
+    if proc is not None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        shutil.rmtree(BACKGROUND["folder"], ignore_errors=True)
+    BACKGROUND.clear()
+
+
 def pytest_collection_modifyitems(config, items):
     _shard(config, items)
     if _cuda():
@@ -62,6 +109,67 @@ def workspace(tmp_path, monkeypatch) -> Path:
     return ws
 
 
+class NvccCache:
+    """nvcc builds of one test run, keyed by a hash of the source, the output format, the arch, the flags and the
+    compiler: kernel tests build the same source more than once (a variant beside its default, a plan checked
+    twice), and each nvcc run of a TileLang kernel costs seconds. Wraps tilelang.contrib.nvcc.compile_cuda; its
+    verbose log (ptxas -v: registers, spills) is replayed on a hit, so callers that read it see the same lines."""
+
+    def __init__(self, compile_cuda, logger, compiler: str):
+        self.compile_cuda, self.logger, self.compiler = compile_cuda, logger, compiler
+        self.builds: dict[str, tuple[bytes, list[str]]] = {}
+        self.hits = self.misses = 0
+
+    def key(self, code, target_format, arch, options, verbose) -> str:
+        blob = json.dumps([code, target_format, arch, options, bool(verbose), self.compiler])
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def __call__(self, code, target_format="ptx", arch=None, options=None, path_target=None, verbose=False):
+        if path_target is not None or arch is None:   # writes a file, or reads the current target: not cached
+            return self.compile_cuda(code, target_format, arch, options, path_target, verbose)
+        key = self.key(code, target_format, arch, options, verbose)
+        if key in self.builds:
+            self.hits += 1
+            data, log = self.builds[key]
+            for line in log:
+                self.logger.info("%s", line)
+            return bytearray(data)
+        import logging
+
+        log: list[str] = []
+
+        class Grab(logging.Handler):
+            def emit(self, record):
+                log.append(record.getMessage())
+
+        grab = Grab()
+        self.logger.addHandler(grab)
+        try:
+            data = self.compile_cuda(code, target_format, arch, options, None, verbose)
+        finally:
+            self.logger.removeHandler(grab)
+        self.misses += 1
+        if log or not verbose:   # a verbose build whose log nobody enabled is not kept: a later caller may want it
+            self.builds[key] = (bytes(data), log)
+        return data
+
+
+@pytest.fixture(scope="session")
+def nvcc_cache():
+    """One NvccCache for the whole run, installed as tilelang's nvcc entry point while the session lasts."""
+    pytest.importorskip("tilelang")
+    from tilelang.contrib import nvcc
+
+    try:
+        compiler = nvcc.get_nvcc_compiler()
+    except Exception:   # no nvcc: the tests that need one skip themselves
+        compiler = ""
+    cache = NvccCache(nvcc.compile_cuda, nvcc.logger, compiler)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nvcc, "compile_cuda", cache)
+        yield cache
+
+
 @pytest.fixture
 def git_env(tmp_path, monkeypatch):
     """Real git, isolated from the user's config, with a fixed identity."""
@@ -71,6 +179,39 @@ def git_env(tmp_path, monkeypatch):
     for who in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{who}_NAME", "kopt test")
         monkeypatch.setenv(f"GIT_{who}_EMAIL", "kopt@example.invalid")
+
+
+def _png_1x1() -> bytes:
+    """A valid one-pixel PNG."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00\x00")) + chunk(b"IEND", b""))
+
+
+@pytest.fixture
+def no_figures(monkeypatch):
+    """kopt commit and kopt report without their matplotlib renders (three figures a commit: most of its time), for
+    tests of the loop's ledger, journal, git and trajectory, which read no figure. Each figure is still written under
+    its own name (a one-pixel PNG), so a commit stages the same files. The figures themselves are tested in test_plot,
+    test_vcs and test_report_browser."""
+    from kopt.report import plot
+    from kopt.report.campaign import load_campaign
+
+    def make_plots(ws, out=None, campaign=None, device=None):
+        c = campaign or load_campaign(ws, device)
+        out = Path(out) if out else Path(ws) / "results" / c.backend / "plots"
+        out.mkdir(parents=True, exist_ok=True)
+        names = ["speedup.png", "roofline.png", "trajectory.png"] + [f"peers-{d}.png" for d in c.peers]
+        for name in names:
+            (out / name).write_bytes(_png_1x1())
+        return [out / n for n in names]
+
+    monkeypatch.setattr(plot, "make_plots", make_plots)
 
 
 def kopt(*args: str):
@@ -181,3 +322,30 @@ def peer_rows():
         {**base, "case": 15, "variant": "bf16-d128-contig-full", "runtime_ms": 0.1,
          "peers": [peer_entry("fa2", 0.2, 2.0), peer_entry("fa3", 0.0, 0.0, na="fp16 compiled out")]},
     ]
+
+
+def assert_reported_as_recorded(c: dict) -> dict:
+    """A tuned case's report agrees with its own records, whichever correct config its timings made the winner: the
+    winner is a correct config it tried; GAIN is that config's paired speedup inside its CI (1.0, no CI, when the
+    default is kept; the screened ratio when no pair ran), DEFAULT and BEST the medians the gain came from; the
+    line, the JSON and the table row say the same. Returns the winner's record."""
+    f = dict(x.split(":", 1) for x in c["line"].split())
+    (w,) = [x for x in c["configs"] if x["config"] == c["config"]]
+    assert w["correct"] and w["status"] == "ok" and c["ok"] and f["CORRECT"] == "True"
+    if w["index"] == 0:                                                    # the default kept
+        assert c["gain"] == 1.0 and c["gain_ci"] is None and f["GAIN_CI"] == "NA"
+    elif w["paired_speedup"] is not None:                                  # a finalist that passed its pairs
+        lo, hi = c["gain_ci"]
+        assert c["gain"] == w["paired_speedup"] and [lo, hi] == w["paired_ci"] and lo <= c["gain"] <= hi
+        assert (c["default_ms"], c["best_ms"]) == (w["paired_b"]["median_ms"], w["paired_a"]["median_ms"])
+        assert f["GAIN_CI"] == f"{lo:.4f}-{hi:.4f}"
+    else:                                                                  # the unpaired rule on screened medians
+        (d,) = [x for x in c["configs"] if x["index"] == 0]
+        assert c["gain"] == pytest.approx(d["cold"]["median_ms"] / w["cold"]["median_ms"]) and c["gain_ci"] is None
+    assert f["GAIN"] == f"{c['gain']:.4f}x" and float(f["DEFAULT"]) > 0 and float(f["BEST"]) > 0
+    if c["row"] is not None:
+        row = c["row"]
+        assert row["config"] == c["config"] and row["gain"] == c["gain"]
+        assert (row["runtime_ms"], row["default_runtime_ms"]) == (c["best_ms"], c["default_ms"])
+        assert [row["gain_lo"], row["gain_hi"]] == (c["gain_ci"] or [None, None])
+    return w

@@ -74,6 +74,21 @@ def rk():
     return wave64.load_candidate(CANDIDATE)
 
 
+#: The sweep's check (lowered for gfx942 and, with the toolchain, compiled), as the test below asks for it: made once
+#: a run, ahead of the tests in a background process where a second core is free (tests/kernel_builds.py).
+SWEEP_CHECK = dict(candidate=CANDIDATE, items=[[_case(*row), row[-1]] for row in SWEEP], profile="C500", workers=2,
+                   compile=wave64.find_toolchain()[0] is not None)
+KERNEL_BUILDS = [("wave64", SWEEP_CHECK)]
+
+
+@pytest.fixture(scope="module")
+def builds():
+    from conftest import BACKGROUND
+    from kernel_builds import Builds
+
+    return Builds(None, BACKGROUND.get("folder"), BACKGROUND.get("process"))
+
+
 def test_sweep_covers_every_plan_class(rk):
     """The sweep's C500 plans hold every plan class at head dims 64 and 128, every layout (contiguous, 16/32/64/256-
     token pages) with a merge plan and with a direct one, every GQA ratio 1-16 at both head dims, and wide tiles (more
@@ -142,7 +157,7 @@ def _toolchain_or_na():
     return tc
 
 
-def test_every_c500_plan_class_lowers_and_compiles_for_wave64():
+def test_every_c500_plan_class_lowers_and_compiles_for_wave64(builds):
     """The sweep's plans, each lowered for HIP gfx942 (wave64) and compiled for gfx942: failures named by plan. Each
     main kernel runs QK^T and PV on the matrix cores (MFMA), holds no CUDA-only construct, and takes no more shared
     memory than the plan's own bound and the C500's 64 KB; the compiled kernels use no scratch memory. Registers
@@ -150,8 +165,8 @@ def test_every_c500_plan_class_lowers_and_compiles_for_wave64():
     or more, an H200 choice) take 129 VGPRs and spill about 45 on gfx942. The split + combine (unfused) rows hold
     the standalone combine kernel."""
     tc = _toolchain_or_na()
-    res = wave64.check_plans(CANDIDATE, [(_case(*row), row[-1]) for row in SWEEP], C500, workers=2,
-                             compile_it=tc is not None)
+    assert SWEEP_CHECK["compile"] == (tc is not None)
+    res = builds.get("wave64", **SWEEP_CHECK)     # wave64.check_plans(CANDIDATE, the sweep, C500, workers=2, ...)
     failed = {label(row): r.error for row, r in zip(SWEEP, res) if not r.lowered}
     assert not failed, f"plans that do not lower for wave64: {failed}"
     bad = {}

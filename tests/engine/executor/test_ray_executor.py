@@ -18,7 +18,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from conftest import REPO
+from conftest import REPO, assert_reported_as_recorded
 from conftest import TUNE_CANDIDATE as CANDIDATE
 from kopt.cli.main import app
 from kopt.records import CaseResult
@@ -113,7 +113,9 @@ def _tune(cand: Path, csv: Path, *extra: str):
 
 
 def test_tune_on_ray_matches_local(cluster, workspace):
-    """The same commit tuned locally and on the cluster: the same winners, both proven gains; one writer."""
+    """The same commit tuned locally and on the cluster: the same configs tried with the same outcome (status,
+    correctness), each run's winner one of its correct configs and reported as recorded, the same table keys, one
+    writer. Which config wins is the timings' call on a shared machine: not compared."""
     cand = _candidate(workspace)
     loc, lj = _tune(cand, workspace / "local.csv")
     assert loc.exit_code == 0, loc.output
@@ -121,18 +123,26 @@ def test_tune_on_ray_matches_local(cluster, workspace):
     assert r.exit_code == 0, r.output
     assert "kopt: ray: 2 node(s), 2 CPU slot(s); the workspace is shipped to each node" in r.stderr
     assert "retrying" not in r.stderr
+    tried = lambda c: [(x["index"], x["config"], x["status"], x["correct"]) for x in c["configs"]]  # noqa: E731
+    assert [a["case"] for a in lj["cases"]] == [b["case"] for b in rj["cases"]] == [2, 3]
     for a, b in zip(lj["cases"], rj["cases"]):
-        assert a["case"] == b["case"] and a["ok"] and b["ok"]
-        # passes=6 is 6x the work of passes=1 (configs 1 and 2 run passes=1 alike: either is the same winner)
-        assert a["config"]["passes"] == b["config"]["passes"] == 1
-        assert a["gain_ci"][0] > 1 and b["gain_ci"][0] > 1 and b["gain"] > 1.5
+        assert a["ok"] and b["ok"] and tried(a) == tried(b) and len(tried(b)) == 3
+        assert all(ok for *_, ok in tried(b))                  # no crash config here: all three correct
+        for c in (a, b):
+            assert assert_reported_as_recorded(c)["correct"]
     here = socket.gethostname()
     lt, rt = tuning.read(workspace / "local.csv").rows, tuning.read(workspace / "ray.csv").rows
-    assert [x.key for x in lt] == [x.key for x in rt] and all(x.config["passes"] == 1 for x in lt + rt)
+    # the cluster's two cases finish in either order (rows are written as each ends): compared as sets
+    assert sorted(x.key for x in lt) == sorted(x.key for x in rt) and len(rt) == 2
+    for rows, js in ((lt, lj), (rt, rj)):
+        assert {x.batch: x.config for x in rows} == {c["row"]["batch"]: c["config"] for c in js["cases"]}
     assert all(x.host == here and x.device == "cpu" and x.units > 0 for x in rt)
     led = load(CaseResult, workspace / "candidates.jsonl")
-    assert not led.skipped and [x.case for x in led.rows] == [2, 3, 2, 3]   # nodes append nothing
+    assert not led.skipped and [x.case for x in led.rows[:2]] == [2, 3]          # local: in case order
+    assert sorted(x.case for x in led.rows[2:]) == [2, 3]                        # the nodes append nothing
     assert all(x.mode == "tune" and x.host == here and x.units and x.device == "cpu" for x in led.rows)
+    for rows, js in ((led.rows[:2], lj), (led.rows[2:], rj)):
+        assert {x.case: x.config for x in rows} == {c["case"]: c["config"] for c in js["cases"]}
 
 
 def test_verify_on_ray_matches_local(cluster, workspace):

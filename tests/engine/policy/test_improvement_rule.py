@@ -77,7 +77,7 @@ def test_rank_shows_the_ragged_geomean_and_pct_limit(tmp_path):
     assert top.loc["b", "n_ragged"] == 0 and ranking.best_per_case(df)["pct_limit"].iloc[0] == pytest.approx(40.0)
 
 
-@pytest.mark.usefixtures("git_env")
+@pytest.mark.usefixtures("git_env", "no_figures")
 def test_status_judges_iterations_by_both_geomeans(tmp_path, monkeypatch):
     """Iteration 2 gains on the uniform cases but loses the ragged ones: not improved, and status says why;
     iteration 3 gains on both; a re-verified candidate is judged by its latest verdict."""
@@ -134,7 +134,7 @@ def test_device_only_verdicts_are_judged_among_themselves():
     assert timing_generation(graph + dev_only) == "device-only"
 
 
-@pytest.mark.usefixtures("git_env")
+@pytest.mark.usefixtures("git_env", "no_figures")
 def test_log_does_not_judge_a_graph_verdict_against_a_stream_best(tmp_path, monkeypatch):
     """ITERATIONS.md's Bench line compares only verdicts of one timing generation: the first verdict timed with
     graph replays is a new baseline there, as in the history, even when an older best reads higher."""
@@ -192,7 +192,7 @@ def test_a_stopped_verify_run_is_not_ranked_as_a_verdict(tmp_path):
     assert top.loc["a", "basis"] == "verdict"
 
 
-@pytest.mark.usefixtures("git_env")
+@pytest.mark.usefixtures("git_env", "no_figures")
 def test_a_pair_timed_together_is_compared_with_each_other(tmp_path, monkeypatch):
     """Iteration 2's candidate was verified beside iteration 1's (one campaign call, two minutes apart), on a host
     that reads both slower; iteration 1's candidate was re-verified alone later, on a faster one. The rule compares

@@ -39,7 +39,7 @@ def test_delta_roundtrip_is_exact():
 
 
 @pytest.fixture
-def ws(tmp_path, monkeypatch, git_env) -> Path:
+def ws(tmp_path, monkeypatch, git_env, no_figures) -> Path:
     root = tmp_path / "w"
     assert CliRunner().invoke(app, ["init", str(root)]).exit_code == 0
     monkeypatch.setenv("KOPT_WORKSPACE", str(root))

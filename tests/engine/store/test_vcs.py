@@ -19,8 +19,11 @@ pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
 
 
 @pytest.fixture
-def ws(tmp_path, monkeypatch) -> Path:
-    """A fresh `kopt init` workspace; KOPT_WORKSPACE points at it."""
+def ws(request, tmp_path, monkeypatch) -> Path:
+    """A fresh `kopt init` workspace; KOPT_WORKSPACE points at it. Commits there draw no figure (conftest.no_figures)
+    except in the tests that check them (marked `figures`)."""
+    if not request.node.get_closest_marker("figures"):
+        request.getfixturevalue("no_figures")
     root = tmp_path / "w"
     res = CliRunner().invoke(app, ["init", str(root)])
     assert res.exit_code == 0, res.stdout
@@ -215,6 +218,7 @@ def test_failed_commit_leaves_no_snapshot(ws):
     assert "trajectory/1-" not in git.Repo(ws).git.status("--porcelain", "--untracked-files=all")
 
 
+@pytest.mark.figures
 def test_commit_regenerates_plots_and_report(ws):
     """The committed views match the committed data: kopt commit regenerates them into the same commit."""
     import git

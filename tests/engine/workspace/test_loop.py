@@ -22,7 +22,7 @@ CASES = (1, 2, 3)
 REAL = os.environ.get("KOPT_TEST_REAL_VERDICT") == "1"
 
 
-pytestmark = pytest.mark.usefixtures("git_env")  # real git, isolated (conftest)
+pytestmark = pytest.mark.usefixtures("git_env", "no_figures")  # real git, isolated; no matplotlib renders (conftest)
 
 
 def kopt(*args: str, code: int = 0):
