@@ -213,6 +213,21 @@ class CaseFile(BaseModel):
         return v
 
 
+def read_yaml(p: Path, what: str, error: type[Exception] = CaseError):
+    """The YAML document at p, or one `error` line naming the `what` file: missing, unreadable, or not YAML
+    (ValueError: a malformed timestamp or similar scalar; RecursionError: absurd nesting)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(p).read_text())
+    except FileNotFoundError:
+        raise error(f"{what} file not found: {p}") from None
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise error(f"{p}: not valid YAML ({type(e).__name__})") from None
+    except OSError as e:
+        raise error(f"cannot read {what} file {p}: {e.strerror or e}") from None
+
+
 def load_cases(path: Path | None = None) -> list[Case]:
     """Load and validate the case file; each case gets the file's defaults as its variant."""
     return load_file(path).cases
@@ -220,20 +235,11 @@ def load_cases(path: Path | None = None) -> list[Case]:
 
 def load_file(path: Path | None = None) -> CaseFile:
     """Load and validate the whole case file (cases sorted by id)."""
-    import yaml
 
     from kopt.paths import cases_file
 
     p = Path(path) if path else cases_file()
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise CaseError(f"case file not found: {p}") from None
-    except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        # ValueError: a malformed timestamp or similar scalar; RecursionError: absurd nesting.
-        raise CaseError(f"{p}: not valid YAML ({type(e).__name__})") from None
-    except OSError as e:
-        raise CaseError(f"cannot read case file {p}: {e.strerror or e}") from None
+    raw = read_yaml(p, "case")
     if not isinstance(raw, dict):
         raise CaseError(f"{p}: expected a mapping with 'cases'")
     try:

@@ -14,7 +14,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from kopt.cases import Case, DType, PageSize
+from kopt.cases import Case, DType, PageSize, read_yaml
 from kopt.errors import CaseError
 
 #: Case ids of held-out draws start after this (row i of a draw is HELDOUT_BASE + i, from 1).
@@ -117,17 +117,9 @@ def workloads_file(root: Optional[Path] = None) -> Path:
 
 def load(path: Optional[Path] = None) -> WorkloadFile:
     """Load and validate the library; a bad entry is one CaseError naming the file and the field."""
-    import yaml
 
     p = Path(path) if path else workloads_file()
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise CaseError(f"workload file not found: {p}") from None
-    except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CaseError(f"{p}: not valid YAML ({type(e).__name__})") from None
-    except OSError as e:
-        raise CaseError(f"cannot read workload file {p}: {e.strerror or e}") from None
+    raw = read_yaml(p, "workload")
     if not isinstance(raw, dict):
         raise CaseError(f"{p}: expected a mapping with 'models'")
     try:

@@ -139,16 +139,10 @@ class CampaignResult(BaseModel):
 
 def load(path: Path) -> CampaignFile:
     """Read and validate a campaign file; anything wrong is a usage error naming the file and the place."""
-    import yaml
 
-    try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise UsageError(f"campaign file not found: {path}") from None
-    except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise UsageError(f"{path}: not valid YAML ({type(e).__name__})") from None
-    except OSError as e:
-        raise UsageError(f"cannot read campaign file {path}: {e.strerror or e}") from None
+    from kopt.cases import read_yaml
+
+    raw = read_yaml(Path(path), "campaign", UsageError)
     try:
         return CampaignFile.model_validate(raw)
     except ValidationError as e:
