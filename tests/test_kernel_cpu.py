@@ -205,22 +205,20 @@ def _kernel_bodies(src: str) -> dict:
 @pytest.mark.parametrize(
     "shape",
     [
-        dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True, fused=False),
+        dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True),
         dict(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=True),
     ],
-    ids=["fp16-contig-split-unfused", "bf16-paged16-split-fused"],
+    ids=["fp16-contig-split", "bf16-paged16-split"],
 )
 def test_cuda_sm90a_lowers_and_compiles(rk, shape):
     src = rk.build_cuda_source(**shape)  # main + combine kernels, CUDA C++ for sm_90a
     assert "__global__" in src and "combine_kernel" in src
-    fused = shape.get("fused", True)
     info = rk.compile_cuda_check(**shape)
-    assert set(info) == ({"main"} if fused else {"main", "combine"})
-    if fused:
-        # one prim_func, two device kernels: the split kernel and the combine kernel behind it,
-        # launched by the same host call
-        assert sorted(_kernel_bodies(info["main"]["source"])) == ["decode_split_combine_kernel",
-                                                                  "decode_split_combine_kernel_1"]
+    assert set(info) == {"main"}
+    # one prim_func, two device kernels: the split kernel and the combine kernel behind it,
+    # launched by the same host call
+    assert sorted(_kernel_bodies(info["main"]["source"])) == ["decode_split_combine_kernel",
+                                                              "decode_split_combine_kernel_1"]
     for name in info:
         assert info[name]["cubin_bytes"] > 0
         assert all(s == 0 for s in info[name]["spill_bytes"]), info[name]["ptxas_log"][-2000:]
@@ -287,7 +285,7 @@ def test_v_split_reads_half_of_v_per_cta(rk, d):
     assert "blockIdx.x" not in one["source"].split("__launch_bounds__", 1)[1]
     cu = sys.modules["tl_decode_cuda"]
     with pytest.raises(ValueError, match="v_split"):
-        cu.build_decode("float16", 32, 4, d, False, 0, 64, 1, 128, True, 0.1, v_split=2)
+        cu.kernel_plan(hq=32, hkv=4, d=d, split=True, v_split=2)
 
 
 @needs_nvcc
@@ -309,7 +307,7 @@ def test_red_batch_reduces_both_rows_of_a_thread_at_once(rk, threads, meta_plan)
     assert "::run_batch(" not in one["source"] and one["source"].count("::run(") >= 4
     cu = sys.modules["tl_decode_cuda"]
     with pytest.raises(ValueError, match="red_batch"):
-        cu.build_decode("float16", 32, 4, 128, False, 0, 64, 1, 128, False, 0.1, red_batch=4)
+        cu.kernel_plan(hq=32, hkv=4, split=False, red_batch=4)
     with pytest.raises(ValueError, match="red_batch"):
         meta_plan(1, 64, 4, 8, {"red_batch": 3})
 
@@ -347,11 +345,9 @@ def test_red_once_crosses_four_warps_in_one_round(rk):
 
 
 def test_red_once_in_the_plan(meta_plan):
-    """The plan takes red_once from the config, else from red_once_default: on for case 5 (unsplit, eager), off for
+    """The plan takes red_once from red_once_default (no config key): on for case 5 (unsplit, eager), off for
     case 10 (eager splits), untuned (64-key tiles) and at its tuned H200 row (128-key tiles; both of a thread's rows
     through one reduction, as every eager plan)."""
-    assert meta_plan(16, 141, 4, 8, {"red_once": 1}).red_once is True
-    assert meta_plan(16, 141, 4, 8, {"red_once": 0}).red_once is False
     assert meta_plan(16, 141, 4, 8).red_once is True  # case 5: unsplit, eager
     p10 = meta_plan(1, 8192, 4, 8)  # case 10 untuned (this host): eager splits of 64-key tiles
     assert p10.num_splits > 1 and p10.eager and p10.red_once is False and p10.red_batch == 2
@@ -360,16 +356,15 @@ def test_red_once_in_the_plan(meta_plan):
 
 
 def test_fast_math_in_the_plan_and_the_pass_configs(meta_plan):
-    """fast_math: the plan takes it from the config, else fast_math_default (FAST_MATH); it reaches TileLang as its
-    fast-math pass config (nvcc --use_fast_math), and only then."""
+    """fast_math: the plan takes it from fast_math_default (on wherever nvcc builds: no config key); it reaches
+    TileLang as its fast-math pass config (nvcc --use_fast_math), and only then."""
     import sys
 
     from tilelang.transform import PassConfigKey
 
     cu = sys.modules["tl_decode_cuda"]
-    assert meta_plan(16, 141, 4, 8, {"fast_math": 1}).fast_math is True
-    assert meta_plan(16, 141, 4, 8, {"fast_math": 0}).fast_math is False
-    assert meta_plan(16, 141, 4, 8).fast_math is cu.fast_math_default() is bool(cu.FAST_MATH)
+    assert meta_plan(16, 141, 4, 8).fast_math is cu.fast_math_default() is True
+    assert cu.fast_math_default(nvcc=False) is False
     assert cu._pass_configs(True).get(PassConfigKey.TL_ENABLE_FAST_MATH) is True
     assert PassConfigKey.TL_ENABLE_FAST_MATH not in cu._pass_configs(False)
     assert cu._pass_configs(False)[PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS] is True
@@ -399,7 +394,7 @@ def test_configs_default_entry_leaves_threads_to_the_plan(rk):
     """The tuner's first config is the heuristic plan itself: it pins no thread count (two warps where the plan
     picks them), so a tuned 'default' row is the plan the kernel would run untuned."""
     cfgs = rk.configs({"batch": 1, "seqlen_k": 1, "kv_heads": 4, "gqa": 8})
-    assert cfgs[0] == {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 0}
+    assert cfgs[0] == {"block_N": 0, "num_splits": 0, "threads": 0}
 
 
 @pytest.mark.parametrize("shape,want", [
@@ -472,11 +467,9 @@ def test_pdl_switch_launches_the_combine_as_a_dependent(rk):
     plain = rk.build_cuda_source(pdl=False, **shape)
     assert "cudaGridDependencySynchronize" not in plain and "cudaTriggerProgrammaticLaunchCompletion" not in plain
     bal = _kernel_bodies(rk.build_cuda_source(dtype="float16", hq=32, hkv=4, d=128, split=True, balanced=132,
-                                              block_N=128, bal_combine=True, pdl=True))
+                                              block_N=128, last_cta=False, pdl=True))
     bcomb = bal["decode_balanced_kernel_1"]
     assert bcomb.index("L[") < bcomb.index("cudaGridDependencySynchronize") < bcomb.index("Opart[")
-    unfused = rk.build_cuda_source(pdl=True, fused=False, **shape)  # split kernel + the separate combine kernel
-    assert "cudaTriggerProgrammaticLaunchCompletion" in unfused and "cudaGridDependencySynchronize" in unfused
 
 
 @needs_nvcc
@@ -601,8 +594,7 @@ def test_tile_page_takes_a_rows_page_from_its_tile(rk, page):
     """tile_page: the table column of a row is its tile's first page plus the row's page within the tile, so once
     lowered no table load depends on the thread (rows of one page share a load; the default's every row has its
     own), and the kernel compiles without spills for pages of several tiles and tiles of several pages."""
-    shape = dict(dtype="float16", hq=32, hkv=8, d=128, paged=True, page_size=page, block_N=64, balanced=264,
-                 merge_unroll=8)
+    shape = dict(dtype="float16", hq=32, hkv=8, d=128, paged=True, page_size=page, block_N=64, balanced=264)
     tp = rk.compile_cuda_check(tile_page=True, **shape)["main"]
     plain = rk.compile_cuda_check(**shape)["main"]
 
@@ -641,35 +633,10 @@ def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(rk):
     176 a thread); the LSE values are stored once and read behind a barrier."""
     import sys
 
-    info = sys.modules["tl_decode_cuda"].compile_combine_check(unroll=64, smem=True)
+    info = sys.modules["tl_decode_cuda"].compile_combine_check(unroll=64)
     assert all(s == 0 for s in info["spill_bytes"]), info["ptxas_log"][-2000:]
     assert max(info["registers"]) <= 176, info["registers"]
     assert "__syncthreads()" in info["source"] and "LSE[" in info["source"]
-
-
-def test_h200_plans_are_unchanged(rk):
-    """The plan of every bench case on an H200 (contiguous and in 16/32/64/256-token pages, head dims 128 and 64, fp16,
-    and bf16 contiguous), resolved from the H200's profile with the tuning table's H200 rows, is the plan the kernel
-    picked before the plan rule read the device's warp size and shared memory (tests/fixtures/h200_plans.json,
-    computed at commit 4b5c677): the wave64 rules change nothing on the H200."""
-    import json
-
-    from kopt.cases import load_cases
-    from kopt.hardware import profile
-
-    fx = json.loads((ROOT / "tests" / "fixtures" / "h200_plans.json").read_text())
-    h200 = rk._dev.from_profile(profile("H200").model_dump())
-    cases = {c.id: c for c in load_cases()}
-    changed = {}
-    for key, want in fx["plans"].items():
-        cid, dt, d, page = key.split("-")
-        c = cases[int(cid.removeprefix("case"))]
-        q, k, bt = rk._meta_call({**c.shape_dict(), "dtype": dt, "head_dim": int(d[1:]), "page_size": int(page[4:])})
-        p = rk._cuda_plan(q, k, bt, None, None, device=h200)
-        got = [getattr(p, f) for f in fx["fields"]]
-        if got != want:
-            changed[key] = {f: (a, b) for f, a, b in zip(fx["fields"], got, want) if a != b}
-    assert len(fx["plans"]) == 198 and not changed, changed
 
 
 def test_device_facts_from_profiles(rk):
