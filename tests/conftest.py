@@ -240,6 +240,7 @@ import os
 import torch
 
 BACKEND = "torch"
+PLAN_VERSION = 3  # written into the tuning row
 torch.set_num_threads(1)  # small calls on a busy CI box: intra-op threads only add scheduling stalls
 
 

@@ -1,47 +1,51 @@
-"""CUDA path: split-KV GQA decode attention in TileLang.
+"""CUDA path: split-KV GQA decode attention in TileLang, built from one frozen Plan.
 
-Kernel 1 (``decode``): grid (num_splits, Hkv, B). One CTA owns all G = Hq // Hkv query heads of one
-KV head (padded to ``block_H`` MMA rows) and a contiguous range of KV tiles of one sequence. Each
-K/V tile of ``block_N`` keys is gathered into shared memory once (cp.async, software-pipelined
-with ``T.Pipelined``), QK^T and PV run on the tensor cores through ``T.gemm``, and the softmax is
-the online exp2 form in fp32. The key rows of a tile are computed per row, so the same kernel
-serves a contiguous cache ([B, S, Hkv, D]) and a paged cache ([num_blocks, page, Hkv, D] +
-block_table) and any page size; rows past ``cache_seqlens[b]`` are clamped to the last valid key
-(always valid memory, no NaN garbage) and masked to -inf.
+A ``Plan`` (resolved once per shape by run_kernel._cuda_plan) says which of four kernels a call runs and how; the
+builders here turn it into TileLang prim_funcs over shared macros (_decode_body: one CTA's tiles; its epilogues;
+_last_cta_macro; _combine_macro):
 
-With num_splits > 1 each split writes its normalised partial O (fp32) and its log2-sum-exp to
-workspaces; the last CTA of each (batch, kv head) to finish merges them inside the same kernel
-(``last_cta``, the default for small merges: an acq_rel arrival counter per (batch, kv head), reset by
-the merging CTA), or kernel 2 (``combine``) does. With one split kernel 1 writes O directly.
+- ``decode_direct`` (one split): grid (v_split, Hkv, B); each CTA writes O.
+- ``decode_split_last`` (uniform splits, merge in the kernel): grid (num_splits, Hkv, B); each split writes its
+  normalised partial O (fp32) and log2-sum-exp, and the last CTA of each (batch, kv head) to finish merges them
+  (an acq_rel arrival counter per (batch, kv head), reset by the merging CTA).
+- ``decode_split_combine`` (uniform splits, a combine kernel): the split kernel, then the combine kernel (one CTA
+  of d threads per (batch, query head)), both launched by one host call.
+- ``decode_balanced``: each row split by its own length, read on the device (below).
 
-``eager`` (default when a CTA streams few tiles): Q and the first K tile are issued as one cp.async
-group addressed from the allocated cache length (contiguous: the cache's length; paged: the block
-table's width x page size, page ids clamped into the pool), before the sequence length L[b] arrives;
-the split ranges then come from the allocated length too, and a tile wholly past the sequence is
-masked (scaled by 0, never by NaN). V rows are clamped to the sequence. Without eager every row is
-clamped to the sequence, so its block-table entry is a page of the sequence and needs no clamp (H200,
-iteration 7: the clamp on every row of the non-eager path cost paged case 7 about 4 us).
+One CTA owns all G = Hq // Hkv query heads of one KV head (padded to ``block_H`` MMA rows) and a contiguous range
+of KV tiles of one sequence. Each K/V tile of ``block_N`` keys is gathered into shared memory once (cp.async,
+``T.Pipelined``), QK^T and PV run on the tensor cores through ``T.gemm``, and the softmax is the online exp2 form in
+fp32. The key rows of a tile are computed per row, so the same kernel serves a contiguous cache ([B, S, Hkv, D]) and
+a paged cache ([num_blocks, page, Hkv, D] + block_table) and any page size; rows past ``cache_seqlens[b]`` are
+clamped to the last valid key (always valid memory, no NaN garbage) and masked to -inf.
 
-``v_split`` (the default for an unsplit plan of few rows, v_split_default): each (batch, kv head) row runs on
-two CTAs (grid x), each computing the whole softmax from all of K and its half of V's and the output's columns,
-so a grid of at most half the units' rows streams K + V / 2 bytes a CTA on twice the units, with no merge.
+``eager`` (default when a CTA streams few tiles): Q and the first K tile are issued as one cp.async group addressed
+from the allocated cache length (contiguous: the cache's length; paged: the block table's width x page size, page ids
+clamped into the pool), before the sequence length L[b] arrives; the split ranges then come from the allocated
+length too, and a tile wholly past the sequence is masked (scaled by 0, never by NaN). V rows are clamped to the
+sequence. Without eager every row is clamped to the sequence, so its block-table entry is a page of the sequence and
+needs no clamp (H200, iteration 7: the clamp on every row of the non-eager path cost paged case 7 about 4 us).
 
-``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's
-_balanced_splits): each row is split by its own length, read on the device, so that the batch's real
-tiles spread over about BAL_CTAS_PER_SM CTAs per unit (one, with 128-key tiles, from BAL_WIDE_GQA query
-heads per KV head in a contiguous cache): with T = kv heads x the sum of the rows' tiles
-and w = max(BAL_MIN_TILES, ceil(T / target)), row b takes round(tiles_b / w) splits (1..num_splits).
-The grid is (kv heads, batch + pool): block y < batch runs the first split of row y; the pool blocks
-(pool = ceil(target / kv heads), which bounds the extra splits of all rows together) each find their
-row and split from the prefix sum of the rows' extra splits; pool blocks left over write nothing. A row
-of one split writes O directly; the others merge in their last CTA (arrival counter), or, with
-``bal_combine``, rows of more than LAST_CTA_MAX_ROWS partial rows in a combine kernel launched by the
-same host call that derives the same plan from L. The launch depends on shapes only: a CUDA graph
-captured once stays correct when the lengths change between replays.
+``v_split`` (the default for an unsplit plan of few rows, v_split_default): each (batch, kv head) row runs on two
+CTAs (grid x), each computing the whole softmax from all of K and its half of V's and the output's columns, so a grid
+of at most half the units' rows streams K + V / 2 bytes a CTA on twice the units, with no merge.
 
-Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic)
-dims, so one compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
+``balanced`` (the default for batches of several rows with a long allocated length, run_kernel's _balanced_splits):
+each row is split by its own length, read on the device, so that the batch's real tiles spread over about
+BAL_CTAS_PER_SM CTAs per unit (one, with 128-key tiles, from BAL_WIDE_GQA query heads per KV head in a contiguous
+cache): with T = kv heads x the sum of the rows' tiles and w = max(BAL_MIN_TILES, ceil(T / target)), row b takes
+round(tiles_b / w) splits (1..num_splits). The grid is (kv heads, batch + pool): block y < batch runs the first split
+of row y; the pool blocks (pool = ceil(target / kv heads), which bounds the extra splits of all rows together) each
+find their row and split from the prefix sum of the rows' extra splits; pool blocks left over write nothing. A row
+of one split writes O directly; the others merge in their last CTA (arrival counter), or, on a plan whose merge is
+not ``last_cta``, rows of more than LAST_CTA_MAX_ROWS partial rows in a combine kernel launched by the same host call
+that derives the same plan from L. The launch depends on shapes only: a CUDA graph captured once stays correct when
+the lengths change between replays.
+
+Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic) dims, so one
+compiled kernel serves every shape of a (dtype, heads, head_dim, layout, tile config).
 """
+import dataclasses
 import math
 import threading
 
@@ -51,9 +55,11 @@ LOG2E = 1.4426950408889634
 
 _KERNELS: dict = {}
 _LOCK = threading.Lock()
-_SM_COUNT: dict = {}
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+#: the head dims the kernels are built for (a Q/K/V tile row is d elements; block_H x d and the combine's d threads)
+HEAD_DIMS = (64, 128)
 
 #: rows a thread's softmax reductions take at once (build_decode's red_batch), where red_batch_default picks 2: a
 #: thread of a 16-row tile holds two rows, so 2 reduces both through one butterfly (its barriers shared), half the
@@ -97,101 +103,187 @@ struct AllReduce<Reducer, 128, 32, thread_offset, Barrier, batch_size, workspace
 
 
 # ----------------------------------------------------------------------------------------------
-# kernel builders
+
+
+# ----------------------------------------------------------------------------------------------
+# the plan
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one call runs: the build parameters of its kernel and the host's launch facts, resolved once per shape
+    (run_kernel._cuda_plan) and read by the builders. Checked on construction (check_plan)."""
+
+    dtype: str
+    hq: int
+    hkv: int
+    d: int
+    paged: bool
+    #: tokens a page (0: a contiguous cache)
+    page_size: int
+    block_N: int
+    threads: int
+    #: splits of a row (balanced: at most this many); 1: the direct kernel. The kernels take it at run time.
+    num_splits: int
+    scale: float
+    #: the balanced kernel's target CTAs (about BAL_CTAS_PER_SM a unit); 0: uniform splits
+    balanced: int = 0
+    #: split partials merged by the last CTA of each row; else a combine kernel merges them (balanced: the rows of
+    #: more than LAST_CTA_MAX_ROWS partial rows; the others still merge in their last CTA)
+    last_cta: bool = False
+    eager: bool = False
+    v_split: int = 1
+    red_batch: int = 1
+    red_once: bool = False
+    tile_page: bool = False
+    even_split: bool = False
+    pdl: bool = False
+    #: splits a combine thread loads at once (0: _COMBINE_UNROLL)
+    comb_unroll: int = 0
+    #: nvcc's --use_fast_math (a compile flag: the lowered source is the same)
+    fast_math: bool = False
+
+    def __post_init__(self):
+        check_plan(self)
+
+    @property
+    def G(self) -> int:
+        """Query heads per KV head."""
+        return self.hq // self.hkv
+
+    @property
+    def split(self) -> bool:
+        """Whether rows are split (partials and a merge): a uniform split count over 1, or the balanced kernel."""
+        return self.num_splits > 1 or bool(self.balanced)
+
+    @property
+    def combine(self) -> bool:
+        """Whether a combine kernel merges split partials (the plans pdl applies to)."""
+        return self.split and not self.last_cta
+
+    @property
+    def counter(self) -> bool:
+        """Whether the kernel merges in a row's last CTA (an arrival counter a (batch, kv head)): the balanced kernel
+        always (rows of at most LAST_CTA_MAX_ROWS partial rows), a uniform split one with last_cta."""
+        return bool(self.balanced) or (self.split and self.last_cta)
+
+    @property
+    def kernel(self) -> str:
+        """The main kernel's name."""
+        if self.balanced:
+            return "decode_balanced"
+        if not self.split:
+            return "decode_direct"
+        return "decode_split_last" if self.last_cta else "decode_split_combine"
+
+    @property
+    def plan_class(self) -> str:
+        """direct (one CTA a row, or v_split), split (uniform splits) or balanced: what a tuned row must share with a
+        shape to apply to it."""
+        return "balanced" if self.balanced else "split" if self.split else "direct"
+
+    def build_key(self) -> "Plan":
+        """What the compiled kernel depends on: the plan with its split count cut to 2 (the count is a run-time dim;
+        whether there is more than one is not)."""
+        return dataclasses.replace(self, num_splits=min(self.num_splits, 2))
+
+
+def check_plan(p: Plan) -> None:
+    """The rules a plan obeys, each a ValueError naming the field: the kernels are built for them. The balanced
+    kernel splits (num_splits >= 2 rows at most), merges in its rows' last CTAs (and in a combine kernel where
+    last_cta is off) and is not eager."""
+    if p.d not in HEAD_DIMS:
+        raise ValueError(f"head_dim {p.d} is not supported: the CUDA kernels take head dims "
+                         f"{', '.join(map(str, HEAD_DIMS))}")
+    if p.hkv < 1 or p.hq % p.hkv:
+        raise ValueError(f"hq ({p.hq}) must be a multiple of hkv ({p.hkv})")
+    if p.num_splits < 1 or (p.balanced and p.num_splits < 2):
+        raise ValueError(f"num_splits={p.num_splits}: at least 1, and 2 on a balanced plan")
+    if p.balanced and p.eager:
+        raise ValueError("eager=1 on a balanced plan: the balanced kernel reads a row's length before its first "
+                         "tile (balanced=0, or pin num_splits, for an eager plan)")
+    if p.last_cta and not p.split:
+        raise ValueError("last_cta on an unsplit plan: it has no partials to merge")
+    if p.last_cta and not p.balanced and p.num_splits > _MAX_SPLITS:
+        raise ValueError(f"last_cta=1 with num_splits={p.num_splits}: the last-CTA merge holds at most {_MAX_SPLITS}")
+    if p.v_split not in (1, 2) or (p.v_split > 1 and p.split):
+        raise ValueError(f"v_split must be 1, or 2 on the direct-output kernel (no split), got {p.v_split} with "
+                         f"num_splits={p.num_splits}{' (balanced)' if p.balanced else ''}")
+    if p.red_batch not in (1, 2):
+        raise ValueError(f"red_batch must be 1 or 2, got {p.red_batch}")
+    if p.tile_page and not tile_page_applies(p.paged, p.page_size, p.block_N, p.eager):
+        raise ValueError(f"tile_page on a plan it cannot run on (paged {p.paged}, page {p.page_size}, block_N "
+                         f"{p.block_N}, eager {p.eager})")
+    if p.even_split and p.eager:
+        raise ValueError("even_split=1 on an eager plan: eager split ranges come from the allocated length (eager=0)")
+    if p.pdl and not p.combine:
+        raise ValueError("pdl on a plan without a combine kernel")
+
+
+def kernel_plan(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, threads=128,
+                split=True, scale=None, eager=False, last_cta=None, balanced=0, pdl=False, comb_unroll=0, v_split=1,
+                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False) -> Plan:
+    """A Plan from build parameters alone, for GPU-less checks (run_kernel._cuda_plan resolves the real ones):
+    ``split`` stands for two splits (the kernels take the count at run time); ``last_cta`` None: the balanced
+    kernel's merge in its last CTAs, a uniform split kernel's in its combine kernel."""
+    split = bool(split) or bool(balanced)
+    merge_last = bool(balanced) if last_cta is None else bool(last_cta)
+    return Plan(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size) if paged else 0,
+                block_N=block_N, threads=threads, num_splits=2 if split else 1,
+                scale=float(scale) if scale is not None else 1.0 / math.sqrt(d), balanced=int(balanced),
+                last_cta=merge_last and split, eager=bool(eager), v_split=int(v_split), red_batch=int(red_batch),
+                red_once=bool(red_once), tile_page=bool(tile_page), even_split=bool(even_split), pdl=bool(pdl),
+                comb_unroll=int(comb_unroll))
+
+
+# ----------------------------------------------------------------------------------------------
+# kernel builders: one CTA's tiles (_decode_body), an epilogue per kernel, a prim_func per kernel
 # ----------------------------------------------------------------------------------------------
 def _block_h(G: int) -> int:
     return max(16, ((G + 15) // 16) * 16)
 
 
-def build_decode(
-    dtype: str,
-    hq: int,
-    hkv: int,
-    d: int,
-    paged: bool,
-    page_size: int,
-    block_N: int,
-    num_stages: int,
-    threads: int,
-    split: bool,
-    scale: float,
-    fused: bool = True,
-    eager: bool = False,
-    last_cta: bool = False,
-    balanced: int = 0,
-    q_loop: bool = False,
-    merge_unroll: int = 0,
-    bal_combine: bool = False,
-    pdl: bool = False,
-    comb_unroll: int = 0,
-    v_split: int = 1,
-    red_batch: int = RED_BATCH,
-    red_once: bool = False,
-    tile_page: bool = False,
-    even_split: bool = False,
-    comb_smem: bool = False,
-):
-    """TileLang prim_func of the main decode kernel (split or direct-output variant).
-
-    ``balanced`` (> 0: the target number of CTAs, about ``BAL_CTAS_PER_SM`` per unit): the work-balanced
-    variant (the module docstring). ``q_loop``: Q rides in each tile's cp.async group with K (as in
-    eager) instead of a synchronous load before the loop, so a CTA's first loads wait for one round trip
-    less. ``merge_unroll``: splits whose partials the last-CTA merge loads at once (0: _LAST_UNROLL).
-    ``bal_combine`` (balanced only): rows of more than LAST_CTA_MAX_ROWS partial rows (G x splits) are
-    merged by a combine kernel launched behind the split kernel by the same host call (it derives each
-    row's split count from L as the split kernel does; rows of fewer are merged by their last CTA).
-
-    With ``split`` and ``fused`` the prim_func holds both kernels (split, then combine): one host
-    call launches them back to back, so no Python runs between the two launches.
-
-    ``pdl`` (Hopper and later; a switch, off on other targets): programmatic dependent launch of the
-    combine kernel. The split kernel's CTAs allow it at their start, so the combine kernel is launched and
-    its CTAs made resident while the split kernel still runs; each of them waits for the split grid's
-    completion and memory (griddepcontrol.wait) before it reads a partial. It saves the launch gap between
-    the two kernels, not a byte of traffic.
-
-    ``comb_unroll``: the splits a combine thread loads at once (0: _COMBINE_UNROLL).
-
-    ``v_split`` (1 or 2; the direct-output kernel only): the CTAs of a (batch, kv head) row, each computing the
-    whole softmax from all of K but only its d / v_split columns of V and of the output. A row's K is read by
-    each (the second read mostly an L2 hit), its V once: a CTA streams K + V / v_split bytes, so a grid of few
-    rows spreads its bytes over v_split times as many units, without a merge.
-
-    ``red_batch`` (1 or 2): the softmax's row max and row sum each reduce a thread's rows ``red_batch`` at a time
-    (T.reduce_* ``batch``): one shared-memory butterfly, and one set of barriers, for both of a thread's rows of a
-    16-row tile instead of one per row (the plan's default: red_batch_default).
-
-    ``red_once`` (CUDA): a reduction across four warps crosses them in one shared-memory round (write, one barrier,
-    combine four) instead of TileLang's two rounds of two barriers (RED_ONCE_PRELUDE).
-
-    ``tile_page`` (paged, not eager; a page holds whole tiles or a tile whole pages): a row's table column is the tile's
-    first page plus the row's page within the tile (tile_pid), not its clamped key // page_size, so the rows a thread
-    copies from one page share one table load and one page address (lowered R1 plan, 256-token pages: 57 -> 27 global
-    loads, 2381 -> 2092 PTX instructions).
-
-    ``even_split`` (not eager): split s of a row of n tiles in ns splits takes tiles [s n // ns, (s + 1) n // ns), so
-    the splits differ by at most one tile and none is empty while n >= ns; without it each takes ceil(n / ns) tiles and
-    the last ones may be short or empty (R4 in 16-token pages: 481 tiles in 60 splits, 54 of 9 tiles and 6 empty).
-
-    ``comb_smem``: the combine kernel's LSE values through shared memory (_combine_macro's lse_smem)."""
-    import tilelang.language as T
-
-    G = hq // hkv
-    block_H = _block_h(G)
-    accum = "float32"
-    sm_scale = float(scale) * LOG2E
-
+def _symbols(T, p: Plan) -> dict:
+    """The prim_funcs' dynamic dims and the cache's shape: batch, max_pages, num_splits, kv_shape, alloc_len (the
+    longest sequence the cache holds), num_blocks (paged) or seqlen_k."""
     batch = T.dynamic("batch")
     max_pages = T.dynamic("max_pages")
     num_splits = T.dynamic("num_splits")
-    if paged:
+    sym = dict(batch=batch, max_pages=max_pages, num_splits=num_splits, num_blocks=None)
+    if p.paged:
         num_blocks = T.dynamic("num_blocks")
-        kv_shape = [num_blocks, page_size, hkv, d]
-        alloc_len = max_pages * page_size  # the longest sequence the block table can describe
+        sym.update(num_blocks=num_blocks, kv_shape=[num_blocks, p.page_size, p.hkv, p.d],
+                   alloc_len=max_pages * p.page_size)  # the longest sequence the block table can describe
     else:
         seqlen_k = T.dynamic("seqlen_k")
-        kv_shape = [batch, seqlen_k, hkv, d]
-        alloc_len = seqlen_k
+        sym.update(kv_shape=[batch, seqlen_k, p.hkv, p.d], alloc_len=seqlen_k)
+    return sym
+
+
+def _decode_body(T, p: Plan, sym: dict, finish):
+    """The macro a decode CTA runs: the tiles [t_begin, t_end) of its split of row b's keys for the G query heads of
+    kv head h (Q, K and V through shared memory, QK^T and PV on the tensor cores, the online exp2 softmax in fp32),
+    then ``finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc)``, the kernel's epilogue.
+
+    ``eager``: Q rides in each tile's cp.async group with K (a copy outside the loop would be a synchronous load and a
+    barrier before the first K/V loads). ``tile_page``: a row's table column is the tile's first page plus the row's
+    page within the tile (tile_pid), not its clamped key // page_size, so the rows a thread copies from one page share
+    one table load and one page address (lowered R1 plan, 256-token pages: 57 -> 27 global loads, 2381 -> 2092 PTX
+    instructions). ``even_split``: split s of a row of n tiles in ns splits takes tiles [s n // ns, (s + 1) n // ns),
+    so the splits differ by at most one tile and none is empty while n >= ns; without it each takes ceil(n / ns)
+    tiles and the last ones may be short or empty (R4 in 16-token pages: 481 tiles in 60 splits, 54 of 9 tiles and
+    6 empty). ``red_batch``: the softmax's row max and row sum each reduce a thread's rows red_batch at a time (one
+    shared-memory butterfly, one set of barriers, for both of a thread's rows of a 16-row tile)."""
+    G, d, dtype, block_N, paged, page_size = p.G, p.d, p.dtype, p.block_N, p.paged, p.page_size
+    block_H = _block_h(G)
+    accum = "float32"
+    sm_scale = float(p.scale) * LOG2E
+    alloc_len, num_blocks = sym["alloc_len"], sym["num_blocks"]
+    eager, even_split, red_batch = p.eager, p.even_split, p.red_batch
+    q_loop = eager
+    tile_page = p.tile_page
+    num_stages = 1  # TileLang pipelines a dynamic trip count with one stage (iteration 4: two needed a fixed count)
+    dv = d // p.v_split
+    policy = T.GemmWarpPolicy.FullCol
 
     def kv_row(BT, b, pos, clamp_page=False):
         if paged and clamp_page:  # a table entry past the sequence may be anything: clamp it into the pool
@@ -205,26 +297,6 @@ def build_decode(
         + i // page_size (base is a multiple of the page or of the tile, whichever is smaller), so a thread's rows of one
         page share one load and one page address once lowered (i // page_size folds to a constant per unrolled row)."""
         return T.min(base // page_size + i // page_size, (seqlen - 1) // page_size)
-
-    eager = bool(eager)
-    tile_page = bool(tile_page) and tile_page_applies(paged, page_size, block_N, False)
-    policy = T.GemmWarpPolicy.FullCol
-    combine_body = _combine_macro(T, accum, dtype, comb_unroll, lse_smem=comb_smem, nthreads=d)
-
-    balanced = int(balanced)
-    if balanced:
-        split, eager, last_cta = True, False, True
-    last_cta = bool(last_cta and split)
-    merge_last = _last_cta_macro(T, accum, dtype, G, d, merge_unroll or _LAST_UNROLL, threads) if last_cta else None
-    q_loop = bool(q_loop or eager)
-    v_split = int(v_split or 1)
-    if v_split not in (1, 2) or (v_split > 1 and (split or balanced)):
-        raise ValueError(f"v_split must be 1, or 2 on the direct-output kernel (no split), got {v_split}")
-    dv = d // v_split
-    red_batch = int(red_batch or 1)
-    if red_batch not in (1, 2):
-        raise ValueError(f"red_batch must be 1 or 2, got {red_batch}")
-    pre = RED_ONCE_PRELUDE if red_once else None  # on a prim_func's first kernel only: one definition a module
 
     @T.macro
     def body(Q, K, V, L, BT, sid, h, b, nsplit, Out, Opart, LSE, Cnt=None, active=None, vc=0):
@@ -312,167 +384,87 @@ def build_decode(
                     r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
                     V_shared[i, j] = V[r0, r1, h, vc * dv + j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
+        finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc)
 
-        if balanced:  # a row of one split writes O itself; idle CTAs write nothing
-            if active:
-                if nsplit == 1:
-                    for i, j in T.Parallel(block_H, d):
-                        if i < G:
-                            Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
-                else:
-                    for i, j in T.Parallel(block_H, d):
-                        if i < G:
-                            Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
-                    for i in T.Parallel(block_H):
-                        if i < G:
-                            LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i],
-                                                                    -T.infinity(accum))
-                    if bal_combine:
-                        if nsplit * G <= LAST_CTA_MAX_ROWS:
-                            merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
-                    else:
+    return body
+
+
+def _write_partial(T, p: Plan):
+    """Epilogue piece: a split's normalised partial O and its log2-sum-exp to the workspaces."""
+    G, d, block_H, accum = p.G, p.d, _block_h(p.G), "float32"
+
+    @T.macro
+    def write_partial(acc_o, l_sum, m_cur, Opart, LSE, h, b, sid):
+        for i, j in T.Parallel(block_H, d):
+            if i < G:
+                Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
+        for i in T.Parallel(block_H):
+            if i < G:
+                LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i], -T.infinity(accum))
+
+    return write_partial
+
+
+def _finish_direct(T, p: Plan):
+    """decode_direct's epilogue: O (its vc-th of v_split column blocks) written directly."""
+    G, dtype, block_H, dv = p.G, p.dtype, _block_h(p.G), p.d // p.v_split
+
+    @T.macro
+    def finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc):
+        for i, j in T.Parallel(block_H, dv):
+            if i < G:
+                Out[b, h * G + i, vc * dv + j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0),
+                                                        dtype)
+
+    return finish
+
+
+def _finish_split(T, p: Plan):
+    """The uniform split kernels' epilogue: the partials, then (last_cta) the row's merge by its last CTA."""
+    write_partial = _write_partial(T, p)
+    merge_last = _last_cta_macro(T, "float32", p.dtype, p.G, p.d, _LAST_UNROLL, p.threads) if p.last_cta else None
+    last_cta = p.last_cta
+
+    @T.macro
+    def finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc):
+        write_partial(acc_o, l_sum, m_cur, Opart, LSE, h, b, sid)
+        if last_cta:
+            merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
+
+    return finish
+
+
+def _finish_balanced(T, p: Plan):
+    """decode_balanced's epilogue: a row of one split writes O itself; the others write their partials and merge in
+    the row's last CTA, except (a combine kernel follows) rows of more than LAST_CTA_MAX_ROWS partial rows; idle pool
+    CTAs write nothing."""
+    G, d, dtype, block_H = p.G, p.d, p.dtype, _block_h(p.G)
+    write_partial = _write_partial(T, p)
+    merge_last = _last_cta_macro(T, "float32", dtype, G, d, _LAST_UNROLL, p.threads)
+    bal_combine = p.combine
+
+    @T.macro
+    def finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc):
+        if active:
+            if nsplit == 1:
+                for i, j in T.Parallel(block_H, d):
+                    if i < G:
+                        Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)
+            else:
+                write_partial(acc_o, l_sum, m_cur, Opart, LSE, h, b, sid)
+                if bal_combine:
+                    if nsplit * G <= LAST_CTA_MAX_ROWS:
                         merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
-        elif split:
-            for i, j in T.Parallel(block_H, d):
-                if i < G:
-                    Opart[b, h * G + i, sid, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
-            for i in T.Parallel(block_H):
-                if i < G:
-                    LSE[b, h * G + i, sid] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i], -T.infinity(accum))
-            if last_cta:
-                merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
-        else:
-            for i, j in T.Parallel(block_H, dv):
-                if i < G:
-                    Out[b, h * G + i, vc * dv + j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0),
-                                                            dtype)
+                else:
+                    merge_last(Opart, LSE, Cnt, Out, h, b, nsplit)
 
-    if balanced:
-        target = balanced
-        pool = -(-target // hkv)  # per kv head: the extra splits of all rows together never exceed this
-        min_tiles = BAL_MIN_TILES
+    return finish
 
-        @T.prim_func
-        def decode_balanced(
-            Q: T.Tensor([batch, hq, d], dtype),
-            K: T.Tensor(kv_shape, dtype),
-            V: T.Tensor(kv_shape, dtype),
-            L: T.Tensor([batch], "int32"),
-            BT: T.Tensor([batch, max_pages], "int32"),
-            Opart: T.Tensor([batch, hq, num_splits, d], accum),
-            LSE: T.Tensor([batch, hq, num_splits], accum),
-            Cnt: T.Tensor([batch, hkv], "int32"),
-            Out: T.Tensor([batch, hq, d], dtype),
-        ):
-            # blocks y < batch: the first split of row y; y >= batch: pool block j = y - batch, the
-            # (j - P(b) + 1)-th split of the row b with P(b) <= j < P(b + 1), P the prefix sum of the
-            # rows' extra splits. Every block derives the plan from L alone (no host sync, no second
-            # kernel), so the same launch serves any lengths.
-            with T.Kernel(hkv, batch + pool, threads=threads, prelude=pre) as (h, y):
-                if pdl and bal_combine:
-                    T.pdl_trigger()
-                tot = T.alloc_var("int32")
-                acc = T.alloc_var("int32")
-                rb = T.alloc_var("int32")
-                rs = T.alloc_var("int32")
-                tot = 0
-                for i in T.serial(batch):
-                    tot += T.ceildiv(L[i], block_N)
-                # tiles per split: the batch's tiles over the target CTAs, at least min_tiles
-                w = T.max(T.ceildiv(tot * hkv, target), min_tiles)
-                rb = y
-                rs = 0
-                if y >= batch:
-                    rb = -1
-                    acc = 0
-                    for i in T.serial(batch):
-                        # a row's splits: its tiles / w rounded to nearest, 1..num_splits
-                        e = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
-                        if rb < 0:
-                            if y - batch < acc + e:
-                                rb = i
-                                rs = y - batch - acc + 1
-                        acc += e
-                bb = T.max(rb, 0)
-                ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
-                # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
-                body(Q, K, V, L, BT, T.if_then_else(rb >= 0, rs, ns), h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
-            if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
-                with T.Kernel(hq, batch, threads=d) as (hh, b2):
-                    tot2 = T.alloc_var("int32")
-                    tot2 = 0
-                    for i in T.serial(batch):
-                        tot2 += T.ceildiv(L[i], block_N)
-                    w2 = T.max(T.ceildiv(tot2 * hkv, target), min_tiles)
-                    ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
-                    if pdl:  # the plan comes from L alone: made before the wait for the split grid
-                        T.pdl_sync()
-                    if ns2 * G > LAST_CTA_MAX_ROWS:
-                        combine_body(Opart, LSE, Out, hh, b2, ns2, T.get_thread_binding())
 
-        return decode_balanced
-
-    if last_cta:
-
-        @T.prim_func
-        def decode_split_last(
-            Q: T.Tensor([batch, hq, d], dtype),
-            K: T.Tensor(kv_shape, dtype),
-            V: T.Tensor(kv_shape, dtype),
-            L: T.Tensor([batch], "int32"),
-            BT: T.Tensor([batch, max_pages], "int32"),
-            Opart: T.Tensor([batch, hq, num_splits, d], accum),
-            LSE: T.Tensor([batch, hq, num_splits], accum),
-            Cnt: T.Tensor([batch, hkv], "int32"),
-            Out: T.Tensor([batch, hq, d], dtype),
-        ):
-            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
-                body(Q, K, V, L, BT, sid, h, b, num_splits, Out, Opart, LSE, Cnt)
-
-        return decode_split_last
-
-    if split and fused:
-
-        @T.prim_func
-        def decode_split_combine(
-            Q: T.Tensor([batch, hq, d], dtype),
-            K: T.Tensor(kv_shape, dtype),
-            V: T.Tensor(kv_shape, dtype),
-            L: T.Tensor([batch], "int32"),
-            BT: T.Tensor([batch, max_pages], "int32"),
-            Opart: T.Tensor([batch, hq, num_splits, d], accum),
-            LSE: T.Tensor([batch, hq, num_splits], accum),
-            Out: T.Tensor([batch, hq, d], dtype),
-        ):
-            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
-                if pdl:
-                    T.pdl_trigger()
-                body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
-            with T.Kernel(hq, batch, threads=d) as (hh, b2):
-                if pdl:
-                    T.pdl_sync()
-                combine_body(Opart, LSE, Out, hh, b2, num_splits, T.get_thread_binding())
-
-        return decode_split_combine
-
-    if split:
-
-        @T.prim_func
-        def decode_split(
-            Q: T.Tensor([batch, hq, d], dtype),
-            K: T.Tensor(kv_shape, dtype),
-            V: T.Tensor(kv_shape, dtype),
-            L: T.Tensor([batch], "int32"),
-            BT: T.Tensor([batch, max_pages], "int32"),
-            Opart: T.Tensor([batch, hq, num_splits, d], accum),
-            LSE: T.Tensor([batch, hq, num_splits], accum),
-        ):
-            with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
-                if pdl:
-                    T.pdl_trigger()
-                body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
-
-        return decode_split
+def _build_direct(T, p: Plan, sym: dict, pre):
+    batch, kv_shape, max_pages = sym["batch"], sym["kv_shape"], sym["max_pages"]
+    hq, hkv, d, dtype, threads, v_split = p.hq, p.hkv, p.d, p.dtype, p.threads, p.v_split
+    body = _decode_body(T, p, sym, _finish_direct(T, p))
 
     @T.prim_func
     def decode_direct(
@@ -487,6 +479,151 @@ def build_decode(
             body(Q, K, V, L, BT, 0, h, b, 1, Out, None, None, vc=vc)
 
     return decode_direct
+
+
+def _build_split_last(T, p: Plan, sym: dict, pre):
+    batch, kv_shape, max_pages, num_splits = sym["batch"], sym["kv_shape"], sym["max_pages"], sym["num_splits"]
+    hq, hkv, d, dtype, threads, accum = p.hq, p.hkv, p.d, p.dtype, p.threads, "float32"
+    body = _decode_body(T, p, sym, _finish_split(T, p))
+
+    @T.prim_func
+    def decode_split_last(
+        Q: T.Tensor([batch, hq, d], dtype),
+        K: T.Tensor(kv_shape, dtype),
+        V: T.Tensor(kv_shape, dtype),
+        L: T.Tensor([batch], "int32"),
+        BT: T.Tensor([batch, max_pages], "int32"),
+        Opart: T.Tensor([batch, hq, num_splits, d], accum),
+        LSE: T.Tensor([batch, hq, num_splits], accum),
+        Cnt: T.Tensor([batch, hkv], "int32"),
+        Out: T.Tensor([batch, hq, d], dtype),
+    ):
+        with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
+            body(Q, K, V, L, BT, sid, h, b, num_splits, Out, Opart, LSE, Cnt)
+
+    return decode_split_last
+
+
+def _build_split_combine(T, p: Plan, sym: dict, pre):
+    """The split kernel and the combine kernel behind it in one prim_func: one host call launches both, so no Python
+    runs between the two launches. ``pdl`` (Hopper and later): programmatic dependent launch of the combine kernel:
+    the split kernel's CTAs allow it at their start, so the combine kernel is launched and its CTAs made resident
+    while the split kernel still runs; each waits for the split grid's completion and memory (griddepcontrol.wait)
+    before it reads a partial. It saves the launch gap between the two kernels, not a byte of traffic."""
+    batch, kv_shape, max_pages, num_splits = sym["batch"], sym["kv_shape"], sym["max_pages"], sym["num_splits"]
+    hq, hkv, d, dtype, threads, accum, pdl = p.hq, p.hkv, p.d, p.dtype, p.threads, "float32", p.pdl
+    body = _decode_body(T, p, sym, _finish_split(T, p))
+    combine_body = _combine_macro(T, accum, dtype, p.comb_unroll, lse_smem=True, nthreads=d)
+
+    @T.prim_func
+    def decode_split_combine(
+        Q: T.Tensor([batch, hq, d], dtype),
+        K: T.Tensor(kv_shape, dtype),
+        V: T.Tensor(kv_shape, dtype),
+        L: T.Tensor([batch], "int32"),
+        BT: T.Tensor([batch, max_pages], "int32"),
+        Opart: T.Tensor([batch, hq, num_splits, d], accum),
+        LSE: T.Tensor([batch, hq, num_splits], accum),
+        Out: T.Tensor([batch, hq, d], dtype),
+    ):
+        with T.Kernel(num_splits, hkv, batch, threads=threads, prelude=pre) as (sid, h, b):
+            if pdl:
+                T.pdl_trigger()
+            body(Q, K, V, L, BT, sid, h, b, num_splits, None, Opart, LSE)
+        with T.Kernel(hq, batch, threads=d) as (hh, b2):
+            if pdl:
+                T.pdl_sync()
+            combine_body(Opart, LSE, Out, hh, b2, num_splits, T.get_thread_binding())
+
+    return decode_split_combine
+
+
+def _build_balanced(T, p: Plan, sym: dict, pre):
+    """decode_balanced (the module docstring): every block derives the plan from L alone (no host sync, no second
+    kernel), so the same launch serves any lengths; with a combine kernel (last_cta off) one CTA per (batch, query
+    head) merges the rows too large for one CTA's merge."""
+    batch, kv_shape, max_pages, num_splits = sym["batch"], sym["kv_shape"], sym["max_pages"], sym["num_splits"]
+    hq, hkv, d, dtype, threads, accum, pdl, G = p.hq, p.hkv, p.d, p.dtype, p.threads, "float32", p.pdl, p.G
+    block_N, bal_combine = p.block_N, p.combine
+    body = _decode_body(T, p, sym, _finish_balanced(T, p))
+    combine_body = _combine_macro(T, accum, dtype, p.comb_unroll, lse_smem=True, nthreads=d)
+    target = p.balanced
+    pool = -(-target // hkv)  # per kv head: the extra splits of all rows together never exceed this
+    min_tiles = BAL_MIN_TILES
+
+    @T.prim_func
+    def decode_balanced(
+        Q: T.Tensor([batch, hq, d], dtype),
+        K: T.Tensor(kv_shape, dtype),
+        V: T.Tensor(kv_shape, dtype),
+        L: T.Tensor([batch], "int32"),
+        BT: T.Tensor([batch, max_pages], "int32"),
+        Opart: T.Tensor([batch, hq, num_splits, d], accum),
+        LSE: T.Tensor([batch, hq, num_splits], accum),
+        Cnt: T.Tensor([batch, hkv], "int32"),
+        Out: T.Tensor([batch, hq, d], dtype),
+    ):
+        # blocks y < batch: the first split of row y; y >= batch: pool block j = y - batch, the
+        # (j - P(b) + 1)-th split of the row b with P(b) <= j < P(b + 1), P the prefix sum of the
+        # rows' extra splits. Every block derives the plan from L alone (no host sync, no second
+        # kernel), so the same launch serves any lengths.
+        with T.Kernel(hkv, batch + pool, threads=threads, prelude=pre) as (h, y):
+            if pdl and bal_combine:
+                T.pdl_trigger()
+            tot = T.alloc_var("int32")
+            acc = T.alloc_var("int32")
+            rb = T.alloc_var("int32")
+            rs = T.alloc_var("int32")
+            tot = 0
+            for i in T.serial(batch):
+                tot += T.ceildiv(L[i], block_N)
+            # tiles per split: the batch's tiles over the target CTAs, at least min_tiles
+            w = T.max(T.ceildiv(tot * hkv, target), min_tiles)
+            rb = y
+            rs = 0
+            if y >= batch:
+                rb = -1
+                acc = 0
+                for i in T.serial(batch):
+                    # a row's splits: its tiles / w rounded to nearest, 1..num_splits
+                    e = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
+                    if rb < 0:
+                        if y - batch < acc + e:
+                            rb = i
+                            rs = y - batch - acc + 1
+                    acc += e
+            bb = T.max(rb, 0)
+            ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
+            # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
+            body(Q, K, V, L, BT, T.if_then_else(rb >= 0, rs, ns), h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
+        if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
+            with T.Kernel(hq, batch, threads=d) as (hh, b2):
+                tot2 = T.alloc_var("int32")
+                tot2 = 0
+                for i in T.serial(batch):
+                    tot2 += T.ceildiv(L[i], block_N)
+                w2 = T.max(T.ceildiv(tot2 * hkv, target), min_tiles)
+                ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
+                if pdl:  # the plan comes from L alone: made before the wait for the split grid
+                    T.pdl_sync()
+                if ns2 * G > LAST_CTA_MAX_ROWS:
+                    combine_body(Opart, LSE, Out, hh, b2, ns2, T.get_thread_binding())
+
+    return decode_balanced
+
+
+_BUILDERS = {"decode_direct": _build_direct, "decode_split_last": _build_split_last,
+             "decode_split_combine": _build_split_combine, "decode_balanced": _build_balanced}
+
+
+def build_decode(p: Plan):
+    """TileLang prim_func of a plan's kernel (Plan.kernel; a combine kernel in the same prim_func where one follows).
+    ``red_once`` (CUDA): a reduction across four warps crosses them in one shared-memory round (RED_ONCE_PRELUDE,
+    on the prim_func's first kernel only: one definition a module)."""
+    import tilelang.language as T
+
+    pre = RED_ONCE_PRELUDE if p.red_once else None
+    return _BUILDERS[p.kernel](T, p, _symbols(T, p), pre)
 
 
 #: splits a combine thread loads before it merges any (its LSE and partial-O values in flight at once): 32
@@ -508,12 +645,8 @@ BAL_WIDE_MAX_PAGE = 16
 #: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
 BAL_MIN_ALLOC_TILES = 256
-#: balanced variant: Q in the first cp.async group with K (build_decode's q_loop)
-BAL_Q_LOOP = 0
-#: balanced variant: splits loaded at once by the merging CTA (its rows merge up to ~G x 67 partials)
-BAL_MERGE_UNROLL = 8
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
-_LAST_UNROLL = 8    # splits whose partial rows are loaded before any is accumulated
+_LAST_UNROLL = 8    # splits whose partial rows the last-CTA merge loads before any is accumulated
 
 
 def merge_rows(G: int, d: int, threads: int) -> int:
@@ -677,17 +810,17 @@ def build_combine_serial(hq: int, d: int, unroll: int = 0):
     return combine_serial
 
 
-def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 0, smem: bool = False):
-    """Merge split partials: O = sum_s 2^(lse_s - lse) * O_s with lse = log2 sum_s 2^lse_s. ``pdl``: launched
-    as a programmatic dependent of the split kernel (build_decode), it waits for it before the first read.
-    ``unroll``: splits loaded at once per thread (0: _COMBINE_UNROLL). ``smem``: the LSE values through shared
-    memory (_combine_macro's lse_smem)."""
+def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 0):
+    """The combine kernel alone (the second kernel of decode_split_combine, for GPU-less checks of its registers):
+    O = sum_s 2^(lse_s - lse) * O_s with lse = log2 sum_s 2^lse_s. ``pdl``: launched as a programmatic dependent of
+    the split kernel, it waits for it before the first read. ``unroll``: splits loaded at once per thread (0:
+    _COMBINE_UNROLL); the LSE values go through shared memory (_combine_macro's lse_smem)."""
     import tilelang.language as T
 
     accum = "float32"
     batch = T.dynamic("batch")
     num_splits = T.dynamic("num_splits")
-    combine_body = _combine_macro(T, accum, dtype, unroll, lse_smem=smem, nthreads=d)
+    combine_body = _combine_macro(T, accum, dtype, unroll, lse_smem=True, nthreads=d)
 
     @T.prim_func
     def combine(
@@ -704,19 +837,12 @@ def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 
 
 
 # ----------------------------------------------------------------------------------------------
-# configs, heuristics
+# the plan's rules: tiles, splits and the derived switches, each with the measurement behind it
 # ----------------------------------------------------------------------------------------------
-def default_config(G: int, d: int, page_size: int | None) -> dict:
-    """Static part of the default config; block_N / num_splits 0 mean "chosen per call" (choose_tiling),
-    eager None "when a CTA has at most EAGER_MAX_TILES tiles" (run_kernel); last_cta None "when the merge
-    reads at most LAST_CTA_MAX_ROWS partial rows": those split plans merge in the split kernel's last CTA
-    (at most _MAX_SPLITS splits), the others in the combine kernel."""
-    return {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 128, "fused": 1, "eager": None, "last_cta": None}
-
-
-#: last_cta by default when the merging CTA reads at most this many partial rows (G x num_splits): one
-#: CTA per (batch, kv head) pulls them alone, so large merges are faster in the combine kernel's B x Hq
-#: CTAs (H200: case 10, G 8 x 32 splits, +1.8 us in-kernel; case 8, G 8 x 4, and 13, G 4 x 33, faster).
+#: the merge in the last CTA (last_cta) by default when it reads at most this many partial rows (G x num_splits): one
+#: CTA per (batch, kv head) pulls them alone, so large merges are faster in the combine kernel's B x Hq CTAs (H200:
+#: case 10, G 8 x 32 splits, +1.8 us in-kernel; case 8, G 8 x 4, and 13, G 4 x 33, faster). The same rule for the
+#: balanced kernel's rows of up to num_splits splits.
 LAST_CTA_MAX_ROWS = 160
 
 
@@ -732,6 +858,12 @@ TILE_STEP = 32
 EAGER_MAX_TILES = 8
 
 
+def last_cta_default(G: int, num_splits: int) -> bool:
+    """The merge in the last CTA by default: where it reads at most LAST_CTA_MAX_ROWS partial rows (and the merge's
+    weights fit: at most _MAX_SPLITS splits); else a combine kernel."""
+    return G * num_splits <= LAST_CTA_MAX_ROWS and num_splits <= _MAX_SPLITS
+
+
 def v_split_default(batch: int, hkv: int, num_splits: int, num_sms: int) -> int:
     """v_split (build_decode) by default: 2 for an unsplit plan whose CTAs, two a (batch, kv head) row, still fit
     one a unit; else 1. H200, iteration 21 (gain = one CTA a row / two): case 5 (64 rows) 4.45 -> 4.32 us (1.026),
@@ -742,8 +874,8 @@ def v_split_default(batch: int, hkv: int, num_splits: int, num_sms: int) -> int:
 
 def default_threads(block_N: int, v_split: int, warp_size: int = 32) -> int:
     """Threads of a CTA by default: two warps (64 threads at a warp of 32) for a tile of at most TILE_STEP keys on a
-    few-row grid (v_split 2: one row on two CTAs), else 128 (at wave64 both are 128: two waves). The tile's QK^T is then two 16 x 16 MMAs, not four of 16 x 8, and its row max and
-    row sum cross two warps, not four. H200, iteration 22 (gain = four warps / two): case 3 3.20 -> 2.94 us (1.087),
+    few-row grid (v_split 2: one row on two CTAs), else 128 (at wave64 both are 128: two waves). The tile's QK^T is
+    then two 16 x 16 MMAs, not four of 16 x 8, and its row max and row sum cross two warps, not four. H200, iteration 22 (gain = four warps / two): case 3 3.20 -> 2.94 us (1.087),
     case 2 1.049; with 64-key or wider tiles two warps lose (case 1's tuned 64-key tile 0.962, case 5 0.911, case 4
     0.938, case 6 0.848)."""
     return max(2 * warp_size, 64) if block_N <= TILE_STEP and v_split == 2 else max(2 * warp_size, 128)
@@ -769,24 +901,20 @@ def red_batch_default(block_N: int, eager: bool, warp_size: int = 32) -> int:
     return RED_BATCH if eager or block_N < 128 else 1
 
 
-#: red_once (build_decode) by default (red_once_default): CUDA builds cross four warps in one round
-RED_ONCE = 1
-
-
 def red_once_default(split: bool, eager: bool, nvcc: bool = True, warp_size: int = 32) -> bool:
-    """red_once (build_decode) by default: RED_ONCE, except on an eager split plan (a split range of few tiles with
+    """red_once (build_decode) by default: on, except on an eager split plan (a split range of few tiles with
     its combine kernel: case 10). H200, iteration 24 (gain = one round / two): case 3 1.032, case 2 1.011, case 5
     1.010 (4.25 -> 4.19 us), case 4 1.009, case 6 1.008, cases 8, 13, R1, R4 1.003-1.006, case 14 0.998; case 10
     0.950-0.961 (0.966 without PDL, so not the dependent launch; 170 registers against 186: a different schedule).
     Only where nvcc builds TileLang's CUDA templates at a warp of 32 (the prelude specializes that template for four
     warps of 32): off on MACA (mcPytorch: the fork's own templates), HIP and any wave64 device."""
-    return bool(RED_ONCE) and not (split and eager) and bool(nvcc) and warp_size == 32
+    return not (split and eager) and bool(nvcc) and warp_size == 32
 
 
 def tile_page_applies(paged: bool, page_size: int, block_N: int, eager: bool) -> bool:
-    """Where build_decode's tile_page can run: a paged, non-eager plan (eager rows may pass the sequence and keep their
-    per-row clamped page) whose pages hold whole tiles or whose tiles hold whole pages. The plan turns it on there by
-    default (run_kernel; config tile_page 0 turns it off)."""
+    """Where _decode_body's tile_page can run, and the plan runs it (iteration 34): a paged, non-eager plan (eager rows
+    may pass the sequence and keep their per-row clamped page) whose pages hold whole tiles or whose tiles hold whole
+    pages."""
     return bool(paged) and not eager and (page_size % block_N == 0 or block_N % page_size == 0)
 
 
@@ -799,12 +927,10 @@ def even_split_default(balanced: int, page_size: int) -> bool:
     return bool(balanced) and 0 < page_size <= BAL_WIDE_MAX_PAGE
 
 
-#: comb_smem (build_decode, build_combine) by default: the combine kernel's LSE values through shared memory (H200,
-#: iteration 37's screen, gain = without / with: case 10 1.017, R4 in 16-token pages 1.007, others 0.998-1.003)
-COMB_SMEM = 1
 #: splits a combine thread loads at once by default where a plan's rows may hold at least COMB_WIDE_MIN_SPLITS splits
-#: and comb_smem (comb_unroll_default): one round trip for R3/R4's 60-67 splits in 16- and 256-token pages (ptxas
-#: sm_90a: 156 registers, so the combine CTA still fits beside two split CTAs; 231 without comb_smem)
+#: (comb_unroll_default): one round trip for R3/R4's 60-67 splits in 16- and 256-token pages (ptxas sm_90a: 156
+#: registers with the LSE values through shared memory, so the combine CTA still fits beside two split CTAs; 231
+#: without)
 COMB_WIDE_UNROLL = 64
 #: the fewest splits a plan may hold (its num_splits) for COMB_WIDE_UNROLL by default: balanced plans at two CTAs a unit
 #: of at most four KV heads hold up to 67; contiguous R3/R4's one-CTA-a-unit plan holds 34 and R4 uses 32, where 64 a
@@ -812,39 +938,20 @@ COMB_WIDE_UNROLL = 64
 COMB_WIDE_MIN_SPLITS = 48
 
 
-def comb_unroll_default(num_splits: int, comb_smem: bool) -> int:
-    """comb_unroll by default: COMB_WIDE_UNROLL for a plan of at least COMB_WIDE_MIN_SPLITS splits with comb_smem,
-    else 0 (_COMBINE_UNROLL). H200, iteration 37's screen (gain over 32 splits a round trip): R4 in 16-token pages
-    1.020 (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; over at most 32 splits it only costs
-    (case 10 0.942, case 14 0.996)."""
-    return COMB_WIDE_UNROLL if comb_smem and num_splits >= COMB_WIDE_MIN_SPLITS else 0
-
-
-#: fast_math (nvcc --use_fast_math for the decode and combine kernels) by default (fast_math_default); 0: off
-FAST_MATH = 1
+def comb_unroll_default(num_splits: int, combine: bool) -> int:
+    """comb_unroll by default: COMB_WIDE_UNROLL for a plan with a combine kernel of at least COMB_WIDE_MIN_SPLITS
+    splits, else 0 (_COMBINE_UNROLL). H200, iteration 37's screen (gain over 32 splits a round trip): R4 in 16-token
+    pages 1.020 (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; over at most 32 splits it only
+    costs (case 10 0.942, case 14 0.996)."""
+    return COMB_WIDE_UNROLL if combine and num_splits >= COMB_WIDE_MIN_SPLITS else 0
 
 
 def fast_math_default(nvcc: bool = True) -> bool:
-    """fast_math by default: FAST_MATH (its paired screen on the H200: ITERATIONS.md, iteration 28). The output's
-    division by the row sum becomes div.approx (div.rn is a call of a few dozen instructions at the end of every CTA)
-    and denormals flush to zero; exp2 is ex2.approx either way. nvcc only (``nvcc``: the device's backend builds with
-    it): off on MACA (mcPytorch) and HIP, whose compilers take their own flags."""
-    return bool(FAST_MATH) and bool(nvcc)
-
-
-def sm_count(device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _SM_COUNT.get(idx)
-    if n is None:
-        n = torch.cuda.get_device_properties(idx).multi_processor_count
-        _SM_COUNT[idx] = n
-    return n
-
-
-def pdl_default(device) -> bool:
-    """Programmatic dependent launch by default on Hopper and later (compute capability 9+); other devices
-    and backends keep the plain launch order."""
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    """fast_math: wherever nvcc builds the kernels (its paired screen on the H200: ITERATIONS.md, iteration 28). The
+    output's division by the row sum becomes div.approx (div.rn is a call of a few dozen instructions at the end of
+    every CTA) and denormals flush to zero; exp2 is ex2.approx either way. Off on MACA (mcPytorch) and HIP, whose
+    compilers take their own flags."""
+    return bool(nvcc)
 
 
 def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
@@ -856,7 +963,7 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
     batch * kv_heads already fills the machine (>= 3/4 of the target) or the sequence is short
     (< ``min_tiles`` KV tiles: the extra combine launch costs more than it saves); at least
     ``min_tiles_per_split`` KV tiles per split, and the count is rebalanced so that no split is
-    left empty. (Tuned on an H200 with the 14 benchmark shapes, see tune_cuda.py.)
+    left empty. (Tuned on an H200 with the 14 benchmark shapes.)
     """
     base = batch * hkv
     n_tiles = max(1, -(-seqlen // block_N))
@@ -924,6 +1031,9 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     return bn, ns
 
 
+# ----------------------------------------------------------------------------------------------
+# compile
+# ----------------------------------------------------------------------------------------------
 def fast_call(kernel):
     """The compiled kernel's TVM-FFI executable (all buffers passed positionally, no output
     allocation): skips the generic Python argument wrapper of JITKernel.__call__. Other execution
@@ -956,53 +1066,15 @@ def _compile(func, target, fast_math: bool = False):
     return tilelang.compile(func, target=target, pass_configs=_pass_configs(fast_math))
 
 
-def combine_follows(split: bool, last_cta: bool, balanced: int = 0, bal_combine: bool = False) -> bool:
-    """Whether a plan's split partials are merged by the combine kernel (build_combine), not by the last CTA of each
-    (batch, kv head) row in the split kernel: the plans that pdl and comb_smem apply to. A balanced plan merges in
-    its last CTAs unless bal_combine; a uniform split plan unless last_cta."""
-    return bool(split) and (bool(bal_combine) if balanced else not last_cta)
-
-
-def get_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale, target,
-               fused=True, eager=False, last_cta=False, balanced=0, q_loop=False, merge_unroll=0,
-               bal_combine=False, pdl=False, comb_unroll=0, v_split=1, red_batch=RED_BATCH, red_once=False,
-               fast_math=False, tile_page=False, even_split=False, comb_smem=False):
-    balanced = int(balanced)
-    comb_unroll = int(comb_unroll or 0)
-    q_loop, merge_unroll, bal_combine = bool(q_loop), int(merge_unroll or 0), bool(bal_combine and balanced)
-    if balanced:
-        split, eager, last_cta = True, False, True
-    last_cta = bool(last_cta and split)
-    fused = bool(fused and split and not last_cta)
-    eager = bool(eager)
-    pdl = bool(pdl and combine_follows(split, last_cta, balanced, bal_combine))
-    key = ("decode", dtype, hq, hkv, d, paged, page_size if paged else 0, block_N, num_stages, threads, split,
-           float(scale), str(target), fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-           comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(fast_math), bool(tile_page),
-           bool(even_split), bool(comb_smem))
+def get_decode(p: Plan, target):
+    """The compiled kernel of a plan for a target, built once per process (Plan.build_key)."""
+    key = ("decode", str(target), p.build_key())
     k = _KERNELS.get(key)
     if k is None:
         with _LOCK:
             k = _KERNELS.get(key)
             if k is None:
-                f = build_decode(dtype, hq, hkv, d, paged, page_size, block_N, num_stages, threads, split, scale,
-                                 fused, eager, last_cta, balanced, q_loop, merge_unroll, bal_combine, pdl,
-                                 comb_unroll, int(v_split), int(red_batch), bool(red_once), bool(tile_page),
-                                 bool(even_split), bool(comb_smem))
-                k = _compile(f, target, bool(fast_math))
-                _KERNELS[key] = k
-    return k
-
-
-def get_combine(dtype, hq, d, target, pdl=False, unroll=0, fast_math=False, smem=False):
-    key = ("combine", dtype, hq, d, str(target), bool(pdl), int(unroll or 0), bool(fast_math), bool(smem))
-    k = _KERNELS.get(key)
-    if k is None:
-        with _LOCK:
-            k = _KERNELS.get(key)
-            if k is None:
-                k = _compile(build_combine(dtype, hq, d, bool(pdl), int(unroll or 0), bool(smem)), target,
-                             bool(fast_math))
+                k = _compile(build_decode(p), target, p.fast_math)
                 _KERNELS[key] = k
     return k
 
@@ -1021,29 +1093,6 @@ def _pass_configs(fast_math: bool = False):
     if fast_math:
         cfg[PassConfigKey.TL_ENABLE_FAST_MATH] = True
     return cfg
-
-
-def _shape_args(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, num_stages=1,
-                threads=128, split=True, scale=None, arch="sm_90a", fused=True, eager=False, last_cta=False,
-                balanced=0, q_loop=False, merge_unroll=0, bal_combine=False, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, comb_smem=False):
-    if hq % hkv:
-        raise ValueError(f"hq ({hq}) must be a multiple of hkv ({hkv})")
-    if d not in (64, 128):
-        raise ValueError(f"head_dim must be 64 or 128, got {d}")
-    scale = float(scale) if scale is not None else 1.0 / math.sqrt(d)
-    last = bool((last_cta and split) or balanced)
-    return dict(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size), block_N=block_N,
-                num_stages=num_stages, threads=threads, split=bool(split), scale=scale,
-                fused=bool(fused and split and not last_cta and not balanced), eager=bool(eager and not balanced),
-                last_cta=last, balanced=int(balanced),
-                q_loop=bool(q_loop), merge_unroll=int(merge_unroll or 0),
-                bal_combine=bool(bal_combine and balanced),
-                pdl=bool(pdl and combine_follows(split or balanced, last, balanced, bal_combine)),
-                comb_unroll=int(comb_unroll or 0),
-                v_split=int(v_split or 1), red_batch=int(red_batch or 1), red_once=bool(red_once),
-                tile_page=bool(tile_page), even_split=bool(even_split),
-                comb_smem=bool(comb_smem)), arch
 
 
 def _as_target(target):
@@ -1076,38 +1125,26 @@ def _lower_source(func, arch, compile_device: bool = False) -> tuple:
 
 _LOWERED: dict = {}
 
-
-def _lowered(args: dict, arch, which: str) -> tuple:
-    """(source, dyn_smem) of the main or combine kernel, cached in-process."""
-    key = (which, str(_as_target(arch)) if not isinstance(arch, str) else arch, tuple(sorted(args.items())))
+def lower(p: Plan, target) -> dict:
+    """A plan's kernel lowered for any TileLang target (a CUDA arch such as "sm_90a", {"kind": "hip", "mcpu":
+    "gfx942"}, a Target), without a device, cached in-process: {"main": {"source", "dyn_smem_bytes"}} (a combine
+    kernel that follows is in the same source)."""
+    key = (str(_as_target(target)) if not isinstance(target, str) else target, p.build_key())
     r = _LOWERED.get(key)
     if r is None:
-        if which == "main":
-            func = build_decode(**args)
-        else:
-            func = build_combine(args["dtype"], args["hq"], args["d"], args["pdl"], args["comb_unroll"], args["comb_smem"])
-        r = _lower_source(func, arch)
+        r = _lower_source(build_decode(p), target)
         _LOWERED[key] = r
-    return r
+    return {"main": {"source": r[0], "dyn_smem_bytes": r[1]}}
 
 
 def lower_kernels(target, **shape) -> dict:
-    """The kernels of one plan (build_decode's, and build_combine's where an unfused combine kernel follows) lowered
-    for any TileLang target (a CUDA arch, {"kind": "hip", "mcpu": "gfx942"}, a Target), without a device: per kernel
-    ("main", "combine") its source and dyn_smem_bytes. Same keys as build_cuda_source, less arch."""
-    args, _ = _shape_args(**shape)
-    kernels = {"main": _lowered(args, target, "main")}
-    if args["split"] and not (args["fused"] or args["last_cta"]):
-        kernels["combine"] = _lowered(args, target, "combine")
-    return {name: {"source": src, "dyn_smem_bytes": smem} for name, (src, smem) in kernels.items()}
+    """lower() of kernel_plan(**shape)."""
+    return lower(kernel_plan(**shape), target)
 
 
-def build_cuda_source(**shape) -> str:
-    args, arch = _shape_args(**shape)
-    src, _ = _lowered(args, arch, "main")
-    if args["split"] and not (args["fused"] or args["last_cta"]):
-        src = src + "\n// ---- combine ----\n" + _lowered(args, arch, "combine")[0]
-    return src
+def build_cuda_source(arch="sm_90a", **shape) -> str:
+    """CUDA C++ of kernel_plan(**shape)'s kernels for `arch`, lowered without a GPU."""
+    return lower_kernels(arch, **shape)["main"]["source"]
 
 
 def _nvcc_cubin(source: str, arch: str) -> dict:
@@ -1145,19 +1182,16 @@ def _nvcc_cubin(source: str, arch: str) -> dict:
 
 
 def compile_combine_check(dtype: str = "float16", hq: int = 32, d: int = 128, pdl: bool = True, unroll: int = 0,
-                          smem: bool = False, arch: str = "sm_90a") -> dict:
-    """Lower the standalone combine kernel for `arch` and nvcc-compile it (no GPU): cubin_bytes, registers,
+                          arch: str = "sm_90a") -> dict:
+    """Lower the combine kernel alone (build_combine) for `arch` and nvcc-compile it (no GPU): cubin_bytes, registers,
     spill_bytes, ptxas_log, dyn_smem_bytes, source."""
-    src, dyn = _lower_source(build_combine(dtype, hq, d, pdl, unroll, smem), arch)
+    src, dyn = _lower_source(build_combine(dtype, hq, d, pdl, unroll), arch)
     return dict(_nvcc_cubin(src, arch), dyn_smem_bytes=dyn, source=src)
 
 
-def compile_cuda_check(with_combine: bool = True, **shape) -> dict:
-    """Lower the main (and, when split, unfused and with_combine, the combine) kernel for `arch`
-    (default sm_90a) and nvcc-compile them to cubin (a fused main holds both kernels); needs nvcc, no GPU. Returns per kernel: cubin_bytes,
-    registers, spill_bytes, ptxas_log, dyn_smem_bytes, source."""
-    args, arch = _shape_args(**shape)
-    lowered = {"main": _lowered(args, arch, "main")}
-    if args["split"] and not (args["fused"] or args["last_cta"]) and with_combine:
-        lowered["combine"] = _lowered(args, arch, "combine")
-    return {name: dict(_nvcc_cubin(src, arch), dyn_smem_bytes=smem, source=src) for name, (src, smem) in lowered.items()}
+def compile_cuda_check(arch="sm_90a", **shape) -> dict:
+    """Lower kernel_plan(**shape)'s kernel for `arch` and nvcc-compile it to cubin; needs nvcc, no GPU. Returns
+    {"main": cubin_bytes, registers, spill_bytes (per kernel of the module), ptxas_log, dyn_smem_bytes, source}."""
+    main = lower_kernels(arch, **shape)["main"]
+    return {"main": dict(_nvcc_cubin(main["source"], arch), dyn_smem_bytes=main["dyn_smem_bytes"],
+                         source=main["source"])}

@@ -5,19 +5,22 @@ the harness, so the small key and bucket logic of the harness's table module is 
 the harness's tests check that both pick the same row.
 
 Table: <repo>/results/tilelang/tuning.csv, where <repo> is two folders above this file's folder
-(this file lives in <repo>/solution/tilelang/); `lookup(..., path=)` reads another file. Columns used: device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa,
-page_size (0 = contiguous), config (a JSON object); others are ignored.
+(this file lives in <repo>/solution/tilelang/); `lookup(..., path=)` reads another file. Columns used:
+device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa, page_size (0 = contiguous),
+config (a JSON object), plan_version (the kernel's PLAN_VERSION the row was measured on) and capacity
+(the tuned shape's cache length); others are ignored.
 
 Rules (the same as the harness's):
-- seqlen bucket = the next power of two >= seqlen_k;
-- exact match on device, units, dtype, head_dim, kv_heads, gqa and page_size; the device
-  matches when the normalised names are equal or the row's name (kopt's short name, e.g.
-  H200) is a whole token of the queried one (the driver's name, e.g. "NVIDIA H200");
-- batch: exact, else the nearest tuned batch within a factor 2; seqlen bucket: exact, else the
-  nearest bucket within one power of two;
-- the smallest |log2 batch ratio| + |log2 bucket ratio| wins (ties: the nearer bucket, the
-  nearer batch, the smaller batch, the later row); nothing near enough -> None, and the kernel
-  uses its heuristic.
+- bucket = the next power of two >= n, for the cache length (seqlen_bucket) and for the batch;
+- a row applies to its own shape bucket only: equal device, units, dtype, head_dim, kv_heads, gqa,
+  page_size, plan version, seqlen bucket and batch bucket; the device matches when the normalised
+  names are equal or the row's name (kopt's short name, e.g. H200) is a whole token of the queried
+  one (the driver's name, e.g. "NVIDIA H200");
+- a row of another plan version is skipped (one warning per table version): it was measured on
+  another plan rule;
+- among the rows left (and those `accept(batch, capacity)` takes: the kernel's own check that the
+  row's shape has the query's plan class), the nearest batch wins (ties: the smaller batch, then
+  the later row); none -> None, and the kernel uses its rule.
 
 A missing, unreadable or malformed table never breaks `run`: one warning per problem and file
 version, then None. Parsed tables are cached per (path, mtime, size), so a call costs a stat.
@@ -29,6 +32,7 @@ import os
 import re
 import warnings
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 DEFAULT_TABLE = Path(__file__).resolve().parents[2] / "results/tilelang/tuning.csv"
 _REQUIRED = ("device", "units", "dtype", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size",
@@ -39,14 +43,33 @@ _CACHE = {}    # path -> ((mtime_ns, size), rows)
 _WARNED = set()
 
 
+class Row(NamedTuple):
+    """One parsed row of the table."""
+
+    device: str
+    units: int
+    dtype: str
+    head_dim: int
+    batch: int
+    seqlen_bucket: int
+    kv_heads: int
+    gqa: int
+    page_size: int
+    config: dict
+    #: the kernel's PLAN_VERSION the row was measured on, as text; None in older tables
+    plan_version: Optional[str]
+    #: the tuned shape's cache length; None in older tables
+    capacity: Optional[int]
+
+
 def table_path():
     """The tuning table this process reads: the repository's results table."""
     return DEFAULT_TABLE
 
 
-def bucket(seqlen_k):
-    """The next power of two >= seqlen_k (1 for 0 or 1)."""
-    return 1 << max(0, int(seqlen_k) - 1).bit_length()
+def bucket(n):
+    """The next power of two >= n (1 for 0 or 1): the bucket of a cache length or a batch."""
+    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def norm_dtype(dtype):
@@ -74,7 +97,7 @@ def _warn_once(path, stamp, message):
 
 
 def _row(raw):
-    """(key fields..., config) of one CSV row; raises ValueError / KeyError / TypeError when malformed."""
+    """The Row of one CSV row; raises ValueError / KeyError / TypeError when malformed."""
     cfg = json.loads(raw["config"])
     if not isinstance(cfg, dict):
         raise ValueError("config is not a JSON object")
@@ -88,14 +111,14 @@ def _row(raw):
     device = raw["device"].strip()
     if not device:
         raise ValueError("empty device")
-    return (device, ints[0], dtype) + tuple(ints[1:]) + (cfg,)
+    version = (raw.get("plan_version") or "").strip() or None
+    capacity = int(raw["capacity"]) if (raw.get("capacity") or "").strip() else None
+    return Row(device, ints[0], dtype, *ints[1:], cfg, version, capacity)
 
 
 def load(path=None):
-    """Rows of the table as (device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa, page_size, config).
-
-    Missing or malformed tables give [] after one warning; malformed rows are skipped (warned once).
-    """
+    """Rows of the table (Row tuples). Missing or malformed tables give [] after one warning; malformed rows are
+    skipped (warned once)."""
     path = Path(path) if path is not None else table_path()
     try:
         st = path.stat()
@@ -126,35 +149,49 @@ def load(path=None):
     return rows
 
 
-def lookup(device_name, units, dtype, head_dim, batch, seqlen_k, kv_heads, gqa, page_size, path=None):
-    """The tuned config (a new dict) for this shape and device, or None (use the heuristic)."""
+def lookup(device_name, units, dtype, head_dim, batch, seqlen_k, kv_heads, gqa, page_size, path=None, keys=None,
+           plan_version=None, accept=None):
+    """The tuned config (a new dict) for this shape and device, or None (use the heuristic). ``plan_version``: the
+    kernel's PLAN_VERSION (rows of another are skipped, warned once); ``keys``: the kernel's config keys (a row naming
+    another is skipped, warned once); ``accept(batch, capacity)``: whether a row's own shape may lend its config."""
     rows = load(path)
     if not rows:
         return None
+    path = path or table_path()
+    version = None if plan_version is None else str(plan_version)
     want_b, want_s = int(batch), bucket(seqlen_k)
-    exact = (int(units or 0), norm_dtype(dtype), int(head_dim), int(kv_heads), int(gqa), int(page_size or 0))
-    best, best_score = None, None
+    exact = (int(units or 0), norm_dtype(dtype), int(head_dim), int(kv_heads), int(gqa), int(page_size or 0), want_s,
+             bucket(want_b))
+    best, best_score, stale, alien = None, None, set(), set()
     for i, r in enumerate(rows):
-        dev, r_units, r_dtype, r_d, r_b, r_s, r_hkv, r_g, r_page, cfg = r
-        if (r_units, r_dtype, r_d, r_hkv, r_g, r_page) != exact or not device_matches(dev, device_name):
+        if (r.units, r.dtype, r.head_dim, r.kv_heads, r.gqa, r.page_size, r.seqlen_bucket, bucket(r.batch)) != exact \
+                or not device_matches(r.device, device_name):
             continue
-        db, ds = abs(math.log2(r_b / want_b)), abs(math.log2(r_s / want_s))
-        if db > 1.0 + 1e-9 or ds > 1.0 + 1e-9:       # batch within 2x, bucket within one power of two
+        if r.plan_version != version:
+            stale.add(r.plan_version)
             continue
-        score = (round(db + ds, 9), round(ds, 9), round(db, 9), r_b, -i)
+        if keys is not None and not set(r.config) <= set(keys):
+            alien.update(set(r.config) - set(keys))
+            continue
+        if accept is not None and not accept(r.batch, r.capacity):
+            continue
+        score = (round(abs(math.log2(r.batch / want_b)), 9), r.batch, -i)
         if best_score is None or score < best_score:
-            best, best_score = cfg, score
+            best, best_score = r.config, score
+    if stale:
+        _warn_once(path, None, f"rows of plan version {', '.join(sorted(str(v) for v in stale))} skipped (this "
+                               f"kernel's is {version}): measured on another plan rule, re-tune them")
+    if alien:
+        _warn_once(path, None, f"config keys {sorted(alien)} unknown to this kernel")
     return dict(best) if best is not None else None
 
 
-def lookup_for(q, k_cache, block_table=None, path=None, keys=None, device=None):
+def lookup_for(q, k_cache, block_table=None, path=None, keys=None, device=None, plan_version=None, accept=None):
     """lookup() with every key taken from run()'s arguments: device, units, dtype, shape, page size.
     ``device`` (name, units): the device to look up instead of q's (a plan resolved for a device profile).
 
     seqlen_k is the cache capacity (max_pages * page_size when paged), the same number the
-    kernel's split heuristic uses. With `keys`, a row whose config names any other key is
-    ignored (a table written for another kernel version), warned once.
-    """
+    kernel's split heuristic uses."""
     import torch
 
     B, _, Hq, D = q.shape
@@ -170,8 +207,5 @@ def lookup_for(q, k_cache, block_table=None, path=None, keys=None, device=None):
         units = torch.cuda.get_device_properties(idx).multi_processor_count
     else:
         name, units = q.device.type, os.cpu_count() or 0
-    cfg = lookup(name, units, norm_dtype(q.dtype), D, B, seqlen, Hkv, Hq // max(Hkv, 1), page, path=path)
-    if cfg is not None and keys is not None and not set(cfg) <= set(keys):
-        _warn_once(path or table_path(), None, f"config keys {sorted(set(cfg) - set(keys))} unknown to this kernel")
-        return None
-    return cfg
+    return lookup(name, units, norm_dtype(q.dtype), D, B, seqlen, Hkv, Hq // max(Hkv, 1), page, path=path, keys=keys,
+                  plan_version=plan_version, accept=accept)

@@ -92,6 +92,29 @@ def config_keys(path: Path) -> frozenset[str] | None:
     return frozenset(declared | read) if found else None
 
 
+#: The module-level name a candidate declares its plan rule's version under (an int or str constant; tuning rows carry
+#: it, and a kernel applies only rows of its own version).
+PLAN_VERSION_NAME = "PLAN_VERSION"
+
+
+def plan_version(path: Path) -> str | None:
+    """The candidate file's PLAN_VERSION as text, read from its source (never imported); None when it declares none
+    or not as a constant."""
+    import ast
+
+    try:
+        tree = ast.parse(Path(path).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == PLAN_VERSION_NAME
+                                                for t in node.targets):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, (int, str)) \
+                    and not isinstance(node.value.value, bool):
+                return str(node.value.value)
+    return None
+
+
 def content_hash(path: Path) -> str:
     """sha256 of the candidate file's bytes, followed by each sibling module it imports (name and
     bytes): editing tl_decode_cuda.py beside run_kernel.py makes another candidate. Its first

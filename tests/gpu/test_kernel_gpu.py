@@ -69,18 +69,20 @@ def _check_garbage_past_the_sequence(kernel, cid, page, seed, config, what, dtyp
 
 
 def _check_switch(kernel, cid, seqlens, page, cfg, key, seed, garbage=False):
-    """A plan switch `key` set in cfg: the plan takes it (plan_info), then case cid runs right in fp16 and bf16
-    (seeds seed, seed + 1) and head dim 64 (seed + 2); with garbage, also with garbage table entries past each
-    sequence (seed + 3)."""
+    """A plan switch `key` set in cfg (None: the plan's own rule): the plan takes it (plan_info), then case cid runs
+    right in fp16 and bf16 (seeds seed, seed + 1) and head dim 64 (seed + 2); with garbage, also with garbage table
+    entries past each sequence (seed + 3). Returns the fp16 plan."""
     from kopt.workload import make_workload
 
     w0 = make_workload(_case(cid, seqlens=seqlens, page_size=page), 0, "cuda")
-    assert kernel.plan_info(*w0.args(), **w0.kwargs(cfg))[key] == bool(cfg[key]), "the plan ignored it"
+    plan = kernel.plan_info(*w0.args(), **w0.kwargs(cfg))
+    assert key is None or plan[key] == bool(cfg[key]), "the plan ignored it"
     for s, dtype in ((seed, "fp16"), (seed + 1, "bf16")):
         _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=s, config=cfg)
     _check(kernel, _case(cid, seqlens=seqlens, head_dim=64, page_size=page), seed=seed + 2, config=cfg)
     if garbage:
         _check_garbage_past_the_sequence(kernel, cid, page, seed + 3, cfg, f"case {cid} page {page} {key} garbage")
+    return plan
 
 
 @pytest.mark.gpu
@@ -147,14 +149,18 @@ def test_paged_with_garbage_past_the_sequence(kernel, cid, page, splits, eager):
     (15, 16, "full", None), (16, 256, "full", None), (17, 32, "full", None), (18, 64, "full", None),
     (16, 16, "full", {"block_N": 128}), (8, 256, "ragged", {"num_splits": 8, "block_N": 128, "eager": 0}),
     (10, 16, "ragged", {"eager": 0}), (5, 16, "ragged", {"eager": 0, "block_N": 32}),
-    (7, 64, "ragged", {"eager": 0}), (3, 16, "full", {"eager": 0, "block_N": 32})])
-@pytest.mark.parametrize("tp", [1, 0])
-def test_tile_page(kernel, cid, page, seqlens, cfg, tp):
-    """A row's page from its tile's first page (tile_page, the paged default) and each row's own page (tile_page 0):
-    balanced, plain split and unsplit plans, tiles of several pages (16-token pages), pages of several tiles (256) and
-    one tile a page (64), sequences ending inside a page, in both dtypes and head dims; then the same plans with
-    garbage table entries past each sequence."""
-    _check_switch(kernel, cid, seqlens, page, (cfg or {}) | {"tile_page": tp}, "tile_page", 95, garbage=True)
+    (7, 64, "ragged", {"eager": 0}), (3, 16, "full", {"eager": 0, "block_N": 32}),
+    (5, 64, "ragged", {"eager": 0, "block_N": 160}), (10, 16, "ragged", {"eager": 1})])
+def test_tile_page(kernel, cid, page, seqlens, cfg):
+    """A row's page from its tile's first page (tile_page: the plan's rule wherever it can run) and each row's own page
+    (elsewhere: tiles ending inside a page, eager plans): balanced, plain split and unsplit plans, tiles of several
+    pages (16-token pages), pages of several tiles (256) and one tile a page (64), sequences ending inside a page, in
+    both dtypes and head dims; then the same plans with garbage table entries past each sequence."""
+    import sys
+
+    p = _check_switch(kernel, cid, seqlens, page, cfg or {}, None, 95, garbage=True)
+    applies = sys.modules["tl_decode_cuda"].tile_page_applies(True, page, p["block_N"], p["eager"])
+    assert p["tile_page"] == applies
 
 
 @pytest.mark.gpu
@@ -204,13 +210,17 @@ def test_v_split(kernel, cid, page, seqlens, eager, v_split):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fast_math", [0, 1])
 @pytest.mark.parametrize("cid,page,seqlens", [(1, 0, "full"), (5, 16, "ragged"), (10, 0, "ragged"), (14, 256, "full"),
                                               (15, 16, "full"), (18, 0, "full"), (8, 64, "ragged")])
-def test_fast_math(kernel, cid, page, seqlens, fast_math):
-    """The kernels built with and without nvcc's fast math (approximate division, denormals flushed), unsplit, split
-    with a combine kernel or a last-CTA merge, balanced, in both dtypes and head dims: each within kopt's tolerance."""
-    cfg = {"fast_math": fast_math}
+def test_fast_math(kernel, cid, page, seqlens):
+    """The kernels built with nvcc's fast math (approximate division, denormals flushed: the plan's rule on CUDA),
+    unsplit, split with a combine kernel or a last-CTA merge, balanced, in both dtypes and head dims: each within
+    kopt's tolerance."""
+    from kopt.workload import make_workload
+
+    w = make_workload(_case(cid, seqlens=seqlens, page_size=page or None), 0, "cuda")
+    assert kernel.plan_info(*w.args(), **w.kwargs())["fast_math"] is True
+    cfg = None
     for dtype in ("fp16", "bf16"):
         c = _case(cid, seqlens=seqlens, dtype=dtype, page_size=page or None)
         _check(kernel, c, seed=81, config=cfg)
@@ -261,28 +271,16 @@ def test_last_cta_head_layouts(kernel, kv_heads, gqa):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cid,seqlens,page,cfg", [
-    (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16}),
-    (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}), (17, "full", 0, {"comb_unroll": 8}),
-    (18, "full", 16, {"comb_unroll": 16})])
-def test_combine_chunks(kernel, cid, seqlens, page, cfg):
-    """The combine kernel's loads in chunks smaller than the default (several chunks per row, a last one
-    part empty), fused and separate, plain and balanced split plans."""
-    for seed, dtype in ((61, "fp16"), (62, "bf16")):
-        _check(kernel, _case(cid, seqlens=seqlens, dtype=dtype, page_size=page), seed=seed, config=cfg)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("cid,seqlens,page,cfg", [
-    (10, "ragged", 0, {"comb_unroll": 8}), (13, "full", 64, {"comb_unroll": 16, "last_cta": 0}),
-    (13, "full", 0, {"comb_unroll": 64, "last_cta": 0}), (14, "ragged", 0, {"comb_unroll": 8, "fused": 0}),
-    (14, "full", 0, {"fused": 0}), (17, "full", 0, {"comb_unroll": 8}), (18, "full", 16, {"comb_unroll": 64}),
-    (18, "full", 16, {"comb_unroll": 16}), (17, "full", 256, {}), (10, "full", 0, {"comb_unroll": 160})])
-def test_combine_lse_in_shared_memory(kernel, cid, seqlens, page, cfg):
-    """comb_smem: the combine's LSE values through shared memory, in one chunk (unroll 64 over 60 splits: R4 in
-    16-token pages), in several (a last one part empty), wider than the CTA's threads (160 LSE values over 128
-    threads), fused and separate, plain and balanced split plans, both dtypes and head dims."""
-    _check_switch(kernel, cid, seqlens, page, cfg | {"comb_smem": 1}, "comb_smem", 63)
+@pytest.mark.parametrize("cid,seqlens,page,cfg,unroll", [
+    (10, "ragged", 0, {"num_splits": 40, "last_cta": 0}, 0), (13, "full", 64, {"num_splits": 33, "last_cta": 0}, 0),
+    (13, "full", 0, {"num_splits": 48, "last_cta": 0}, 64), (14, "ragged", 0, {"num_splits": 100, "last_cta": 0}, 64),
+    (14, "full", 0, {}, 64), (17, "full", 0, {}, 0), (18, "full", 16, {}, 64), (17, "full", 256, {}, 64)])
+def test_combine_chunks(kernel, cid, seqlens, page, cfg, unroll):
+    """The combine kernel (its LSE values through shared memory) in chunks of 32 splits below 48 splits and of 64 from
+    48 on (comb_unroll_default): one chunk, several with a last one part empty, on plain and balanced split plans, both
+    dtypes and head dims."""
+    p = _check_switch(kernel, cid, seqlens, page, cfg, None, 63)
+    assert p["last_cta"] is False and p["comb_unroll"] == unroll, p
 
 
 @pytest.mark.gpu
@@ -321,7 +319,7 @@ def test_tuned_config_in_use(kernel, cid):
     lookup = sys.modules["tuning_lookup"]  # the candidate's own reader, imported from its folder
     case = _case(cid)
     w = make_workload(case, 0, "cuda")
-    cfg = lookup.lookup_for(w.q, w.k_cache, w.block_table)
+    cfg = lookup.lookup_for(w.q, w.k_cache, w.block_table, plan_version=kernel.PLAN_VERSION)
     if cfg is None:
         pytest.skip(f"no tuned row for case {cid} on {torch.cuda.get_device_name()} in {lookup.table_path()}")
     plan = kernel.plan_info(*w.args(), **w.kwargs())
@@ -358,12 +356,12 @@ def _graph_lengths(B, S, seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cid,page,config", [
     (15, 0, None), (18, 256, None), (17, 16, None), (12, 0, None), (16, 0, {"balanced": 1}), (13, 64, None),
-    (8, 0, None), (10, 0, None), (18, 0, {"balanced": 1, "bal_combine": 0, "q_loop": 1}),
-    (17, 64, {"balanced": 1, "q_loop": 1, "block_N": 128}), (15, 32, {"balanced": 1, "bal_combine": 1}),
-    (8, 16, {"balanced": 1, "bal_per_sm": 3}), (18, 16, {"even_split": 1, "comb_smem": 1, "comb_unroll": 64}),
-    (13, 0, {"even_split": 1, "comb_smem": 1, "comb_unroll": 64, "last_cta": 0})],
-    ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "R4-merge-in-kernel-qloop",
-         "R3-p64-qloop-bn128", "R1-p32-combine", "c8-p16-balanced", "R4-p16-even-combsmem", "c13-even-combsmem"])
+    (8, 0, None), (10, 0, None), (18, 0, {"balanced": 1, "last_cta": 1}),
+    (17, 64, {"balanced": 1, "block_N": 128}), (17, 32, {"balanced": 1, "last_cta": 0}),
+    (8, 16, {"balanced": 1, "bal_per_sm": 3}), (18, 16, {"even_split": 1}),
+    (13, 0, {"even_split": 1, "last_cta": 0, "num_splits": 64})],
+    ids=["R1", "R4-p256", "R3-p16", "c12", "R2-balanced", "c13-p64", "c8", "c10", "R4-merge-in-kernel",
+         "R3-p64-bn128", "R3-p32-combine", "c8-p16-balanced", "R4-p16-even", "c13-even-combine64"])
 def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
     """One call captured in a CUDA graph, replayed after cache_seqlens changes in place (all full; one long
     and the rest of length 1; seeded random; empty and full alternating): each replay matches the fp32

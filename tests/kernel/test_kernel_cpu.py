@@ -284,7 +284,7 @@ def _cu():
 # ---------------------------------------------------------------- the sm_90a builds (tests/kernel_builds.py)
 
 F16 = dict(dtype="float16", hq=32, hkv=4, d=128)
-SM90A = [dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True, fused=False),
+SM90A = [dict(dtype="float16", hq=32, hkv=8, d=128, paged=False, split=True),
          dict(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=True)]
 
 
@@ -309,10 +309,10 @@ RED_ONCE_SPLIT = {**RED_ONCE, "split": True, "v_split": 1, "block_N": 128, "eage
 TWO_WARP = dict(dtype="bfloat16", hq=32, hkv=4, d=128, paged=True, page_size=16, split=False, block_N=32, eager=True,
                 v_split=2, threads=64)
 PDL = dict(**F16, paged=False, split=True, block_N=128, eager=True)
-PDL_BALANCED = dict(**F16, split=True, balanced=132, block_N=128, bal_combine=True, pdl=True)
+PDL_BALANCED = dict(**F16, split=True, balanced=132, block_N=128, last_cta=False, pdl=True)
 LAST_CTA = dict(**F16, paged=False, split=True, last_cta=True)
 ODD_GQA = dict(dtype="float16", hq=14, hkv=2, d=64, split=True, last_cta=True)
-COMBINE_SMEM = dict(unroll=64, smem=True)
+COMBINE_SMEM = dict(unroll=64)
 
 
 def balanced_shape(paged: int) -> dict:
@@ -321,8 +321,7 @@ def balanced_shape(paged: int) -> dict:
 
 
 def tile_page_shape(page: int) -> dict:
-    return dict(dtype="float16", hq=32, hkv=8, d=128, paged=True, page_size=page, block_N=64, balanced=264,
-                merge_unroll=8)
+    return dict(dtype="float16", hq=32, hkv=8, d=128, paged=True, page_size=page, block_N=64, balanced=264)
 
 
 #: Every build the tests below ask `builds` for, in the order they ask: made ahead in a background process
@@ -339,7 +338,7 @@ KERNEL_BUILDS = (
     + [("compile", {"red_once": True, **RED_ONCE}), ("compile", RED_ONCE), ("barriers", {"red_once": True, **RED_ONCE}),
        ("barriers", RED_ONCE), ("compile", {"red_once": True, **RED_ONCE_SPLIT})]
     + [("compile", TWO_WARP), ("compile", {"pdl": True, **PDL}), ("source", {"pdl": False, **PDL}),
-       ("source", PDL_BALANCED), ("source", {"pdl": True, "fused": False, **PDL}), ("compile", LAST_CTA)]
+       ("source", PDL_BALANCED), ("compile", LAST_CTA)]
     + [("compile", balanced_shape(p)) for p in (0, 16)]
     + [b for p in (16, 256) for b in (("compile", {"tile_page": True, **tile_page_shape(p)}),
                                       ("lowered", tile_page_shape(p)))]
@@ -360,16 +359,15 @@ def builds(rk):
 @pytest.mark.parametrize(
     "shape",
     SM90A,
-    ids=["fp16-contig-split-unfused", "bf16-paged16-split-fused"],
+    ids=["fp16-contig-split", "bf16-paged16-split"],
 )
 def test_cuda_sm90a_lowers_and_compiles(builds, shape):
-    fused = shape.get("fused", True)
     info = builds.get("compile", **shape)
-    assert set(info) == ({"main"} if fused else {"main", "combine"})
+    assert set(info) == {"main"}
     for name in info:
         _clean(info[name])
-    # fused: one prim_func, two device kernels (the split kernel and the combine kernel behind it, one host call)
-    assert [len(_defs(info[k]["source"])) for k in sorted(info)] == ([2] if fused else [1, 1])
+    # one prim_func, two device kernels (the split kernel and the combine kernel behind it, one host call)
+    assert len(_defs(info["main"]["source"])) == 2
     assert 0 < info["main"]["dyn_smem_bytes"] <= 227 * 1024
     # the text is the point: QK^T and PV on the tensor cores (mma), which no CPU run can show
     assert "mma" in info["main"]["source"]
@@ -431,7 +429,7 @@ def test_v_split_reads_half_of_v_per_cta(builds, d):
     # the text is the point: which CTA takes which half is its x block index, read only where V is split
     assert "blockIdx.x" in _defs(two["source"])[0] and "blockIdx.x" not in _defs(one["source"])[0]
     with pytest.raises(ValueError, match="v_split"):
-        _cu().build_decode("float16", 32, 4, d, False, 0, 64, 1, 128, True, 0.1, v_split=2)
+        _cu().kernel_plan(hq=32, hkv=4, d=d, split=True, v_split=2)
 
 
 @needs_nvcc
@@ -449,7 +447,7 @@ def test_red_batch_reduces_both_rows_of_a_thread_at_once(builds, threads, meta_p
     # max and sum, cross-warp and in-quad, in the loop and its tail: a quarter of the barriers at least go
     assert builds.get("barriers", **shape) <= 0.75 * builds.get("barriers", red_batch=1, **shape)
     with pytest.raises(ValueError, match="red_batch"):
-        _cu().build_decode("float16", 32, 4, 128, False, 0, 64, 1, 128, False, 0.1, red_batch=4)
+        _cu().kernel_plan(hq=32, hkv=4, split=False, red_batch=4)
     with pytest.raises(ValueError, match="red_batch"):
         meta_plan(1, 64, 4, 8, {"red_batch": 3})
 
@@ -471,11 +469,9 @@ def test_red_once_crosses_four_warps_in_one_round(builds):
 
 
 def test_red_once_in_the_plan(meta_plan):
-    """The plan takes red_once from the config, else from red_once_default: on for case 5 (unsplit, eager), off for
+    """The plan takes red_once from red_once_default (no config key): on for case 5 (unsplit, eager), off for
     case 10 (eager splits), untuned (64-key tiles) and at its tuned H200 row (128-key tiles; both of a thread's rows
     through one reduction, as every eager plan)."""
-    assert meta_plan(16, 141, 4, 8, {"red_once": 1}).red_once is True
-    assert meta_plan(16, 141, 4, 8, {"red_once": 0}).red_once is False
     assert meta_plan(16, 141, 4, 8).red_once is True  # case 5: unsplit, eager
     p10 = meta_plan(1, 8192, 4, 8)  # case 10 untuned (this host): eager splits of 64-key tiles
     assert p10.num_splits > 1 and p10.eager and p10.red_once is False and p10.red_batch == 2
@@ -484,16 +480,15 @@ def test_red_once_in_the_plan(meta_plan):
 
 
 def test_fast_math_in_the_plan_and_the_pass_configs(meta_plan):
-    """fast_math: the plan takes it from the config, else fast_math_default (FAST_MATH); it reaches TileLang as its
-    fast-math pass config (nvcc --use_fast_math), and only then."""
+    """fast_math: the plan takes it from fast_math_default (on wherever nvcc builds: no config key); it reaches
+    TileLang as its fast-math pass config (nvcc --use_fast_math), and only then."""
     import sys
 
     from tilelang.transform import PassConfigKey
 
     cu = sys.modules["tl_decode_cuda"]
-    assert meta_plan(16, 141, 4, 8, {"fast_math": 1}).fast_math is True
-    assert meta_plan(16, 141, 4, 8, {"fast_math": 0}).fast_math is False
-    assert meta_plan(16, 141, 4, 8).fast_math is cu.fast_math_default() is bool(cu.FAST_MATH)
+    assert meta_plan(16, 141, 4, 8).fast_math is cu.fast_math_default() is True
+    assert cu.fast_math_default(nvcc=False) is False
     assert cu._pass_configs(True).get(PassConfigKey.TL_ENABLE_FAST_MATH) is True
     assert PassConfigKey.TL_ENABLE_FAST_MATH not in cu._pass_configs(False)
     assert cu._pass_configs(False)[PassConfigKey.TL_DISABLE_SAFE_MEMORY_ACCESS] is True
@@ -523,7 +518,7 @@ def test_configs_default_entry_leaves_threads_to_the_plan(rk):
     """The tuner's first config is the heuristic plan itself: it pins no thread count (two warps where the plan
     picks them), so a tuned 'default' row is the plan the kernel would run untuned."""
     cfgs = rk.configs({"batch": 1, "seqlen_k": 1, "kv_heads": 4, "gqa": 8})
-    assert cfgs[0] == {"block_N": 0, "num_splits": 0, "num_stages": 1, "threads": 0}
+    assert cfgs[0] == {"block_N": 0, "num_splits": 0, "threads": 0}
 
 
 @pytest.mark.parametrize("shape,want", [
@@ -596,8 +591,6 @@ def test_pdl_switch_launches_the_combine_as_a_dependent(builds):
     assert "cudaGridDependencySynchronize" not in plain and "cudaTriggerProgrammaticLaunchCompletion" not in plain
     _, bcomb = _defs(builds.get("source", **PDL_BALANCED))
     assert bcomb.index("L[") < bcomb.index("cudaGridDependencySynchronize") < bcomb.index("Opart[")
-    unfused = builds.get("source", pdl=True, fused=False, **PDL)  # split kernel + the separate combine kernel
-    assert "cudaTriggerProgrammaticLaunchCompletion" in unfused and "cudaGridDependencySynchronize" in unfused
 
 
 @needs_nvcc
@@ -767,31 +760,6 @@ def test_combine_lse_in_shared_memory_fits_beside_two_split_ctas(builds):
     assert max(info["registers"]) <= 176, info["registers"]
     # the text is the point: the barrier between the shared store and its reads (a race no CPU run can show)
     assert "__syncthreads()" in info["source"] and "LSE[" in info["source"]
-
-
-def test_h200_plans_are_unchanged(rk):
-    """The plan of every bench case on an H200 (contiguous and in 16/32/64/256-token pages, head dims 128 and 64, fp16,
-    and bf16 contiguous), resolved from the H200's profile with the tuning table's H200 rows, is the plan the kernel
-    picked before the plan rule read the device's warp size and shared memory (tests/fixtures/h200_plans.json,
-    computed at commit 4b5c677): the wave64 rules change nothing on the H200."""
-    import json
-
-    from kopt.cases import load_cases
-    from kopt.hardware import profile
-
-    fx = json.loads((ROOT / "tests" / "fixtures" / "h200_plans.json").read_text())
-    h200 = rk._dev.from_profile(profile("H200").model_dump())
-    cases = {c.id: c for c in load_cases()}
-    changed = {}
-    for key, want in fx["plans"].items():
-        cid, dt, d, page = key.split("-")
-        c = cases[int(cid.removeprefix("case"))]
-        q, k, bt = rk._meta_call({**c.shape_dict(), "dtype": dt, "head_dim": int(d[1:]), "page_size": int(page[4:])})
-        p = rk._cuda_plan(q, k, bt, None, None, device=h200)
-        got = [getattr(p, f) for f in fx["fields"]]
-        if got != want:
-            changed[key] = {f: (a, b) for f, a, b in zip(fx["fields"], got, want) if a != b}
-    assert len(fx["plans"]) == 198 and not changed, changed
 
 
 def test_device_facts_from_profiles(rk):

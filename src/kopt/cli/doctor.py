@@ -79,9 +79,8 @@ def lines(d: dict) -> list[str]:
 
 
 #: The plan's fields, in print order (device_plan's dict has them all).
-PLAN_FIELDS = ("kernels", "block_N", "num_splits", "threads", "num_stages", "eager", "last_cta", "balanced",
-               "bal_combine", "v_split", "red_batch", "red_once", "pdl", "fast_math", "tile_page", "even_split",
-               "comb_smem", "comb_unroll")
+PLAN_FIELDS = ("kernels", "block_N", "num_splits", "threads", "eager", "last_cta", "balanced", "v_split",
+               "red_batch", "red_once", "pdl", "fast_math", "tile_page", "even_split", "comb_unroll")
 
 
 def plan_lines(d: dict) -> list[str]:

@@ -6,7 +6,7 @@ search paired finalists). Columns (schema_version 1):
 
     schema_version, device, units, dtype, head_dim, batch, seqlen_bucket, kv_heads, gqa,
     page_size, config, runtime_ms, default_runtime_ms, gain, gain_lo, gain_hi, timestamp, commit,
-    candidate_id, quick, host
+    candidate_id, quick, host, plan_version, capacity
 
 `config` is a JSON object; `page_size` is 0 for a contiguous cache; `device` is kopt's short
 device name (H200, C500, cpu) and `units` its SM / AP / core count. Unknown extra columns are
@@ -17,18 +17,21 @@ Upsert replaces a row with the same key, except that a quick or partial search (
 row of one kernel is kept. A row of
 another candidate, or a row without candidate_id (older tables), is always replaced.
 
+`plan_version` is the candidate's PLAN_VERSION (a module-level constant, read from its source:
+kopt.candidate.plan_version) when the row was measured; `capacity` the tuned case's cache length.
+
 Lookup rules (the candidate side, solution/tilelang/tuning_lookup.py, repeats them without
 importing kopt; tests/kernel/test_tuning.py checks that both agree):
 
-- seqlen_bucket = the next power of two >= seqlen_k;
-- exact match on device, units, dtype, head_dim, kv_heads, gqa and page_size; the device
-  matches when the normalised names are equal or the row's name is a whole token of the
-  queried one (row `H200` matches the driver's `NVIDIA H200`);
-- batch: the row's batch is within a factor 2 of the query's; seqlen bucket: within one power
-  of two (|log2 row_bucket - log2 bucket| <= 1);
-- among those, the smallest |log2 batch ratio| + |log2 bucket ratio| wins (ties: the nearer
-  bucket, then the nearer batch, then the smaller batch, then the later row); exact matches
-  therefore always win; none left -> None (the kernel's heuristic).
+- bucket = the next power of two >= n, of the cache length (seqlen_bucket) and of the batch;
+- a row applies to its own shape bucket only: equal device, units, dtype, head_dim, kv_heads,
+  gqa, page_size, plan_version, seqlen bucket and batch bucket; the device matches when the
+  normalised names are equal or the row's name is a whole token of the queried one (row `H200`
+  matches the driver's `NVIDIA H200`); a row of another plan version was measured on another
+  plan rule and never applies;
+- among those, the nearest batch wins (ties: the smaller batch, then the later row); none
+  left -> None (the kernel's rule). The candidate side may refuse a row whose own shape (its
+  batch and capacity) has another plan class than the query's; the harness has no plan.
 """
 
 from __future__ import annotations
@@ -50,11 +53,9 @@ from kopt.store.ledger import Loaded
 SCHEMA_VERSION = 1
 KEY = ("device", "units", "dtype", "head_dim", "batch", "seqlen_bucket", "kv_heads", "gqa", "page_size")
 COLUMNS = ("schema_version",) + KEY + ("config", "runtime_ms", "default_runtime_ms", "gain", "gain_lo", "gain_hi",
-                                       "timestamp", "commit", "candidate_id", "quick", "host")
+                                       "timestamp", "commit", "candidate_id", "quick", "host", "plan_version",
+                                       "capacity")
 REQUIRED = KEY + ("config",)
-#: Nearest-neighbour limits: a tuned batch within this factor, a bucket within this many powers of two.
-BATCH_FACTOR = 2.0
-BUCKET_LOG2 = 1.0
 _DTYPES = {"fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
            "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16"}
 
@@ -99,6 +100,16 @@ class TuningRow(BaseModel):
     None in older tables."""
     host: Optional[str] = None
     """The machine that measured the row (a Ray node, or the tuning host); None in older tables."""
+    plan_version: Optional[str] = None
+    """The candidate's PLAN_VERSION when the row was measured (kopt.candidate.plan_version); None: the candidate
+    declares none, or an older table. A kernel applies only rows of its own version."""
+    capacity: Optional[int] = Field(None, ge=1)
+    """The tuned case's cache length (its seqlen_bucket's exact value); None in older tables."""
+
+    @field_validator("plan_version", mode="before")
+    @classmethod
+    def _version(cls, v):
+        return None if v is None else str(v)
 
     @field_validator("config", mode="before")
     @classmethod
@@ -129,9 +140,9 @@ class TuningRow(BaseModel):
         return out
 
 
-def bucket(seqlen_k: int) -> int:
-    """The seqlen bucket: the next power of two >= seqlen_k (1 for 0 or 1)."""
-    return 1 << max(0, int(seqlen_k) - 1).bit_length()
+def bucket(n: int) -> int:
+    """The bucket of a cache length (seqlen_bucket) or a batch: the next power of two >= n (1 for 0 or 1)."""
+    return 1 << max(0, int(n) - 1).bit_length()
 
 
 def norm_dtype(dtype) -> str:
@@ -275,27 +286,28 @@ def _keeps(old: TuningRow, new: TuningRow) -> bool:
 # ---------------------------------------------------------------- lookup
 
 def nearest(rows: list[TuningRow], *, device: str, units: Optional[int], dtype, head_dim: int, batch: int,
-            seqlen_k: int, kv_heads: int, gqa: int, page_size: Optional[int]) -> Optional[TuningRow]:
-    """The row the bucket rules pick for this shape, or None (see the module docstring)."""
-    want_b, want_s = int(batch), bucket(seqlen_k)
-    exact = (int(units or 0), norm_dtype(dtype), int(head_dim), int(kv_heads), int(gqa), int(page_size or 0))
+            seqlen_k: int, kv_heads: int, gqa: int, page_size: Optional[int],
+            plan_version: Optional[str] = None) -> Optional[TuningRow]:
+    """The row of this shape's own bucket (and plan version) the rules pick, or None (see the module docstring)."""
+    want_b = int(batch)
+    version = None if plan_version is None else str(plan_version)
+    exact = (int(units or 0), norm_dtype(dtype), int(head_dim), int(kv_heads), int(gqa), int(page_size or 0),
+             bucket(seqlen_k), bucket(want_b), version)
     best, best_score = None, None
     for i, r in enumerate(rows):
-        if (r.units, r.dtype, r.head_dim, r.kv_heads, r.gqa, r.page_size) != exact:
+        if (r.units, r.dtype, r.head_dim, r.kv_heads, r.gqa, r.page_size, r.seqlen_bucket, bucket(r.batch),
+                r.plan_version) != exact:
             continue
         if not device_matches(r.device, device):
             continue
-        db, ds = abs(math.log2(r.batch / want_b)), abs(math.log2(r.seqlen_bucket / want_s))
-        if db > math.log2(BATCH_FACTOR) + 1e-9 or ds > BUCKET_LOG2 + 1e-9:
-            continue
-        score = (round(db + ds, 9), round(ds, 9), round(db, 9), r.batch, -i)
+        score = (round(abs(math.log2(r.batch / want_b)), 9), r.batch, -i)
         if best_score is None or score < best_score:
             best, best_score = r, score
     return best
 
 
 def lookup(path: Path, **query) -> Optional[dict]:
-    """The tuned config for a shape from a table file, or None (missing table, no row near enough)."""
+    """The tuned config for a shape from a table file, or None (missing table, no row of its bucket)."""
     loaded = read(path)
     r = nearest(loaded.rows, **query)
     return dict(r.config) if r else None

@@ -236,7 +236,9 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
 
 
 def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = False):
-    """The tuning-table row of a case's winner (seqlen bucket from the cache capacity the kernel sees)."""
+    """The tuning-table row of a case's winner (seqlen bucket from the cache capacity the kernel sees), stamped with the
+    candidate's PLAN_VERSION."""
+    from kopt.candidate import plan_version
     from kopt.store import head_short, tuning
 
     v, w = case.variant, ct.winner
@@ -248,7 +250,7 @@ def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = Fa
         batch=case.batch, seqlen_bucket=tuning.bucket(case.capacity), kv_heads=case.kv_heads, gqa=case.gqa,
         page_size=page, config=w.config or {}, runtime_ms=w_ms, default_runtime_ms=d_ms, gain=ct.gain,
         gain_lo=lo, gain_hi=hi, commit=head_short(Path(path).parent), candidate_id=short_id(chash), quick=bool(quick),
-        host=ct.meta.host)
+        host=ct.meta.host, plan_version=plan_version(Path(path)), capacity=case.capacity)
 
 
 def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):

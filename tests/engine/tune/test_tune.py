@@ -179,9 +179,12 @@ def test_tune_cli_end_to_end_cpu(workspace, tmp_path):
     assert (rows[0].batch, rows[0].seqlen_bucket, rows[0].kv_heads, rows[0].gqa, rows[0].page_size) == (4, 2, 8, 4, 0)
     assert rows[0].default_runtime_ms > 0 and rows[0].runtime_ms > 0
     assert rows[0].candidate_id and len(rows[0].candidate_id) == 12 and rows[0].quick is True  # run with --quick
-    q = dict(device="cpu", units=rows[0].units, dtype="fp16", head_dim=128, batch=5, seqlen_k=3, kv_heads=8,
-             gqa=4, page_size=None)
-    assert tuning.lookup(table, **q) == c["config"]                         # a hidden-like neighbour finds it
+    assert rows[0].plan_version == "3" and rows[0].capacity == 2           # the candidate's PLAN_VERSION, its length
+    q = dict(device="cpu", units=rows[0].units, dtype="fp16", head_dim=128, batch=3, seqlen_k=2, kv_heads=8,
+             gqa=4, page_size=None, plan_version="3")
+    assert tuning.lookup(table, **q) == c["config"]                         # a shape of its own bucket finds it
+    assert tuning.lookup(table, **(q | {"batch": 5})) is None               # the next batch bucket does not
+    assert tuning.lookup(table, **(q | {"plan_version": "2"})) is None      # nor another plan version
     led = load(CaseResult, workspace / "candidates.jsonl").rows
     assert len(led) == 1 and led[0].mode == "tune" and led[0].config == c["config"] and led[0].correct
 
