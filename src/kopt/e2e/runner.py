@@ -24,7 +24,7 @@ def _baseline(case, device: str, page: int | None):
     from kopt.baselines import FA2_PAGE, pick
     from kopt.workload import Workload
 
-    b = pick(case.with_variant(page_size=None), device)
+    b = pick(case.with_variant(page_size=0), device)  # 0: contiguous (None would keep the case's pages)
     own = page if page and page % FA2_PAGE == 0 else FA2_PAGE if page and b.name.startswith("flash_attn") else None
     name = b.name + (f"-paged{own}" if own and own != page else "")
 

@@ -295,3 +295,20 @@ def test_the_cuda_graph_step_runs_the_candidates_kernels(workspace):
     assert r.timing.method == r.ref_timing.method == "graph" and r.calls == 2, "one run call per layer, captured"
     assert r.kernels_seen is True and r.kernels["candidate_standalone"]
     assert r.ref.startswith(("flash_attn", "torch-sdpa")) and r.step_speedup and 0 <= r.attn_share < 1
+
+
+@pytest.mark.parametrize("page,want_name,want_page", [(16, "flash_attn-2.8.3-paged256", 256),
+                                                      (256, "flash_attn-2.8.3", 256), (None, "flash_attn-2.8.3", None)])
+def test_the_cuda_baseline_is_fa2_on_its_own_pages(monkeypatch, page, want_name, want_page):
+    """On CUDA the baseline decodes through FA2 itself: on the candidate's pages when FA2 takes them (256), else on
+    the cache re-laid in pages of 256 by the e2e run (never FA2-paged's own re-lay of a 16-token table it is not
+    handed: H200, 2026-12-05, the 70B-TP8 shape in pages of 16 failed so)."""
+    import kopt.baselines as baselines
+    from kopt import workloads
+    from kopt.e2e import runner
+
+    monkeypatch.setattr(baselines, "flash_attn_version", lambda: "2.8.3")
+    m = workloads.load().model("llama-3.1-70b-tp8")
+    case = workloads.custom_case(m, 2, "40", page, "bf16")
+    name, _, own = runner._baseline(case, "cuda", page)
+    assert (name, own) == (want_name, want_page)
