@@ -136,6 +136,9 @@ def _decode_all(res: E2EResult, lm, m, o: E2EOptions, dtype, cand, base, base_pa
     res.timing = decode.timing(c.times_ms, o.warmup, sc.method)
 
     f = stepper(kvcache.fp32_attention, None, False, "reference").run(first, n, forced=b.tokens)
+    free = stepper(kvcache.fp32_attention, None, False, "reference").run(first, n)  # its own tokens
+    base_parted = check.first_parting(b.tokens, free.tokens)
+    res.base_tokens_same_fp32 = n if base_parted is None else base_parted
     parted = check.first_parting(b.tokens, c.tokens)
     cand_logits = c.logits
     margin = None

@@ -162,7 +162,8 @@ def _result(**kw) -> E2EResult:
 def test_the_line_is_key_value_fields_with_na_for_what_was_not_measured():
     line = _result().line()
     f = parse_line(line)
-    assert line.startswith("E2E:pass MODEL:tinyllama-1.1b LAYERS:22 BATCH:1 PROMPT:32 TOKENS_SAME:64/64 ")
+    assert line.startswith("E2E:pass MODEL:tinyllama-1.1b LAYERS:22 BATCH:1 PROMPT:32 TOKENS_SAME:64/64 "
+                           "BASE_TOKENS_SAME_FP32:NA ")
     assert f["STEP_MS"] == "2.0000" and f["REF_STEP_MS"] == "2.5000" and f["STEP_SPEEDUP"] == "1.2500x"
     assert f["KERNELS_SEEN"] == "True" and f["GRAPH"] == "True" and f["PAGE"] == "256" and f["FAIL_STEP"] == "NA"
     assert all(len(x.split(":")) == 2 for x in line.split(" "))
@@ -246,6 +247,7 @@ def test_the_tiny_cpu_decoder_passes_with_identical_tokens(workspace, tmp_path):
     assert res.exit_code == 0, (res.stdout, res.stderr)
     f = parse_line(res.stdout.strip().splitlines()[-1])
     assert f["E2E"] == "pass" and f["TOKENS_SAME"] == "8/8" and f["STATUS"] == "ok" and f["DEVICE"] == "cpu"
+    assert f["BASE_TOKENS_SAME_FP32"] == "8/8"  # the torch-cpu baseline decodes as the fp32-attention decoder does
     assert f["REF"].startswith("torch-cpu") and f["KERNELS_SEEN"] == "NA" and f["GRAPH"] == "False"
     r = E2EResult.model_validate_json(out.read_text())
     assert r.dims["hidden"] <= 256 and r.dims["layers"] == 2 and r.calls == 2 * 8, "one run call per layer and step"
