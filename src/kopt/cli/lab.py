@@ -120,11 +120,11 @@ def prewarm(
     candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
 ) -> None:
     """Compile every kernel a GPU run will need, in parallel, into TileLang's disk cache."""
-    import os
-
     from kopt.cases import parse_ids
     from kopt.errors import UsageError
-    from kopt.lab import compile_kernels, pick_cases, prewarm_plan, prewarm_profile, require_cuda
+    from kopt.eval import compile_all, default_jobs
+    from kopt.eval import device_profile as profile_of
+    from kopt.lab import pick_cases, prewarm_plan, require_cuda
 
     for bad, why in ((bf16 and not verify, "--bf16 goes with --verify"),
                      (heldout_seed is not None and not verify, "--heldout-seed goes with --verify"),
@@ -141,14 +141,14 @@ def prewarm(
         pick_cases(case, page_size)  # unknown ids and page sizes: usage errors here
     if device_profile is None:
         require_cuda("kopt lab prewarm", "--device-profile NAME lists the kernels without one" if list_only else "")
-    todo = prewarm_plan(path, prewarm_profile(device_profile), ids, page_size, verify, bf16, heldout, heldout_seed,
+    todo = prewarm_plan(path, profile_of(device_profile), ids, page_size, verify, bf16, heldout, heldout_seed,
                         extra)
     if list_only:
         for k in todo:
             _say(k.label + (f"  FAILED {k.error}" if k.error else ""))
         _say(f"{len(todo)} kernels")
         return
-    if compile_kernels(path, todo, jobs or max(1, (os.cpu_count() or 2) - 2), emit=_say):
+    if compile_all(path, todo, jobs or default_jobs(), emit=_say):
         raise typer.Exit(1)
 
 

@@ -89,6 +89,10 @@ class E2EResult(BaseModel):
     """The decoder built: hidden, intermediate, vocab, layers, heads, kv_heads, head_dim."""
     tokens_same: Optional[int] = Field(default=None, ge=0)
     """Steps whose greedy tokens equal the baseline's, up to the first that does not."""
+    base_tokens_same_fp32: Optional[int] = Field(default=None, ge=0)
+    """Steps whose greedy tokens of the baseline equal those of the same decoder with fp32 attention (each decoding
+    its own tokens), up to the first that does not: how soon the baseline's own rounding parts the tokens, the yard
+    stick for TOKENS_SAME on a decoder of random weights, whose logits are near ties at many steps."""
     steps: list[StepGap] = Field(default_factory=list)
     max_logit_diff: Optional[float] = None
     max_logit_diff_fp32: Optional[float] = None
@@ -121,6 +125,8 @@ class E2EResult(BaseModel):
             "E2E": "pass" if self.passed else "fail", "MODEL": o.model, "LAYERS": o.layers, "BATCH": o.batch,
             "PROMPT": o.prompt_len,
             "TOKENS_SAME": f"{self.tokens_same}/{o.tokens}" if self.tokens_same is not None else "NA",
+            "BASE_TOKENS_SAME_FP32": (f"{self.base_tokens_same_fp32}/{o.tokens}"
+                                      if self.base_tokens_same_fp32 is not None else "NA"),
             "MAX_LOGIT_DIFF": fmt_na(self.max_logit_diff, g),
             "MAX_LOGIT_DIFF_FP32": fmt_na(self.max_logit_diff_fp32, g),
             "BASE_LOGIT_DIFF_FP32": fmt_na(self.base_logit_diff_fp32, g), "STEP_MS": ms(self.timing),

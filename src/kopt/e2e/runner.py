@@ -24,7 +24,7 @@ def _baseline(case, device: str, page: int | None):
     from kopt.baselines import FA2_PAGE, pick
     from kopt.workload import Workload
 
-    b = pick(case.with_variant(page_size=None), device)
+    b = pick(case.with_variant(page_size=0), device)  # 0: contiguous (None would keep the case's pages)
     own = page if page and page % FA2_PAGE == 0 else FA2_PAGE if page and b.name.startswith("flash_attn") else None
     name = b.name + (f"-paged{own}" if own and own != page else "")
 
@@ -136,6 +136,9 @@ def _decode_all(res: E2EResult, lm, m, o: E2EOptions, dtype, cand, base, base_pa
     res.timing = decode.timing(c.times_ms, o.warmup, sc.method)
 
     f = stepper(kvcache.fp32_attention, None, False, "reference").run(first, n, forced=b.tokens)
+    free = stepper(kvcache.fp32_attention, None, False, "reference").run(first, n)  # its own tokens
+    base_parted = check.first_parting(b.tokens, free.tokens)
+    res.base_tokens_same_fp32 = n if base_parted is None else base_parted
     parted = check.first_parting(b.tokens, c.tokens)
     cand_logits = c.logits
     margin = None

@@ -10,13 +10,16 @@
 - `session`   : the one candidate session (load, tamper check, compile, checked call, timed call), shared
                 by the evaluation child and the tuning child (kopt.tune.worker).
 - `checks`    : the parent's output check against the fp32 reference, and the plausibility guard.
+- `prewarm`   : a run's distinct kernels (through the candidate's device_plan) compiled ahead, in parallel.
 
 The fp32 reference and the baselines' outputs never live in a child that runs candidate code.
 """
 
 #: The public face: name -> the module holding it.
 _FACE = {"BenchOptions": "bench", "evaluate": "bench", "evaluate_peers": "bench",
-         "check_output": "checks", "heldout_draw": "verdict", "matrix_cases": "verdict"}
+         "check_output": "checks", "heldout_draw": "verdict", "matrix_cases": "verdict",
+         "Kernel": "prewarm", "kernel_key": "prewarm", "compile_all": "prewarm", "compile_kernel": "prewarm",
+         "device_profile": "prewarm", "default_jobs": "prewarm", "warm_cases": "prewarm"}
 __all__ = sorted(_FACE)
 
 

@@ -162,7 +162,8 @@ def _result(**kw) -> E2EResult:
 def test_the_line_is_key_value_fields_with_na_for_what_was_not_measured():
     line = _result().line()
     f = parse_line(line)
-    assert line.startswith("E2E:pass MODEL:tinyllama-1.1b LAYERS:22 BATCH:1 PROMPT:32 TOKENS_SAME:64/64 ")
+    assert line.startswith("E2E:pass MODEL:tinyllama-1.1b LAYERS:22 BATCH:1 PROMPT:32 TOKENS_SAME:64/64 "
+                           "BASE_TOKENS_SAME_FP32:NA ")
     assert f["STEP_MS"] == "2.0000" and f["REF_STEP_MS"] == "2.5000" and f["STEP_SPEEDUP"] == "1.2500x"
     assert f["KERNELS_SEEN"] == "True" and f["GRAPH"] == "True" and f["PAGE"] == "256" and f["FAIL_STEP"] == "NA"
     assert all(len(x.split(":")) == 2 for x in line.split(" "))
@@ -246,6 +247,7 @@ def test_the_tiny_cpu_decoder_passes_with_identical_tokens(workspace, tmp_path):
     assert res.exit_code == 0, (res.stdout, res.stderr)
     f = parse_line(res.stdout.strip().splitlines()[-1])
     assert f["E2E"] == "pass" and f["TOKENS_SAME"] == "8/8" and f["STATUS"] == "ok" and f["DEVICE"] == "cpu"
+    assert f["BASE_TOKENS_SAME_FP32"] == "8/8"  # the torch-cpu baseline decodes as the fp32-attention decoder does
     assert f["REF"].startswith("torch-cpu") and f["KERNELS_SEEN"] == "NA" and f["GRAPH"] == "False"
     r = E2EResult.model_validate_json(out.read_text())
     assert r.dims["hidden"] <= 256 and r.dims["layers"] == 2 and r.calls == 2 * 8, "one run call per layer and step"
@@ -295,3 +297,20 @@ def test_the_cuda_graph_step_runs_the_candidates_kernels(workspace):
     assert r.timing.method == r.ref_timing.method == "graph" and r.calls == 2, "one run call per layer, captured"
     assert r.kernels_seen is True and r.kernels["candidate_standalone"]
     assert r.ref.startswith(("flash_attn", "torch-sdpa")) and r.step_speedup and 0 <= r.attn_share < 1
+
+
+@pytest.mark.parametrize("page,want_name,want_page", [(16, "flash_attn-2.8.3-paged256", 256),
+                                                      (256, "flash_attn-2.8.3", 256), (None, "flash_attn-2.8.3", None)])
+def test_the_cuda_baseline_is_fa2_on_its_own_pages(monkeypatch, page, want_name, want_page):
+    """On CUDA the baseline decodes through FA2 itself: on the candidate's pages when FA2 takes them (256), else on
+    the cache re-laid in pages of 256 by the e2e run (never FA2-paged's own re-lay of a 16-token table it is not
+    handed: H200, 2026-12-05, the 70B-TP8 shape in pages of 16 failed so)."""
+    import kopt.baselines as baselines
+    from kopt import workloads
+    from kopt.e2e import runner
+
+    monkeypatch.setattr(baselines, "flash_attn_version", lambda: "2.8.3")
+    m = workloads.load().model("llama-3.1-70b-tp8")
+    case = workloads.custom_case(m, 2, "40", page, "bf16")
+    name, _, own = runner._baseline(case, "cuda", page)
+    assert (name, own) == (want_name, want_page)

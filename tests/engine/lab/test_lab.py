@@ -188,7 +188,7 @@ def test_prewarm_build_error_comes_back_as_text():
     """A worker's failure is returned as one line (a compiler's exception may not survive the trip back, and the
     pool would lose its worker), so the other kernels still compile."""
     from kopt.cases import load_cases
-    from kopt.lab.prewarm import compile_kernel
+    from kopt.eval.prewarm import compile_kernel
 
     case = load_cases()[0]
     seconds, err = compile_kernel("no/such/run_kernel.py", case.model_dump_json(), None)

@@ -1,0 +1,173 @@
+"""Compile a GPU run's kernels ahead of it, in parallel: the distinct kernels of a list of shapes (through the
+candidate's `device_plan(shape, device profile, config)` hook, deduplicated before anything compiles) built by its
+`prepare(...)` in worker processes, one CUDA context each, into TileLang's disk cache. The run that follows loads
+them (0.1-0.3 s each) instead of compiling one after the other (about 10 s each on an H200 host).
+
+`kopt verify` on a CUDA device warms its rows so before the first one runs (`warm_cases`); `kopt lab prewarm` plans
+larger sets (every bench variant, tuning configs, screens).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+#: device_plan fields that do not select a kernel: the device's facts, and the split count (a kernel depends on
+#: whether a plan splits, not on how many ways: `split` stands for it in the key).
+NOT_KERNEL = frozenset({"num_splits", "device", "backend", "arch", "units", "warp_size", "smem_per_unit",
+                        "l2_bytes", "smem_bytes"})
+@dataclass(frozen=True)
+class Kernel:
+    """One distinct kernel build: the key that selects it, the shape and config that resolve to it (prepared to
+    compile it), or the reason its plan failed."""
+
+    key: tuple
+    case: object
+    config: Optional[dict]
+    error: Optional[str] = None
+
+    @property
+    def label(self) -> str:
+        """The key as `field=value` words (what --list prints)."""
+        return " ".join(f"{k}={v}" for k, v in self.key)
+
+
+def kernel_key(case, plan: dict) -> tuple:
+    """What selects a compiled kernel: the call's dtype and heads, and every plan field but NOT_KERNEL."""
+    v = case.variant
+    fields = {k: tuple(x) if isinstance(x, list) else x for k, x in plan.items() if k not in NOT_KERNEL}
+    fields["split"] = int(plan.get("num_splits") or 1) > 1
+    return (("dtype", v.dtype.value), ("hq", case.q_heads), ("hkv", case.kv_heads), ("d", v.head_dim),
+            *sorted(fields.items()))
+
+
+def distinct(mod, cases: list, profile: dict, config: Optional[dict] = None) -> list[Kernel]:
+    """The distinct kernels of `cases` (each with the candidate's plan under `config`, None: its own) on the device
+    of `profile`; a shape whose plan raises is a Kernel with its error (its build would fail too)."""
+    seen: dict[tuple, Kernel] = {}
+    for case in cases:
+        try:
+            k = Kernel(kernel_key(case, mod.device_plan(case.shape_dict(), profile, config)), case, config)
+        except ValueError as e:
+            k = Kernel((("case", case.id), ("variant", case.variant.label())), case, None, str(e))
+        seen.setdefault(k.key, k)
+    return list(seen.values())
+
+
+def device_profile(name: Optional[str] = None) -> dict:
+    """The hardware.yaml profile the plans are resolved for: `name`'s, else the one matching this host's CUDA device.
+    An unknown name, or a device no profile matches, is a usage error."""
+    from kopt import hardware
+    from kopt.errors import UsageError
+
+    if name is None:
+        import torch
+
+        raw = torch.cuda.get_device_name()
+        prof = hardware.match_profile(raw)
+        if prof is None:
+            raise UsageError(f"no hardware.yaml profile matches this device ({raw}): add one, or give --device-profile")
+    else:
+        prof = hardware.profile(name)
+        gpus = [p.name for p in hardware.load_profiles() if p.vendor != "cpu"]
+        if prof is None or prof.vendor == "cpu":
+            raise UsageError(f"--device-profile {name!r}: no such GPU profile in hardware.yaml "
+                             f"(known: {', '.join(gpus)})")
+    return prof.model_dump()
+
+
+_LOADED: dict = {}
+
+
+def compile_kernel(path: str, case_json: str, config: Optional[dict]) -> tuple[float, Optional[str]]:
+    """In a worker: build one shape's kernels as the candidate's `prepare` does (on shape-only inputs: expanded
+    views, no data), into TileLang's disk cache. (seconds, None), or (seconds, the error's last line): as text, since
+    a compiler's own exception may not survive the trip back and the pool would lose its worker."""
+    t0 = time.perf_counter()
+    try:
+        import torch
+
+        from kopt import candidate
+        from kopt.cases import Case
+
+        mod = _LOADED.get(path) or _LOADED.setdefault(path, candidate.load(Path(path)))
+        case = Case.model_validate_json(case_json)
+        v = case.variant
+        dt = torch.float16 if v.dtype.value == "fp16" else torch.bfloat16
+        b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
+        one = torch.zeros((1, 1, 1, 1), device="cuda", dtype=dt)
+        q = torch.zeros((b, 1, case.q_heads, d), device="cuda", dtype=dt)
+        lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+        bt = None
+        if v.page_size:
+            pages = -(-s // v.page_size)
+            k = one.expand(b * pages, v.page_size, hkv, d)
+            bt = torch.zeros((b, pages), device="cuda", dtype=torch.int32)
+        else:
+            k = one.expand(b, s, hkv, d)
+        mod.prepare(q, k, k, lens, bt, None, config)
+    except Exception as e:
+        lines = str(e).strip().splitlines()
+        return time.perf_counter() - t0, f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
+    return time.perf_counter() - t0, None
+
+
+def compile_all(path: Path, todo: list[Kernel], jobs: int, emit: Callable[[str], None] = print) -> int:
+    """Compile `todo` with `jobs` worker processes (spawned: each its own CUDA context); one line per kernel as it
+    finishes, then a summary. Returns how many failed (a plan that failed counts, reported first)."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    t0 = time.perf_counter()
+    failed = 0
+    for k in (k for k in todo if k.error):
+        failed += 1
+        emit(f"[plan] {k.label}: FAILED {k.error}")
+    build = [k for k in todo if not k.error]
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as ex:
+        futs = {ex.submit(compile_kernel, str(path), k.case.model_dump_json(), k.config): k for k in build}
+        for i, f in enumerate(as_completed(futs), 1):
+            try:
+                dt, err = f.result()
+            except Exception as e:  # the worker itself died: reported, the others go on
+                dt, err = 0.0, f"{type(e).__name__}: {e}"
+            failed += err is not None
+            emit(f"[{i}/{len(build)}] {futs[f].label}: " + (f"FAILED {err}" if err else f"{dt:.1f} s"))
+    emit(f"prewarm: {len(todo) - failed}/{len(todo)} kernels in {time.perf_counter() - t0:.1f} s with {jobs} jobs")
+    return failed
+
+
+def default_jobs() -> int:
+    """Worker processes when none is given: the CPUs but two, at least one."""
+    return max(1, (os.cpu_count() or 2) - 2)
+
+
+def warm_cases(path: Path, cases: list, emit: Callable[[str], None], jobs: Optional[int] = None,
+               config: Optional[dict] = None) -> Optional[str]:
+    """Compile the distinct kernels of `cases` for this host's CUDA device in parallel, ahead of the run that checks
+    them; one progress line at the end. None when done (a kernel that failed to build is left to the run, which
+    reports it as its row), else why nothing was warmed: a candidate without the device_plan / prepare hooks, or a
+    device no hardware.yaml profile names."""
+    from kopt import candidate
+    from kopt.errors import UsageError
+
+    mod = candidate.load(path)
+    if not all(callable(getattr(mod, h, None)) for h in ("device_plan", "prepare")):
+        return "the candidate has no device_plan()/prepare() hooks"
+    try:
+        todo = distinct(mod, cases, device_profile(), config)
+    except UsageError as e:
+        return str(e)
+    build = [k for k in todo if not k.error]
+    if not build:
+        return None
+    n = min(len(build), jobs or default_jobs())
+    t0 = time.perf_counter()
+    failed = compile_all(path, build, n, emit=lambda _line: None)
+    emit(f"compiled {len(build) - failed}/{len(build)} kernels ahead in {time.perf_counter() - t0:.1f} s with {n} "
+         f"jobs")
+    return None
