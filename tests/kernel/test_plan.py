@@ -295,7 +295,7 @@ def test_plan_version_is_declared_and_read_statically(rk):
 # ------------------------------------------------------------------------------------------------ tuning rows
 
 def _table(tmp_path, rows):
-    from kopt.tune import table
+    from kopt.store import tuning as table
 
     p = tmp_path / "tuning.csv"
     table.write(p, [table.TuningRow(**({"device": "H200", "units": 132, "dtype": "fp16", "head_dim": 128,
@@ -360,7 +360,7 @@ def test_committed_rows_are_stamped_and_applied_to_their_own_cases(rk, h200):
     """results/tilelang/tuning.csv's rows carry this kernel's plan version and their tuned length, hold only keys it
     knows, and each applies to its own bench case."""
     from kopt.cases import load_cases
-    from kopt.tune import table
+    from kopt.store import tuning as table
 
     rows = table.read(REPO / "results" / "tilelang" / "tuning.csv").rows
     assert rows and all(r.plan_version == str(rk.PLAN_VERSION) and r.capacity for r in rows)

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Folders outside src/kopt whose Python files follow the rule.
 SCANNED = ("scripts", "solution", "workflows", "bench")
 #: The tests of the kernel itself: they may import its private modules (tl_decode_cuda, tl_device, ...).
-KERNEL_TESTS = {"test_kernel_cpu.py", "test_kernel_gpu.py", "test_tuning.py", "test_wave64.py"}
+KERNEL_TESTS = {"test_kernel_cpu.py", "test_kernel_gpu.py", "test_plan.py", "test_tuning.py", "test_wave64.py"}
 
 
 def _private(name: str) -> bool:

@@ -55,7 +55,7 @@ def timeline(
     case: str = typer.Option("10", "--case", "-c", help=_CASE),
     configs: Optional[str] = typer.Option(None, "--configs", help="';'-separated label=JSON timed in place beside "
                                                                   "the plan (label=+JSON: laid over it); default "
-                                                                  "pdl0=+{\"pdl\": 0}; '' for none."),
+                                                                  "lastcta=+{\"last_cta\": 1}; '' for none."),
     calls: int = typer.Option(400, "--calls", help="Calls a timeline (at least 20)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (markdown) here."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),

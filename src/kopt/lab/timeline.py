@@ -5,7 +5,8 @@ behind a spin kernel (a new one every CHUNK calls), so the host is far ahead and
 kopt's own profiler session (CUPTI through kineto) records every kernel. Per call, its kernels in start order: start
 and end relative to the call's first start; printed per case and kernel as medians over the calls, then the span.
 Beside it, each config in place (laid over the plan with '+{..}', as `kopt lab screen` does): by default the plan with
-its combine launched plainly (pdl 0). Time a merge or launch change this way, not as a standalone kernel: a combine
+its split partials merged in each row's last CTA (`last_cta` 1) instead of a combine kernel (the same plan, not timed
+again, where it merges so already). Time a merge or launch change this way, not as a standalone kernel: a combine
 that ran faster alone did not in place (iteration 43). For a plan of two kernels, `handoff_us` is the second's end
 past the first's: what the merge adds to the call.
 
@@ -24,7 +25,7 @@ CALLS = 400      # calls timed per case (one profiler session)
 MIN_CALLS = 20   # fewer make no median worth printing
 HOLD_US = 4000   # the spin kernel ahead of each chunk of them (~2 GHz: 2000 cycles a µs)
 CHUNK = 20       # calls launched behind one hold (a call's launches cost the host up to ~100 µs)
-DEFAULT_CONFIGS = 'pdl0=+{"pdl": 0}'  # the same plan with its combine launched plainly: what the dependent launch buys
+DEFAULT_CONFIGS = 'lastcta=+{"last_cta": 1}'  # the same split plan merged in the last CTA: what the combine kernel buys
 
 
 def record_calls(fn, flush, n: int = CALLS) -> tuple[list[list[tuple[str, float, float]]], int]:

@@ -177,11 +177,11 @@ def test_prewarm_lists_distinct_kernels_of_a_device_profile_on_the_cpu():
     assert set(verify) <= set(default) and len(verify) < len(default)
     assert all(x.startswith("dtype=") and " hq=" in x and " split=" in x and "FAILED" not in x for x in default)
     own = listed("--case", "10")
-    over = listed("--case", "10", "--configs", '+{"pdl": 0}')
+    over = listed("--case", "10", "--configs", '+{"red_batch": 1}')
     assert len(own) == 1 and len(over) == 2 and own[0] in over
     (other,) = [x for x in over if x != own[0]]
     differ = set(other.split()) ^ set(own[0].split())
-    assert {w.split("=")[0] for w in differ} == {"pdl"}, differ
+    assert {w.split("=")[0] for w in differ} == {"red_batch"}, differ
 
 
 def test_prewarm_build_error_comes_back_as_text():
