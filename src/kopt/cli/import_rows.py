@@ -11,14 +11,15 @@ def command(
     path: Path = typer.Argument(..., help="A candidates.jsonl, or an archive holding one (a campaign's .tgz)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be appended; write nothing."),
 ) -> None:
-    """Append the rows of another ledger copy that this one does not hold (by row_id), in their order."""
+    """Append the rows of another ledger copy that this one does not hold (by row_id), in their order; from a
+    campaign archive also its results/ files this workspace lacks (never overwriting one; views are made here)."""
     import sys
     from collections import Counter
 
     from kopt.errors import UsageError
     from kopt.paths import ledger_file, workspace
     from kopt.records import CaseResult
-    from kopt.store import ledger
+    from kopt.store import copy_results, ledger
 
     dest = ledger_file(workspace())
     if path.is_dir():
@@ -36,3 +37,12 @@ def command(
     verb = "would append" if dry_run else "appended"
     print(f"{verb} {len(res.added)} row(s) to {dest.name} from {res.source} "
           f"({res.present} already there, {len(res.skipped)} refused)")
+    files = copy_results(path, dest.parent, dry_run=dry_run)
+    for name in files.written:
+        print(f"  {'would write' if dry_run else 'wrote'} {name}")
+    for name in files.differ:
+        print(f"kopt: warning: {name} differs from the archive's copy; left as is", file=sys.stderr)
+    if files.written or files.differ or files.same:
+        print(f"results/: {len(files.written)} file(s) {'to write' if dry_run else 'written'}, {files.same} already "
+              f"the same, {len(files.differ)} left as is (they differ); `kopt plot` and `kopt report` remake the "
+              "views")

@@ -9,11 +9,12 @@
 - `delta`       : file sets as line deltas of each other, exact to the byte.
 - `calibration` : results/calibration-<device>.json: the device's A/A spread (`kopt calibrate`).
 - `tuning`      : the tuning table, results/<backend>/tuning.csv: schema, tolerant read, upsert, lookup.
+- `results_copy`: a campaign archive's results/ files brought in by `kopt import` (new ones only; views never).
 """
 
 #: The face: the calls other stages make most, by the module that holds each.
 _FACE = {"Loaded": "ledger", "append": "ledger", "load": "ledger", "load_dicts": "ledger",
-         "candidate_hash": "vcs", "head_short": "vcs"}
+         "candidate_hash": "vcs", "head_short": "vcs", "copy_results": "results_copy"}
 
 __all__ = sorted(_FACE)
 

@@ -142,3 +142,40 @@ def test_import_command_end_to_end(tmp_path, workspace):
     r = subprocess.run([sys.executable, "-m", "kopt", "import", str(tmp_path / "nope.tgz")], capture_output=True,
                        text=True, env=env)
     assert r.returncode == 2 and r.stderr.strip() == f"kopt: error: no such file: {tmp_path / 'nope.tgz'}"
+
+
+def test_import_of_a_campaign_archive_brings_its_new_results_files(tmp_path, workspace):
+    """`kopt import campaign.tgz` also writes the archive's results/ files the workspace lacks, leaves one it holds
+    with other bytes (named on stderr, never overwritten) and never takes the views kopt plot / report make."""
+    import os
+    import subprocess
+    import sys
+    import tarfile
+
+    ws = workspace
+    dev = tmp_path / "device"
+    (dev / "logs").mkdir(parents=True)
+    append(dev / "logs" / "candidates.jsonl", _rows("d1"))
+    (dev / "results" / "tilelang" / "plots").mkdir(parents=True)
+    (dev / "results" / "tilelang" / "peers-h200-2026-12-05.csv").write_text("device,case\nH200,10\n")
+    (dev / "results" / "e2e-h200.jsonl").write_text('{"model": "m"}\n')
+    (dev / "results" / "STATUS.md").write_text("the device's view\n")
+    (dev / "results" / "tilelang" / "plots" / "speedup.png").write_bytes(b"png")
+    (ws / "results").mkdir(exist_ok=True)
+    (ws / "results" / "e2e-h200.jsonl").write_text('{"model": "here"}\n')
+    status_before = (ws / "results" / "STATUS.md").read_bytes() if (ws / "results" / "STATUS.md").exists() else None
+    archive = tmp_path / "campaign.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(dev / "logs", arcname="logs")
+        tar.add(dev / "results", arcname="results")
+    env = dict(os.environ, KOPT_WORKSPACE=str(ws))
+    r = subprocess.run([sys.executable, "-m", "kopt", "import", str(archive)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert (ws / "results" / "tilelang" / "peers-h200-2026-12-05.csv").read_text() == "device,case\nH200,10\n"
+    assert "wrote results/tilelang/peers-h200-2026-12-05.csv" in r.stdout
+    assert (ws / "results" / "e2e-h200.jsonl").read_text() == '{"model": "here"}\n'  # not overwritten
+    assert "results/e2e-h200.jsonl differs from the archive's copy; left as is" in r.stderr
+    st = ws / "results" / "STATUS.md"
+    assert (st.read_bytes() if st.exists() else None) == status_before  # a view: never taken
+    assert not (ws / "results" / "tilelang" / "plots" / "speedup.png").exists()
+    assert "results/: 1 file(s) written, 0 already the same, 1 left as is" in r.stdout
