@@ -129,7 +129,8 @@ def test_c500_plans_use_no_hopper_only_switch_and_fit_a_unit(rk):
 def test_red_batch_2_is_never_chosen_at_wave64(rk):
     """red_batch 2 (two rows of a thread through one butterfly) does not lower at wave64, where a thread holds one row
     of the 16-row tile: the plan never picks it there, and asking for it is an error that says why. It is still the
-    H200's default where it was (the H200 plans lower to the same sources: test_plan.test_h200_sources_are_unchanged)."""
+    H200's default where it was (the H200 plans lower to the same sources: test_plan.test_h200_sources_are_unchanged).
+    """
     case = _case(128, 0, 8, 16, 4096, 4, "fp16")
     assert rk.device_plan(case, C500)["red_batch"] == 1
     assert rk.device_plan(case, hardware.profile("H200").model_dump())["red_batch"] == 2
