@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 import warnings
@@ -25,6 +26,10 @@ from conftest import REPO, SHIPPED
 pytest.importorskip("tilelang")
 
 FIXTURES = REPO / "tests" / "fixtures"
+#: KOPT_FULL_LOWERING=1: the two lowering sweeps below lower every distinct kernel (186 and 90 builds: 11 minutes of
+#: two cores); by default one kernel of each (kernel, head dim, dtype, layout) class and one layout a model, so the
+#: README's test command stays within its minutes. The full sweeps ran at the plan refactor's merge (both passed).
+FULL_LOWERING = os.environ.get("KOPT_FULL_LOWERING") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +129,13 @@ def test_h200_sources_are_unchanged(rk, h200):
     cases |= _heldout_cases(fx["heldout"]["seeds"], fx["heldout"]["n"])
     assert set(cases) == set(fx["plans"]) | set(fx["heldout"]["hashes"])
     want = fx["plans"] | fx["heldout"]["hashes"]
+    if not FULL_LOWERING:  # one plan of each class (module's FULL_LOWERING)
+        first: dict = {}
+        for key, case in sorted(cases.items()):
+            p = _plan(rk, h200, case)
+            first.setdefault((p.kernel, p.d, p.dtype, p.paged), key)
+        cases = {k: cases[k] for k in first.values()}
+        assert len(cases) >= 20, sorted(first)
     kernels = _lower_all(cases)
     changed = {k: v["error"] for k, v in kernels.items() if "error" in v and not want[k].startswith("error")}
     assert not changed, changed
@@ -438,7 +450,11 @@ def test_every_model_of_the_workload_library_lowers_for_sm90a():
     shape of each kind of MODEL_SHAPES in turn: its H200 plan lowers for sm_90a with the tensor cores (mma), in the
     shared memory an SM has (failures named by model and layout)."""
     cases = _model_cases()
+    n_models = len(_library().models)
+    assert len(cases) == len(LAYOUTS) * n_models
+    if not FULL_LOWERING:  # one layout a model, the layouts in turn (module's FULL_LOWERING)
+        cases = dict(list(cases.items())[i * len(LAYOUTS) + i % len(LAYOUTS)] for i in range(n_models))
     kernels = _lower_all(cases)
     bad = {k: v.get("error") or v["main"]["dyn_smem_bytes"] for k, v in kernels.items()
            if "error" in v or "mma" not in v["main"]["source"] or not 0 < v["main"]["dyn_smem_bytes"] <= 227 * 1024}
-    assert len(kernels) == 5 * len(_library().models) and not bad, bad
+    assert len(kernels) == len(cases) and not bad, bad
