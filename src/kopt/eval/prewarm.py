@@ -20,6 +20,8 @@ from typing import Optional
 #: whether a plan splits, not on how many ways: `split` stands for it in the key).
 NOT_KERNEL = frozenset({"num_splits", "device", "backend", "arch", "units", "warp_size", "smem_per_unit",
                         "l2_bytes", "smem_bytes"})
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One distinct kernel build: the key that selects it, the shape and config that resolve to it (prepared to
@@ -147,27 +149,62 @@ def default_jobs() -> int:
 
 
 def warm_cases(path: Path, cases: list, emit: Callable[[str], None], jobs: Optional[int] = None,
-               config: Optional[dict] = None) -> Optional[str]:
+               config: Optional[dict] = None, timeout_s: float = 900.0) -> Optional[str]:
     """Compile the distinct kernels of `cases` for this host's CUDA device in parallel, ahead of the run that checks
-    them; one progress line at the end. None when done (a kernel that failed to build is left to the run, which
-    reports it as its row), else why nothing was warmed: a candidate without the device_plan / prepare hooks, or a
-    device no hardware.yaml profile names."""
+    them, in a process of its own (`python -m kopt.eval.prewarm`: the candidate's code never runs in the process that
+    judges it); its one summary line goes to `emit`. None when done (a kernel that failed to build is left to the
+    run, which reports it as its row), else why nothing was warmed (a candidate without the device_plan / prepare
+    hooks, a device no hardware.yaml profile names, the process's own failure or timeout)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kopt-prewarm-") as tmp:
+        spec = Path(tmp) / "cases.json"
+        spec.write_text(json.dumps({"cases": [c.model_dump(mode="json") for c in cases], "config": config,
+                                    "jobs": jobs}))
+        try:
+            p = subprocess.run([sys.executable, "-m", "kopt.eval.prewarm", str(path), str(spec)], capture_output=True,
+                               text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return f"the compiles took over {timeout_s:g} s"
+    lines = p.stdout.strip().splitlines()
+    if p.returncode == 0 and lines and lines[-1].startswith("compiled "):
+        emit(lines[-1])
+        return None
+    if p.returncode == 0:
+        return lines[-1] if lines else None
+    err = p.stderr.strip().splitlines()
+    return f"exit {p.returncode}: {err[-1] if err else 'no message'}"[:300]
+
+
+def _warm(path: Path, spec: dict) -> str:
+    """The child's half of warm_cases: a line saying what was compiled, or why nothing was."""
     from kopt import candidate
+    from kopt.cases import Case
     from kopt.errors import UsageError
 
     mod = candidate.load(path)
     if not all(callable(getattr(mod, h, None)) for h in ("device_plan", "prepare")):
         return "the candidate has no device_plan()/prepare() hooks"
+    cases = [Case.model_validate(c) for c in spec["cases"]]
     try:
-        todo = distinct(mod, cases, device_profile(), config)
+        todo = distinct(mod, cases, device_profile(), spec.get("config"))
     except UsageError as e:
         return str(e)
     build = [k for k in todo if not k.error]
     if not build:
-        return None
-    n = min(len(build), jobs or default_jobs())
+        return "no kernel to compile"
+    n = min(len(build), spec.get("jobs") or default_jobs())
     t0 = time.perf_counter()
     failed = compile_all(path, build, n, emit=lambda _line: None)
-    emit(f"compiled {len(build) - failed}/{len(build)} kernels ahead in {time.perf_counter() - t0:.1f} s with {n} "
-         f"jobs")
-    return None
+    took = time.perf_counter() - t0
+    return f"compiled {len(build) - failed}/{len(build)} kernels ahead in {took:.1f} s with {n} jobs"
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    print(_warm(Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())), flush=True)

@@ -45,3 +45,32 @@ def test_the_verdict_warms_its_kernels_on_cuda_only(monkeypatch, tmp_path):
         verdict.run(SHIPPED, cf, BenchOptions(device=device, cold=True, config={"block_N": 64}), [4, 5], None, [],
                     quick=True)
     assert len(seen) == 1 and seen[0][0] > 2 and seen[0][1] == {"block_N": 64}
+
+
+def test_the_candidate_is_loaded_for_the_compiles_in_a_process_of_its_own(tmp_path):
+    """warm_cases runs the candidate's code in a child (`python -m kopt.eval.prewarm`), never in the process that
+    judges it: a candidate that marks the process importing it leaves this one unmarked, and the child's answer (no
+    hooks to plan with) comes back as the reason."""
+    import builtins
+
+    cand = tmp_path / "marks.py"
+    cand.write_text('import builtins\nbuiltins.KOPT_TEST_MARK = True\nBACKEND = "torch"\n\n\n'
+                    'def run(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None, config=None):\n'
+                    '    return q\n')
+    said = []
+    why = prewarm.warm_cases(cand, load_file().cases[:2], said.append)
+    assert why == "the candidate has no device_plan()/prepare() hooks" and said == []
+    assert not hasattr(builtins, "KOPT_TEST_MARK")
+
+
+def test_a_failing_compile_process_is_a_reason_not_an_error(tmp_path):
+    """The shipped candidate on a host without CUDA: the child cannot name the device; the verdict goes on, told
+    why nothing was compiled ahead."""
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("a CUDA device is visible here")
+    why = prewarm.warm_cases(SHIPPED, load_file().cases[3:5], lambda line: None)
+    assert why and why.startswith("exit ") and len(why) <= 300
