@@ -18,7 +18,7 @@ The fp32 reference and the baselines' outputs never live in a child that runs ca
 #: The public face: name -> the module holding it.
 _FACE = {"BenchOptions": "bench", "evaluate": "bench", "evaluate_peers": "bench",
          "check_output": "checks", "heldout_draw": "verdict", "matrix_cases": "verdict",
-         "Kernel": "prewarm", "kernel_key": "prewarm", "compile_all": "prewarm", "compile_kernel": "prewarm",
+         "Kernel": "prewarm", "distinct": "prewarm", "compile_all": "prewarm", "compile_kernel": "prewarm",
          "device_profile": "prewarm", "default_jobs": "prewarm", "warm_cases": "prewarm"}
 __all__ = sorted(_FACE)
 

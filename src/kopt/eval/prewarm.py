@@ -47,15 +47,16 @@ def kernel_key(case, plan: dict) -> tuple:
             *sorted(fields.items()))
 
 
-def distinct(mod, cases: list, profile: dict, config: Optional[dict] = None) -> list[Kernel]:
-    """The distinct kernels of `cases` (each with the candidate's plan under `config`, None: its own) on the device
-    of `profile`; a shape whose plan raises is a Kernel with its error (its build would fail too)."""
+def distinct(mod, items: list, profile: dict) -> list[Kernel]:
+    """The distinct kernels of `items`, (case, config) pairs (config None: the candidate's own plan), on the device of
+    `profile`; a pair whose plan raises is a Kernel with its error (its build would fail too)."""
     seen: dict[tuple, Kernel] = {}
-    for case in cases:
+    for case, config in items:
         try:
             k = Kernel(kernel_key(case, mod.device_plan(case.shape_dict(), profile, config)), case, config)
-        except ValueError as e:
-            k = Kernel((("case", case.id), ("variant", case.variant.label())), case, None, str(e))
+        except ValueError as e:  # a config this shape or device cannot run
+            k = Kernel((("case", case.id), ("variant", case.variant.label()), ("config", str(config))), case, config,
+                       str(e))
         seen.setdefault(k.key, k)
     return list(seen.values())
 
@@ -151,32 +152,36 @@ def default_jobs() -> int:
 def warm_cases(path: Path, cases: list, emit: Callable[[str], None], jobs: Optional[int] = None,
                config: Optional[dict] = None, timeout_s: float = 900.0) -> Optional[str]:
     """Compile the distinct kernels of `cases` for this host's CUDA device in parallel, ahead of the run that checks
-    them, in a process of its own (`python -m kopt.eval.prewarm`: the candidate's code never runs in the process that
-    judges it); its one summary line goes to `emit`. None when done (a kernel that failed to build is left to the
-    run, which reports it as its row), else why nothing was warmed (a candidate without the device_plan / prepare
-    hooks, a device no hardware.yaml profile names, the process's own failure or timeout)."""
+    them, in a process of its own (`python -m kopt.eval.prewarm`, through kopt.proc: the candidate's code never runs
+    in the process that judges it, and a timeout ends the compile workers too); its one summary line goes to `emit`.
+    None when done (a kernel that failed to build is left to the run, which reports it as its row), else why nothing
+    was warmed (a candidate without the device_plan / prepare hooks, a device no hardware.yaml profile names, the
+    process's own failure or timeout)."""
     import json
-    import subprocess
-    import sys
     import tempfile
+
+    from kopt import proc
 
     with tempfile.TemporaryDirectory(prefix="kopt-prewarm-") as tmp:
         spec = Path(tmp) / "cases.json"
         spec.write_text(json.dumps({"cases": [c.model_dump(mode="json") for c in cases], "config": config,
                                     "jobs": jobs}))
-        try:
-            p = subprocess.run([sys.executable, "-m", "kopt.eval.prewarm", str(path), str(spec)], capture_output=True,
-                               text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return f"the compiles took over {timeout_s:g} s"
-    lines = p.stdout.strip().splitlines()
-    if p.returncode == 0 and lines and lines[-1].startswith("compiled "):
-        emit(lines[-1])
+        done = proc.run_logged(proc.python_module("kopt.eval.prewarm", str(path), str(spec)), Path(tmp) / "log",
+                               timeout_s)
+    if done.timed_out:
+        return f"the compiles took over {timeout_s:g} s"
+    lines = done.output.strip().splitlines()
+    said = [x for x in lines if x.startswith(("compiled ", _NOT))]
+    if done.rc == 0 and said:
+        if said[-1].startswith(_NOT):
+            return said[-1][len(_NOT):]
+        emit(said[-1])
         return None
-    if p.returncode == 0:
-        return lines[-1] if lines else None
-    err = p.stderr.strip().splitlines()
-    return f"exit {p.returncode}: {err[-1] if err else 'no message'}"[:300]
+    return f"exit {done.rc}: {lines[-1] if lines else 'no message'}"[:300]
+
+
+#: How the child says why it compiled nothing (its other lines are the compilers' and libraries' own).
+_NOT = "not compiled: "
 
 
 def _warm(path: Path, spec: dict) -> str:
@@ -187,15 +192,15 @@ def _warm(path: Path, spec: dict) -> str:
 
     mod = candidate.load(path)
     if not all(callable(getattr(mod, h, None)) for h in ("device_plan", "prepare")):
-        return "the candidate has no device_plan()/prepare() hooks"
-    cases = [Case.model_validate(c) for c in spec["cases"]]
+        return _NOT + "the candidate has no device_plan()/prepare() hooks"
+    config = spec.get("config")
     try:
-        todo = distinct(mod, cases, device_profile(), spec.get("config"))
+        todo = distinct(mod, [(Case.model_validate(c), config) for c in spec["cases"]], device_profile())
     except UsageError as e:
-        return str(e)
+        return _NOT + str(e)
     build = [k for k in todo if not k.error]
     if not build:
-        return "no kernel to compile"
+        return _NOT + "no kernel to compile"
     n = min(len(build), spec.get("jobs") or default_jobs())
     t0 = time.perf_counter()
     failed = compile_all(path, build, n, emit=lambda _line: None)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from kopt.eval import Kernel, kernel_key
+from kopt.eval import Kernel, distinct
 from kopt.lab.configs import LabConfig, resolved_config
 
 #: The GPU test matrix's head layouts of case 10 (kv heads, gqa), each ragged, contiguous and in 256-token pages.
@@ -66,7 +66,7 @@ def kernels(mod, keys: Optional[frozenset], shapes: list, profile: dict, extra: 
     dict), through the candidate's device_plan. Per contiguous fp16 head-dim-128 shape (or, screening, a shape in the
     screen's `screen_page` layout): with `tuning` the candidate's second and last tuning config; `extra` configs on
     the named (non-ragged) ones."""
-    seen: dict[tuple, Kernel] = {}
+    items = []
     for case in shapes:
         v, shape = case.variant, case.shape_dict()
         cfgs: list[Optional[dict]] = [None]
@@ -78,13 +78,8 @@ def kernels(mod, keys: Optional[frozenset], shapes: list, profile: dict, extra: 
             if extra and v.seqlens.value != "ragged":
                 own = resolved_config(mod.device_plan(shape, profile, None), keys)
                 cfgs += [c.full(own) for c in extra]
-        for cfg in cfgs:
-            try:
-                k = Kernel(kernel_key(case, mod.device_plan(shape, profile, cfg)), case, cfg)
-            except ValueError as e:  # a config this shape or device cannot run: its build would fail too
-                k = Kernel((("case", case.id), ("variant", v.label()), ("config", str(cfg))), case, cfg, str(e))
-            seen.setdefault(k.key, k)
-    return list(seen.values())
+        items += [(case, cfg) for cfg in cfgs]
+    return distinct(mod, items, profile)
 
 
 def plan(path: Path, profile: dict, ids: Optional[list[int]] = None, page_size: int = 0, verify: bool = False,

@@ -17,7 +17,7 @@ def test_a_verdicts_rows_resolve_to_fewer_distinct_kernels_on_an_h200():
 
     cf = load_file()
     cases = list(cf.cases) + verdict.matrix_cases(cf) + verdict.heldout_draw(4, 7, "cuda")
-    ks = prewarm.distinct(candidate.load(SHIPPED), cases, profile("H200").model_dump())
+    ks = prewarm.distinct(candidate.load(SHIPPED), [(c, None) for c in cases], profile("H200").model_dump())
     assert 1 < len(ks) < len(cases)
     assert not [k.error for k in ks if k.error]
     assert len({k.key for k in ks}) == len(ks) and all(dict(k.key)["dtype"] in ("fp16", "bf16") for k in ks)
@@ -29,7 +29,7 @@ def test_a_plan_that_raises_is_a_kernel_with_its_error():
 
     mod = candidate.load(SHIPPED)
     case = load_file().cases[3].with_variant(dtype="fp16")
-    ks = prewarm.distinct(mod, [case], profile("H200").model_dump(), {"no_such_key": 1})
+    ks = prewarm.distinct(mod, [(case, {"no_such_key": 1})], profile("H200").model_dump())
     assert len(ks) == 1 and "no_such_key" in ks[0].error
 
 
