@@ -228,6 +228,13 @@ def read_yaml(p: Path, what: str, error: type[Exception] = CaseError):
         raise error(f"cannot read {what} file {p}: {e.strerror or e}") from None
 
 
+def invalid(p: Path, e: ValidationError) -> str:
+    """The one line for a file that read as YAML but does not validate: its first error, and where."""
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    return f"{p}: invalid{' at ' + loc if loc else ''}: {err['msg']}"
+
+
 def load_cases(path: Path | None = None) -> list[Case]:
     """Load and validate the case file; each case gets the file's defaults as its variant."""
     return load_file(path).cases
@@ -250,9 +257,7 @@ def load_file(path: Path | None = None) -> CaseFile:
                 c["variant"] = defaults.model_dump() | (own if isinstance(own, dict) else {})
         cf = CaseFile.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise CaseError(f"{p}: invalid at {loc}: {err['msg']}") from None
+        raise CaseError(invalid(p, e)) from None
     except TypeError as e:
         raise CaseError(f"{p}: invalid structure ({e})") from None
     known = {c.id for c in cf.cases}

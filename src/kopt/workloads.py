@@ -14,7 +14,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from kopt.cases import Case, DType, PageSize, read_yaml
+from kopt.cases import Case, DType, PageSize, invalid, read_yaml
 from kopt.errors import CaseError
 
 #: Case ids of held-out draws start after this (row i of a draw is HELDOUT_BASE + i, from 1).
@@ -125,9 +125,7 @@ def load(path: Optional[Path] = None) -> WorkloadFile:
     try:
         return WorkloadFile.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise CaseError(f"{p}: invalid at {loc}: {err['msg']}") from None
+        raise CaseError(invalid(p, e)) from None
 
 
 def _case(case_id: int, kind: str, m: Model, lens: list[int], page: Optional[int], dtype: str, dist: str) -> Case:

@@ -139,16 +139,13 @@ class CampaignResult(BaseModel):
 
 def load(path: Path) -> CampaignFile:
     """Read and validate a campaign file; anything wrong is a usage error naming the file and the place."""
-
-    from kopt.cases import read_yaml
+    from kopt.cases import invalid, read_yaml
 
     raw = read_yaml(Path(path), "campaign", UsageError)
     try:
         return CampaignFile.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise UsageError(f"{path}: invalid{' at ' + loc if loc else ''}: {err['msg']}") from None
+        raise UsageError(invalid(path, e)) from None
 
 
 def select(cf: CampaignFile, names: Optional[list[str]]) -> list[Step]:
