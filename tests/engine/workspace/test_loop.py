@@ -25,6 +25,13 @@ REAL = os.environ.get("KOPT_TEST_REAL_VERDICT") == "1"
 pytestmark = pytest.mark.usefixtures("git_env", "no_figures")  # real git, isolated; no matplotlib renders (conftest)
 
 
+def init_workspace(ws: Path, monkeypatch) -> Path:
+    """`kopt init ws`, and KOPT_WORKSPACE pointing at it."""
+    kopt("init", ws)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    return ws
+
+
 def kopt(*args: str, code: int = 0):
     """Run kopt through typer's CliRunner; assert the exit code."""
     res = CliRunner().invoke(app, [str(a) for a in args])
@@ -70,9 +77,7 @@ def iteration(ws: Path, k: int, speedup: float, correct: bool = True) -> str:
 
 
 def test_whole_loop(tmp_path, monkeypatch):
-    ws = tmp_path / "loop"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "loop", monkeypatch)
 
     iteration(ws, 1, 1.20)
     first = (ws / "solution" / "tilelang" / "run_kernel.py").read_text()
@@ -120,18 +125,14 @@ def test_whole_loop(tmp_path, monkeypatch):
 
 
 def test_status_empty_workspace(tmp_path, monkeypatch):
-    ws = tmp_path / "w"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    init_workspace(tmp_path / "w", monkeypatch)
     rep = json.loads(kopt("status", "--json").stdout)
     assert rep["iterations"] == 0 and rep["best"] is None and not rep["stagnating"]
     assert "iterations: 0" in kopt("status").stdout
 
 
 def test_threshold_from_calibration(tmp_path, monkeypatch):
-    ws = tmp_path / "w"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "w", monkeypatch)
     assert iterations.threshold(ws) == pytest.approx(0.03)         # no calibration: 3 x DEFAULT_SPREAD
     fake_verdict(ws, 1.0)
     (ws / "results" / "calibration-cpu.json").write_text(json.dumps(
@@ -144,9 +145,7 @@ def test_threshold_from_calibration(tmp_path, monkeypatch):
 
 def test_late_verdict_and_no_verdict(tmp_path, monkeypatch):
     """An iteration committed before its verdict uses the later verdict; none at all is 'not judged'."""
-    ws = tmp_path / "w"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "w", monkeypatch)
     edit_solution(ws, 1)
     kopt("log", "--hypothesis", "h")
     kopt("commit", "-m", "no verdict yet")
@@ -158,9 +157,7 @@ def test_late_verdict_and_no_verdict(tmp_path, monkeypatch):
 
 def test_outcomes_compare_iterations_on_one_device(tmp_path, monkeypatch):
     """A GPU verdict is judged against earlier GPU iterations, never against a CPU geomean."""
-    ws = tmp_path / "dev"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "dev", monkeypatch)
     for k, (speedup, device) in enumerate([(0.7, "cpu"), (1.4, "H200"), (1.39, "H200"), (0.75, "cpu")], 1):
         edit_solution(ws, k)
         fake_verdict(ws, speedup, device=device)
@@ -184,9 +181,7 @@ def test_changes_count_from_the_last_iteration_commit(tmp_path, monkeypatch):
 
     from kopt.store import vcs
 
-    ws = tmp_path / "chg"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "chg", monkeypatch)
     iteration(ws, 1, 1.2)
     edit_solution(ws, 2)
     repo = git.Repo(ws)
@@ -201,9 +196,7 @@ def test_bench_section_names_noisy_timings(tmp_path, monkeypatch):
     in a line under it: a speedup resting on a noisy timing is not one to bet on."""
     from kopt.records import TimingStats
 
-    ws = tmp_path / "noisy"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "noisy", monkeypatch)
     edit_solution(ws, 1)
     h, cid = candidate_hash(ws / "solution" / "tilelang" / "run_kernel.py")
 
@@ -237,9 +230,7 @@ def bench_rows(ws: Path, speedup: float, cases=(5, 10), config=None) -> str:
 def test_a_bench_only_iteration_logs_its_own_rows_and_is_not_judged(tmp_path, monkeypatch):
     """edit -> bench -> log -> commit: the entry holds this candidate's bench rows (not the previous candidate's
     verdict), says `not judged`, never `improved`; and it does not count toward stagnation."""
-    ws = tmp_path / "w"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "w", monkeypatch)
     iteration(ws, 1, 1.20)                                   # a verdict: improved
     edit_solution(ws, 2)
     cid = bench_rows(ws, 0.5)                                # 2x slower, bench rows only
@@ -260,9 +251,7 @@ def test_a_bench_only_iteration_logs_its_own_rows_and_is_not_judged(tmp_path, mo
 
 
 def test_an_empty_commit_is_refused_unless_asked_for(tmp_path, monkeypatch):
-    ws = tmp_path / "w"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "w", monkeypatch)
     iteration(ws, 1, 1.2)
     bench_rows(ws, 1.0)                                      # the ledger changed, the kernel did not
     res = kopt("commit", "-m", "nothing changed", code=2)
@@ -275,9 +264,7 @@ def test_an_empty_commit_is_refused_unless_asked_for(tmp_path, monkeypatch):
 
 
 def test_revert_best_from_a_dirty_attempt_records_it_first(tmp_path, monkeypatch):
-    ws = tmp_path / "w"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "w", monkeypatch)
     iteration(ws, 1, 1.30)
     best = (ws / "solution" / "tilelang" / "run_kernel.py").read_text()
     iteration(ws, 2, 1.10)                                   # not improved
@@ -293,9 +280,7 @@ def test_revert_best_from_a_dirty_attempt_records_it_first(tmp_path, monkeypatch
 
 
 def test_best_per_case_says_which_rows_are_configs_or_screens(tmp_path, monkeypatch):
-    ws = tmp_path / "w"
-    kopt("init", ws)
-    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    ws = init_workspace(tmp_path / "w", monkeypatch)
     edit_solution(ws, 1)
     bench_rows(ws, 1.0, cases=(5,))
     bench_rows(ws, 2.0, cases=(10,), config={"cpu_block_N": 64})
