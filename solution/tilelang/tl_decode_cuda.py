@@ -955,7 +955,7 @@ def fast_math_default(nvcc: bool = True) -> bool:
 
 
 def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
-                         ctas_per_sm: int = 2, min_tiles: int = 12, min_tiles_per_split: int = 4) -> int:
+                         ctas_per_sm: int = 2, min_tiles: int = 8, min_tiles_per_split: int = 2) -> int:
     """Split count in the spirit of FlashAttention's num_splits_heuristic.
 
     A decode CTA streams K/V of one (batch, kv_head); several CTAs per SM are needed to keep enough
