@@ -24,6 +24,11 @@ def command(
                                                                       "64 | 256 tokens; 0 or none: contiguous."),
     dtype: str = typer.Option("bf16", "--dtype", help="fp16 | bf16."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the weights and the prompt."),
+    fit_steps: int = typer.Option(0, "--fit-steps", min=0, help="Fit the random decoder this many steps to continue "
+                                                                 "a repeated block (copying through attention) "
+                                                                 "before it decodes, so that its greedy tokens are "
+                                                                 "decisive; the prompt repeats a block too. 0: "
+                                                                 "random weights, random prompt."),
     candidate: options.Candidate = None,
     device: options.Device = "auto",
     no_graph: bool = typer.Option(False, "--no-graph", help="On CUDA, run the decode steps eagerly instead of "
@@ -43,11 +48,12 @@ def command(
 
     o = e2e.options(model, device, layers=layers, batch=batch, prompt_len=prompt_len, tokens=tokens,
                     page_size=page_size, dtype=options.choice(dtype, ("fp16", "bf16"), "--dtype"), seed=seed,
-                    graph=not no_graph)
+                    graph=not no_graph, fit_steps=fit_steps)
     path = resolve(candidate or default_candidate())
     if not machine and not as_json:
         err_console().print(f"[dim]kopt e2e: {o.model} x{o.layers} layers, batch {o.batch}, prompt {o.prompt_len}, "
-                            f"{o.tokens} tokens on {o.device}...[/dim]")
+                            f"{o.tokens} tokens on {o.device}"
+                            f"{f', fitted {o.fit_steps} steps first' if o.fit_steps else ''}...[/dim]")
     res = e2e.run(path, o, timeout)
     if not no_record:
         e2e.record(res)

@@ -64,10 +64,14 @@ class Built:
     lm: object        # LlamaForCausalLM
     dims: dict
     max_context: int
+    fitted: object = None  # kopt.e2e.fit.Fitted when the decoder was fitted
 
 
-def build(d: dict, max_context: int, dtype, device: str, seed: int) -> Built:
-    """LlamaForCausalLM of sizes d, random weights from seed (initialized on the device), kopt's attention on."""
+def build(d: dict, max_context: int, dtype, device: str, seed: int, fit_steps: int = 0, fit_len: int = 0,
+          per: int = 0) -> Built:
+    """LlamaForCausalLM of sizes d, random weights from seed (initialized on the device), fitted for fit_steps steps
+    on blocks of `per` tokens in sequences of fit_len (kopt.e2e.fit; in fp32, before the cast to dtype) when
+    fit_steps > 0, kopt's attention on. Call it outside torch.inference_mode (a fit needs gradients)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -81,12 +85,18 @@ def build(d: dict, max_context: int, dtype, device: str, seed: int) -> Built:
     torch.manual_seed(seed)
     with torch.device(device):
         lm = LlamaForCausalLM(cfg)
+    fitted = None
+    if fit_steps:
+        from kopt.e2e import fit
+
+        fitted = fit.fit(lm, fit_steps, fit_len, per, seed, device)
     lm = lm.to(dtype).eval()
+    lm.requires_grad_(False)
     attn = lm.model.layers[0].self_attn
     if attn.q_proj.out_features != d["heads"] * d["head_dim"]:
         raise UsageError("this transformers release ignores LlamaConfig.head_dim: upgrade transformers")
     lm.config._attn_implementation = kvcache.ATTN_NAME
-    return Built(lm, d, max_context)
+    return Built(lm, d, max_context, fitted)
 
 
 def forward(lm, ids, positions):

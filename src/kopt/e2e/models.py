@@ -36,6 +36,9 @@ class E2EOptions(BaseModel):
     """On CUDA: each decode step replayed as a CUDA graph (as serving engines run it); the CPU runs eagerly."""
     warmup: int = Field(2, ge=0)
     """Timed steps left out of the medians (their first replays)."""
+    fit_steps: int = Field(0, ge=0)
+    """Steps the random decoder is fitted to continue a repeated block before it decodes (kopt.e2e.fit), so that
+    its greedy tokens are decisive; the prompt then repeats a block too. 0: random weights, a random prompt."""
 
 
 def check_context(o: E2EOptions, max_context: int) -> None:
@@ -116,6 +119,13 @@ class E2EResult(BaseModel):
     """Calls of the candidate's `run` from the model (eager: layers x steps; a captured step: layers)."""
     compile_s: Optional[float] = None
     wall_s: Optional[float] = None
+    fit_loss: Optional[float] = None
+    """The fit's copy loss at its last step (nats a token; kopt.e2e.fit), None without a fit."""
+    fit_steps_taken: Optional[int] = Field(default=None, ge=0)
+    """Steps the fit took (it stops early once the copy is learned)."""
+    copied: Optional[int] = Field(default=None, ge=0)
+    """A fitted decoder: steps at which the candidate's own tokens continue the prompt's block for every sequence
+    (the task it was fitted to), up to the first that does not."""
 
     def line(self) -> str:
         """The E2E machine line: every field KEY:VALUE, NA for what was not measured."""
@@ -123,8 +133,10 @@ class E2EResult(BaseModel):
         ms = lambda t: fmt_na(t.median_ms if t else None)  # noqa: E731
         fields = {
             "E2E": "pass" if self.passed else "fail", "MODEL": o.model, "LAYERS": o.layers, "BATCH": o.batch,
-            "PROMPT": o.prompt_len,
+            "PROMPT": o.prompt_len, "FIT_STEPS": fmt_na(self.fit_steps_taken, "{:d}"),
+            "FIT_LOSS": fmt_na(self.fit_loss, "{:.3g}"),
             "TOKENS_SAME": f"{self.tokens_same}/{o.tokens}" if self.tokens_same is not None else "NA",
+            "COPIED": f"{self.copied}/{o.tokens}" if self.copied is not None else "NA",
             "BASE_TOKENS_SAME_FP32": (f"{self.base_tokens_same_fp32}/{o.tokens}"
                                       if self.base_tokens_same_fp32 is not None else "NA"),
             "MAX_LOGIT_DIFF": fmt_na(self.max_logit_diff, g),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kopt.e2e import check, decode, kvcache, llama
+from kopt.e2e import check, decode, fit, kvcache, llama
 from kopt.e2e.models import E2EOptions, E2EResult, check_context
 from kopt.errors import CandidateLoadError
 from kopt.records import Status
@@ -91,8 +91,11 @@ def run(path: Path, o: E2EOptions) -> E2EResult:
     try:
         mod, cand = _candidate(path)
         res.backend = candidate.backend_of(mod)
+        per = fit.period(o.prompt_len)
+        built = llama.build(d, m.max_context, dtype, o.device, o.seed, o.fit_steps, o.prompt_len + o.tokens, per)
+        if built.fitted:
+            res.fit_loss, res.fit_steps_taken = built.fitted.loss_last, built.fitted.steps
         with torch.inference_mode():
-            built = llama.build(d, m.max_context, dtype, o.device, o.seed)
             case = workloads.custom_case(m, o.batch, str(o.prompt_len + o.tokens), o.page_size, o.dtype)
             res.ref, base, base_page = _baseline(case, o.device, o.page_size)
             _decode_all(res, built.lm, m, o, dtype, cand, base, base_page)
@@ -111,7 +114,10 @@ def _decode_all(res: E2EResult, lm, m, o: E2EOptions, dtype, cand, base, base_pa
     cap = o.prompt_len + o.tokens + _SPARE
     master = kvcache.empty_store(o.layers, o.batch, cap, m.kv_heads, m.head_dim, dtype, o.device)
     g = torch.Generator(device="cpu").manual_seed(o.seed + 1)
-    prompt = torch.randint(0, lm.config.vocab_size, (o.batch, o.prompt_len), generator=g).to(o.device)
+    if o.fit_steps:  # the task the decoder was fitted to: a repeated block
+        prompt = fit.prompt(o.batch, o.prompt_len, fit.period(o.prompt_len), lm.config.vocab_size, g, o.device)
+    else:
+        prompt = torch.randint(0, lm.config.vocab_size, (o.batch, o.prompt_len), generator=g).to(o.device)
     first = decode.prefill(lm, master, prompt)
     scale, q_shape = m.head_dim ** -0.5, (o.batch, 1, m.q_heads, m.head_dim)
     graph = o.graph and o.device == "cuda"
@@ -140,6 +146,9 @@ def _decode_all(res: E2EResult, lm, m, o: E2EOptions, dtype, cand, base, base_pa
     base_parted = check.first_parting(b.tokens, free.tokens)
     res.base_tokens_same_fp32 = n if base_parted is None else base_parted
     parted = check.first_parting(b.tokens, c.tokens)
+    if o.fit_steps:
+        gone = check.first_parting(fit.continuation(prompt, n), c.tokens)
+        res.copied = n if gone is None else gone
     cand_logits = c.logits
     margin = None
     if parted is not None:  # the candidate fed the baseline's tokens: every step comparable

@@ -1,0 +1,100 @@
+"""Fit the random decoder to one task before it decodes, so that its greedy choices are decisive.
+
+A decoder of random weights has near-flat logits: the top two tokens are often a few hundredths apart, so any
+bf16 attention (FA2's own, against fp32 attention) parts the greedy tokens within a step or two, and "the same
+tokens" says nothing about a kernel. `--fit-steps N` trains the decoder (fp32 weights, the library's own SDPA,
+AdamW) for N steps on sequences that repeat a random block of PERIOD tokens. Continuing such a sequence means
+copying the token PERIOD - 1 positions back, which only attention over the cache can do; once fitted, the decoder
+continues the prompt's block with a wide margin at every step, so a kernel that reads the wrong keys, pages or
+heads changes the tokens, and one that reads them right keeps them. The prompt of a fitted run repeats a block too
+(`prompt`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Tokens of the repeated block (at most half the prompt).
+PERIOD = 64
+#: Sequences a fitting step trains on, and the longest it trains on: a copy found by content (the token after the
+#: block's earlier copies) or by relative position (RoPE) works the same further on.
+FIT_BATCH, FIT_MAX_LEN = 8, 512
+#: Peak learning rate (AdamW) at hidden size LR_HIDDEN (scaled by sqrt(LR_HIDDEN / hidden) for wider decoders),
+#: warm-up steps, gradient clip.
+LR, LR_HIDDEN, WARMUP, CLIP = 1e-3, 256, 20, 1.0
+#: The fit stops early once its loss, averaged over the last DONE_STEPS steps, is below DONE_LOSS nats a token.
+DONE_LOSS, DONE_STEPS = 0.01, 5
+#: The block's tokens come from the first BLOCK_VOCAB ids of the vocabulary.
+BLOCK_VOCAB = 512
+
+
+@dataclass
+class Fitted:
+    """How the fit went: steps taken (fewer than asked when it stopped early), the copy loss at its start and end
+    (nats a token, the part after the first block)."""
+
+    steps: int
+    loss_first: float
+    loss_last: float
+
+
+def continuation(prompt, steps: int):
+    """[steps, batch] the tokens that continue a repeated-block prompt [batch, P] after the prefill's first one:
+    decode step t's token is the block's token at position P + t + 1."""
+    import torch
+
+    per = period(prompt.shape[1])
+    pos = (prompt.shape[1] + 1 + torch.arange(steps, device=prompt.device)) % per
+    return prompt[:, pos].T
+
+
+def period(prompt_len: int) -> int:
+    """The block length for a prompt: PERIOD, at most half the prompt."""
+    return max(2, min(PERIOD, prompt_len // 2))
+
+
+def prompt(batch: int, length: int, per: int, vocab: int, generator, device: str):
+    """[batch, length] token ids: each row one random block of `per` tokens repeated (ids below BLOCK_VOCAB)."""
+    import torch
+
+    block = torch.randint(0, min(vocab, BLOCK_VOCAB), (batch, per), generator=generator)
+    return block.repeat(1, -(-length // per))[:, :length].to(device)
+
+
+def fit(lm, steps: int, seq_len: int, per: int, seed: int, device: str) -> Fitted:
+    """Train lm in place for up to `steps` steps on repeated blocks (module docstring), its attention set to SDPA
+    for the fit and restored after; it stops early once the loss is below DONE_LOSS. The loss counts the positions
+    after the first block (the part a copy can predict)."""
+    import torch
+
+    impl = lm.config._attn_implementation
+    lm.config._attn_implementation = "sdpa"
+    lm.train()
+    g = torch.Generator(device="cpu").manual_seed(seed + 2)
+    lr = LR * (LR_HIDDEN / lm.config.hidden_size) ** 0.5
+    opt = torch.optim.AdamW(lm.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / WARMUP))
+    n = min(seq_len, FIT_MAX_LEN)
+    cuda = device == "cuda"
+    losses = []
+    try:
+        for _ in range(steps):
+            x = prompt(FIT_BATCH, n + 1, per, lm.config.vocab_size, g, device)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                h = lm.model(input_ids=x[:, :-1], use_cache=False).last_hidden_state[:, per - 1:]
+                logits = lm.lm_head(h).float()
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, per:].flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(lm.parameters(), CLIP)
+            opt.step()
+            sched.step()
+            losses.append(float(loss.detach()))
+            if len(losses) >= DONE_STEPS and sum(losses[-DONE_STEPS:]) < DONE_LOSS * DONE_STEPS:
+                break
+    finally:
+        lm.config._attn_implementation = impl
+        lm.eval()
+        opt.zero_grad(set_to_none=True)
+        del opt
+    return Fitted(len(losses), losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"))
