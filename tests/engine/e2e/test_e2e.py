@@ -162,8 +162,10 @@ def _result(**kw) -> E2EResult:
 def test_the_line_is_key_value_fields_with_na_for_what_was_not_measured():
     line = _result().line()
     f = parse_line(line)
-    assert line.startswith("E2E:pass MODEL:tinyllama-1.1b LAYERS:22 BATCH:1 PROMPT:32 TOKENS_SAME:64/64 "
-                           "BASE_TOKENS_SAME_FP32:NA ")
+    assert line.startswith("E2E:pass MODEL:tinyllama-1.1b LAYERS:22 BATCH:1 PROMPT:32 FIT_STEPS:NA FIT_LOSS:NA "
+                           "TOKENS_SAME:64/64 COPIED:NA BASE_TOKENS_SAME_FP32:NA ")
+    fitted = parse_line(_result(fit_steps_taken=212, fit_loss=0.0081, copied=64).line())
+    assert fitted["FIT_STEPS"] == "212" and fitted["FIT_LOSS"] == "0.0081" and fitted["COPIED"] == "64/64"
     assert f["STEP_MS"] == "2.0000" and f["REF_STEP_MS"] == "2.5000" and f["STEP_SPEEDUP"] == "1.2500x"
     assert f["KERNELS_SEEN"] == "True" and f["GRAPH"] == "True" and f["PAGE"] == "256" and f["FAIL_STEP"] == "NA"
     assert all(len(x.split(":")) == 2 for x in line.split(" "))
@@ -314,3 +316,37 @@ def test_the_cuda_baseline_is_fa2_on_its_own_pages(monkeypatch, page, want_name,
     case = workloads.custom_case(m, 2, "40", page, "bf16")
     name, _, own = runner._baseline(case, "cuda", page)
     assert (name, own) == (want_name, want_page)
+
+
+# ---------------------------------------------------------------- the fitted decoder (--fit-steps)
+
+def test_a_fitted_runs_prompt_repeats_one_block_and_its_continuation_follows_the_block():
+    from kopt.e2e import fit
+
+    assert fit.period(1536) == fit.PERIOD and fit.period(32) == 16 and fit.period(3) == 2
+    g = torch.Generator().manual_seed(0)
+    per = fit.period(40)
+    p = fit.prompt(3, 40, per, 32000, g, "cpu")
+    assert per == 20 and p.shape == (3, 40) and int(p.max()) < fit.BLOCK_VOCAB
+    assert torch.equal(p[:, 20:], p[:, :20])
+    assert not torch.equal(p[0, :20], p[1, :20]), "each sequence its own block"
+    cont = fit.continuation(p, 5)  # step t decodes the token at position 40 + t + 1
+    assert cont.shape == (5, 3)
+    for t in range(5):
+        assert torch.equal(cont[t], p[:, (41 + t) % 20])
+
+
+@needs_transformers
+def test_the_fitted_tiny_decoder_copies_its_block_and_the_candidate_keeps_every_token(tmp_path):
+    out = tmp_path / "e2e.jsonl"
+    res = kopt("e2e", "--model", "tinyllama-1.1b", "--device", "cpu", "--page-size", "16", "--fit-steps", "400",
+               "--candidate", SHIPPED, "--machine", "--no-record", "--out", out)
+    assert res.exit_code == 0, (res.stdout, res.stderr)
+    f = parse_line(res.stdout.strip().splitlines()[-1])
+    assert f["E2E"] == "pass" and f["TOKENS_SAME"] == "8/8" and f["BASE_TOKENS_SAME_FP32"] == "8/8"
+    assert f["COPIED"] == "8/8", "the fitted decoder continues the prompt's block through the candidate's attention"
+    r = E2EResult.model_validate_json(out.read_text())
+    from kopt.e2e import fit
+
+    assert r.options.fit_steps == 400 and 0 < r.fit_steps_taken < 400, "it stops once the copy is learned"
+    assert r.fit_loss < fit.DONE_LOSS * 2 and f["FIT_STEPS"] == str(r.fit_steps_taken)
