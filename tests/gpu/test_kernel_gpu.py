@@ -398,3 +398,30 @@ def test_cuda_graph_replay_with_new_lengths(kernel, cid, page, config):
         ref = torch.where(w.cache_seqlens.view(-1, 1, 1, 1).to(ref.device) == 0, torch.zeros_like(ref), ref)
         chk = checks.check_output(got, ref, torch.nan_to_num(base.float()).to(base.dtype), w.q)
         assert chk.status.value == "ok", f"case {cid} page {page} replay {i} lengths {lens.tolist()[:8]}: {chk.detail}"
+
+
+def _library_cases():
+    """Every model of the workload library twice: fp16 short-to-long rows (an unsplit or split plan) and bf16 with
+    one 20k-token row among short ones (a balanced plan), each in its own layout, the layouts rotating over the
+    models so that every head dim and GQA ratio meets contiguous and paged 16/32/64/256 caches."""
+    from kopt import workloads
+
+    layouts = [0, 16, 32, 64, 256]
+    out = []
+    for i, m in enumerate(workloads.load().models):
+        a, b = layouts[i % 5], layouts[(i + 2) % 5]
+        out.append(pytest.param(m.name, "1,100,1500,4096", a, "fp16", id=f"{m.name}-fp16-p{a}"))
+        out.append(pytest.param(m.name, "20000,5,700", b, "bf16", id=f"{m.name}-bf16-p{b}"))
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model,lengths,page,dtype", _library_cases())
+def test_every_model_of_the_workload_library(kernel, model, lengths, page, dtype):
+    """Each model's attention shape (its head dim and GQA ratio) builds and runs right in every layout and dtype:
+    the held-out draws come from these models."""
+    from kopt import workloads
+
+    m = workloads.load().model(model)
+    case = workloads.custom_case(m, len(lengths.split(",")), lengths, page, dtype)
+    _check(kernel, case)
