@@ -650,7 +650,7 @@ def test_combine_merge_arithmetic(rk, num_splits, unroll):
     ((256, 8, 20), (32, 1)),     # at most 32 keys: one 32-key tile whatever the grid
     ((16, 4, 33), (64, 1)),
     ((64, 8, 141), (64, 1)),     # 512 CTAs: several per SM, the 64-key tile's occupancy
-    ((1, 4, 8192), (64, 32)),    # case 10: split
+    ((1, 4, 8192), (64, 64)),    # case 10: split, 2 tiles a split (the tuning table pins 128 x 32)
     ((1, 4, 61519), (64, 65)),   # case 14: split, about 2 CTAs per SM (the tuning table pins 128 x 32)
 ])
 def test_default_tiling(rk, case, want):

@@ -1,11 +1,12 @@
 """`kopt e2e`: the candidate inside a real model's decode loop.
 
 A Hugging Face transformers Llama decoder of a workload-library model's attention shape (random weights from a
-seed; with `--fit-steps`, fitted first to continue a repeated block, kopt.e2e.fit) prefills a seeded prompt with the library's own attention, then decodes N tokens greedily with the baseline
-and with the candidate as the decode attention (kopt's attention backend, registered in transformers' attention
-registry, owns the KV cache in the layout each kernel takes), plus a run with fp32 attention. Reported: tokens the
-same, logit gaps per step (kopt's tolerance rule), step latency both ways (CUDA-graph replays on a GPU), the
-attention's share of the step, and whether the profiler saw the candidate's kernels in the timed step.
+seed; with `--fit-steps`, fitted first to continue a repeated block, kopt.e2e.fit) prefills a seeded prompt with
+the library's own attention, then decodes N tokens greedily with the baseline and with the candidate as the decode
+attention (kopt's attention backend, registered in transformers' attention registry, owns the KV cache in the
+layout each kernel takes), plus a run with fp32 attention. Reported: tokens the same, logit gaps per step (kopt's
+tolerance rule), step latency both ways (CUDA-graph replays on a GPU), the attention's share of the step, and
+whether the profiler saw the candidate's kernels in the timed step.
 
 The run happens in a child process (a crashing candidate or a hung kernel cannot take kopt down); only this module's
 light imports run in the parent.
