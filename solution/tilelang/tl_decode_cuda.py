@@ -651,7 +651,7 @@ BAL_WIDE_GQA = 8
 BAL_WIDE_MAX_PAGE = 16
 #: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
-BAL_MIN_ALLOC_TILES = 256
+BAL_MIN_ALLOC_TILES = 32
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
 _LAST_UNROLL = 8    # splits whose partial rows the last-CTA merge loads before any is accumulated
 
