@@ -241,7 +241,7 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
     per_sm = cfg.get("bal_per_sm") or (1 if wide else _cuda.BAL_CTAS_PER_SM)
     target = max(1, round(float(per_sm) * num_sms))
     mt = _cuda.BAL_MIN_TILES
-    ns = min(_cuda._MAX_SPLITS, -(-target // hkv) + 1, max(1, -(-alloc_tiles // mt)))
+    ns = min(_cuda._MAX_SPLITS, -(-target // hkv) + 1, max(1, (2 * alloc_tiles + mt) // (2 * mt)))
     uniform_only = pinned or int(cfg.get("eager") or 0) or int(cfg.get("v_split") or 1) > 1
     if (bal is not None and not int(bal)) or (bal is None and (
             batch < 2 or uniform_only or -(-max_seqlen // 64) < _cuda.BAL_MIN_ALLOC_TILES or ns <= uniform_splits)):

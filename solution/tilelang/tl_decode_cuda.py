@@ -574,15 +574,11 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             acc = T.alloc_var("int32")
             rb = T.alloc_var("int32")
             rs = T.alloc_var("int32")
-            nz = T.alloc_var("int32")
             tot = 0
-            nz = 0
             for i in T.serial(batch):
                 tot += T.ceildiv(L[i], block_N)
-                nz += T.if_then_else(L[i] > 0, 1, 0)
-            # tiles per split: the batch's tiles over the CTAs a kv head has left after one per row, so that the
-            # rows' ceil(tiles / w) splits never outnumber them; at least min_tiles
-            w = T.max(T.ceildiv(tot, T.max(pool - nz, 1)), min_tiles)
+            # tiles per split: the batch's tiles over the target CTAs, at least min_tiles
+            w = T.max(T.ceildiv(tot * hkv, target), min_tiles)
             rb = y
             rs = 0
             if y >= batch:
@@ -590,27 +586,24 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
                 acc = 0
                 for i in T.serial(batch):
                     # a row's splits: its tiles / w rounded to nearest, 1..num_splits
-                    e = T.min(T.max(T.ceildiv(T.ceildiv(L[i], block_N), w), 1), num_splits) - 1
+                    e = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
                     if rb < 0:
                         if y - batch < acc + e:
                             rb = i
                             rs = y - batch - acc + 1
                     acc += e
             bb = T.max(rb, 0)
-            ns = T.min(T.max(T.ceildiv(T.ceildiv(L[bb], block_N), w), 1), num_splits)
+            ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
             # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
             body(Q, K, V, L, BT, T.if_then_else(rb >= 0, rs, ns), h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
         if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
             with T.Kernel(hq, batch, threads=d) as (hh, b2):
                 tot2 = T.alloc_var("int32")
-                nz2 = T.alloc_var("int32")
                 tot2 = 0
-                nz2 = 0
                 for i in T.serial(batch):
                     tot2 += T.ceildiv(L[i], block_N)
-                    nz2 += T.if_then_else(L[i] > 0, 1, 0)
-                w2 = T.max(T.ceildiv(tot2, T.max(pool - nz2, 1)), min_tiles)
-                ns2 = T.min(T.max(T.ceildiv(T.ceildiv(L[b2], block_N), w2), 1), num_splits)
+                w2 = T.max(T.ceildiv(tot2 * hkv, target), min_tiles)
+                ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
                 if pdl:  # the plan comes from L alone: made before the wait for the split grid
                     T.pdl_sync()
                 if ns2 * G > LAST_CTA_MAX_ROWS:
@@ -651,7 +644,7 @@ BAL_WIDE_GQA = 8
 BAL_WIDE_MAX_PAGE = 16
 #: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
-BAL_MIN_ALLOC_TILES = 32
+BAL_MIN_ALLOC_TILES = 256
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
 _LAST_UNROLL = 8    # splits whose partial rows the last-CTA merge loads before any is accumulated
 
