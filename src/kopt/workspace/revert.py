@@ -23,7 +23,8 @@ def revert(ws: Path, target: str = "best") -> tuple[Optional[vcs.CommitResult], 
     repo = vcs.open_repo(ws)
     vcs.check_state(repo)
     attempt = None
-    if vcs.changed(repo, vcs.pathspecs(repo, ws, ("solution",))):
+    tables = [p.relative_to(ws).as_posix() for p in Path(ws).glob("results/*/tuning.csv")]
+    if vcs.changed(repo, vcs.pathspecs(repo, ws, ("solution", *tables))):
         attempt = commit_iteration(ws, "attempt, reverted by kopt revert")
     if target == "best":
         best = iterations.best_iteration(iterations.history(ws))
@@ -65,21 +66,30 @@ def _best_snapshot(ws: Path, snaps: list[tuple[Path, trajectory.SnapshotMeta]]) 
                          "give an iteration number instead (`kopt revert N`)")
 
 
+def _table(rel: str) -> bool:
+    """Whether a snapshot path is a tuning table the candidate reads (results/<backend>/tuning.csv)."""
+    parts = rel.split("/")
+    return len(parts) == 3 and parts[0] == "results" and parts[2] == "tuning.csv"
+
+
 def restore(ws: Path, target: str = "best") -> vcs.CommitResult:
-    """Restore solution/ from snapshot N (or the best candidate's), byte for byte, as a NEW commit `[revert] ...`."""
+    """Restore solution/ and the tuning tables the snapshot holds (the plans the iteration was measured with) from
+    snapshot N (or the best candidate's), byte for byte, as a NEW commit `[revert] ...`."""
     from kopt.store import delta
 
     repo = vcs.open_repo(ws)
     vcs.check_state(repo)
     path, meta = pick_snapshot(ws, target)
-    got = {rel: f for rel, f in trajectory.files(path).items() if rel.startswith("solution/")}
-    specs = vcs.pathspecs(repo, ws, ("solution",))
+    got = {rel: f for rel, f in trajectory.files(path).items() if rel.startswith("solution/") or _table(rel)}
+    tables = sorted(rel for rel in got if _table(rel))  # the tuning tables the candidate was measured with
+    specs = vcs.pathspecs(repo, ws, ("solution", *tables))
     if vcs.changed(repo, specs):
-        raise WorkspaceError("solution/ has uncommitted changes: commit them (`kopt commit`) or discard them first")
+        raise WorkspaceError("solution/ or its tuning table has uncommitted changes: commit them (`kopt commit`) or "
+                             "discard them first")
     sol = Path(ws) / "solution"
     shutil.rmtree(sol, ignore_errors=True)
     delta.write_tree(ws, got)
     if not vcs.changed(repo, specs):
         raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
-    message = f"[revert] solution from iter {meta.iteration}"
+    message = f"[revert] solution from iter {meta.iteration}" + (" (and its tuning table)" if tables else "")
     return vcs.CommitResult(meta.iteration, message, vcs.commit(repo, message, specs), path)

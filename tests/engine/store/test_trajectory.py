@@ -69,6 +69,8 @@ def _iteration(ws: Path, n: int) -> None:
     if n == 4:
         (ws / SOL / "run.sh").chmod(0o644)
         (ws / SOL / "tail.py").write_bytes(b"no final newline\nstill none")
+    if n == 5:  # the tuning table is part of what the candidate runs
+        (ws / "results" / "tilelang" / "tuning.csv").write_text("device,case,config\nH200,10,{\"x\":1}\n")
 
 
 def _committed(repo, sha: str) -> dict[str, tuple[bytes, bool]]:
@@ -101,15 +103,21 @@ def test_revert_restores_every_snapshot_byte_for_byte(ws):
     snaps = trajectory.snapshots(ws)
     assert [m.base is None for _, m in snaps] == [True, False, False, False, False]
     assert all((p / "files.json").is_file() and not (p / "solution").exists() for p, _ in snaps[1:])
+    table = ws / "results" / "tilelang" / "tuning.csv"
+    tables = {n: repo.git.show(f"{commits[n]}:results/tilelang/tuning.csv") + "\n" for n in (3, 4, 5)}
+    assert tables[3] == tables[4] != tables[5]
     for n in (1, 3, 5, 2, 4, 1):
         res = kopt("revert", str(n))
         assert res.exit_code == 0, (res.stdout, res.exception)
         assert _on_disk(ws) == _committed(repo, commits[n]), n
         assert _committed(repo, "HEAD") == _committed(repo, commits[n])
-        assert repo.head.commit.summary == f"[revert] solution from iter {n}"
+        assert repo.head.commit.summary.startswith(f"[revert] solution from iter {n}")
+        if n >= 3:  # the snapshot holds the table it was measured with: restored and committed with solution/
+            assert table.read_text() == tables[n] and "(and its tuning table)" in repo.head.commit.summary
+            assert not repo.is_dirty(path="results")
     out = ws.parent / "iter3"
     res = kopt("revert", "3", "--to", out)                       # a folder to run iteration 3 from, no commit
-    assert res.exit_code == 0 and repo.head.commit.summary == "[revert] solution from iter 1", res.stdout
+    assert res.exit_code == 0 and repo.head.commit.summary.startswith("[revert] solution from iter 1"), res.stdout
     assert _on_disk(out) == _committed(repo, commits[3])
     assert (out / "results" / "tilelang" / "tuning.csv").read_text() == "device,case,config\nH200,10,{}\n"
 
