@@ -123,7 +123,8 @@ def test_h200_sources_are_unchanged(rk, h200):
     """Every bench case's H200 plan (contiguous and in 16/32/64/256-token pages, head dims 128 and 64, fp16, and bf16
     contiguous; the seed cases in their own variant too) and 36 held-out draws (seeds 0-2) lower for sm_90a, with the
     committed tuning table, to the source they did before the plan rule was folded into one Plan, with the same split
-    count and fast math: the change moves nothing on the H200."""
+    count and fast math: the change moved nothing on the H200. A kernel iteration that changes plans on purpose
+    rewrites the entries it changed (tests/kernel/regen_h200_fixtures.py; the fixture's "changed" lists them)."""
     fx = json.loads((FIXTURES / "h200_sources.json").read_text())
     cases = {k: _bench_case(k) for k in fx["plans"]}
     cases |= _heldout_cases(fx["heldout"]["seeds"], fx["heldout"]["n"])
@@ -148,9 +149,11 @@ def test_h200_sources_are_unchanged(rk, h200):
 
 
 def test_h200_plans_are_unchanged(rk, h200):
-    """The fields of every bench case's H200 plan are those tests/fixtures/h200_plans.json recorded (commit 4b5c677),
-    each old field read through the plan that replaced it: balanced plans merge in the last CTA unless a combine
-    kernel follows (bal_combine), an unsplit plan has no merge, a balanced plan is not eager."""
+    """The fields of every bench case's H200 plan are those tests/fixtures/h200_plans.json recorded (commit 4b5c677,
+    and the entries a kernel iteration changed on purpose since, listed in its "changed" with the iteration:
+    tests/kernel/regen_h200_fixtures.py), each old field read through the plan that replaced it: balanced plans
+    merge in the last CTA unless a combine kernel follows (bal_combine), an unsplit plan has no merge, a balanced plan
+    is not eager."""
     fx = json.loads((FIXTURES / "h200_plans.json").read_text())
     changed = {}
     for key, row in fx["plans"].items():
