@@ -14,8 +14,9 @@ def command(
     to: Optional[Path] = typer.Option(None, "--to", help="Write the snapshot's files (solution/, its tuning "
                                                          "tables) into this folder instead; commit nothing."),
 ) -> None:
-    """Restore solution/ from snapshot N (or the best iteration's) as a new revert commit, never a reset. An
-    uncommitted attempt in solution/ is first committed as an iteration of its own (not judged without a verdict)."""
+    """Restore solution/ and its tuning table from snapshot N (or the best iteration's) as a new revert commit, never
+    a reset, with the views remade. An uncommitted attempt in solution/ is first committed as an iteration of its own
+    (not judged without a verdict)."""
     from kopt.paths import workspace
     from kopt.store import trajectory
     from kopt.workspace import revert
@@ -29,3 +30,9 @@ def command(
     if attempt is not None:
         print(f"{attempt.message}  {attempt.sha[:10]}  snapshot {attempt.snapshot.name if attempt.snapshot else 'NA'}")
     print(f"{res.message}  {res.sha[:10]}")
+    if res.refreshed:
+        from kopt.paths import relative
+
+        print("refreshed " + ", ".join(relative(p, workspace()) for p in res.refreshed))
+    if res.warning:
+        print(f"warning: {res.warning}")

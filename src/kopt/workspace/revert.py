@@ -75,6 +75,7 @@ def _table(rel: str) -> bool:
 def restore(ws: Path, target: str = "best") -> vcs.CommitResult:
     """Restore solution/ and the tuning tables the snapshot holds (the plans the iteration was measured with) from
     snapshot N (or the best candidate's), byte for byte, as a NEW commit `[revert] ...`."""
+    from kopt.report import refresh_for_commit
     from kopt.store import delta
 
     repo = vcs.open_repo(ws)
@@ -92,4 +93,8 @@ def restore(ws: Path, target: str = "best") -> vcs.CommitResult:
     if not vcs.changed(repo, specs):
         raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
     message = f"[revert] solution from iter {meta.iteration}" + (" (and its tuning table)" if tables else "")
-    return vcs.CommitResult(meta.iteration, message, vcs.commit(repo, message, specs), path)
+    refreshed, warning = refresh_for_commit(ws)  # the views name the shipped candidate: they change with it
+    specs += vcs.pathspecs(repo, ws, [Path(p).resolve().relative_to(Path(ws).resolve()).as_posix()
+                                      for p in refreshed])
+    return vcs.CommitResult(meta.iteration, message, vcs.commit(repo, message, specs), path, list(refreshed),
+                            warning)

@@ -114,7 +114,7 @@ def test_revert_restores_every_snapshot_byte_for_byte(ws):
         assert repo.head.commit.summary.startswith(f"[revert] solution from iter {n}")
         if n >= 3:  # the snapshot holds the table it was measured with: restored and committed with solution/
             assert table.read_text() == tables[n] and "(and its tuning table)" in repo.head.commit.summary
-            assert not repo.is_dirty(path="results")
+        assert not repo.is_dirty(path="results"), "the views (STATUS.md, report, plots) are remade into the commit"
     out = ws.parent / "iter3"
     res = kopt("revert", "3", "--to", out)                       # a folder to run iteration 3 from, no commit
     assert res.exit_code == 0 and repo.head.commit.summary.startswith("[revert] solution from iter 1"), res.stdout

@@ -277,6 +277,11 @@ def test_revert_best_from_a_dirty_attempt_records_it_first(tmp_path, monkeypatch
     kept, _ = trajectory.files(snap)["solution/tilelang/run_kernel.py"]   # whole, or as a delta on an earlier one
     assert kept.decode() == attempt, "the attempt is kept"
     assert [it.outcome for it in iterations.history(ws)] == ["improved", "not improved", "not judged"]
+    import git
+
+    repo = git.Repo(ws)
+    assert not repo.is_dirty(untracked_files=True), "the views, which name the shipped candidate, are in the commit"
+    assert "(iteration 1," in (ws / "results" / "STATUS.md").read_text().split("\n\n")[2]
 
 
 def test_best_per_case_says_which_rows_are_configs_or_screens(tmp_path, monkeypatch):
