@@ -83,6 +83,7 @@ def restore(ws: Path, target: str = "best") -> vcs.CommitResult:
     path, meta = pick_snapshot(ws, target)
     got = {rel: f for rel, f in trajectory.files(path).items() if rel.startswith("solution/") or _table(rel)}
     tables = sorted(rel for rel in got if _table(rel))  # the tuning tables the candidate was measured with
+    moved = [rel for rel in tables if not (Path(ws) / rel).is_file() or (Path(ws) / rel).read_bytes() != got[rel][0]]
     specs = vcs.pathspecs(repo, ws, ("solution", *tables))
     if vcs.changed(repo, specs):
         raise WorkspaceError("solution/ or its tuning table has uncommitted changes: commit them (`kopt commit`) or "
@@ -92,7 +93,7 @@ def restore(ws: Path, target: str = "best") -> vcs.CommitResult:
     delta.write_tree(ws, got)
     if not vcs.changed(repo, specs):
         raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
-    message = f"[revert] solution from iter {meta.iteration}" + (" (and its tuning table)" if tables else "")
+    message = f"[revert] solution from iter {meta.iteration}" + (" (and its tuning table)" if moved else "")
     refreshed, warning = refresh_for_commit(ws)  # the views name the shipped candidate: they change with it
     specs += vcs.pathspecs(repo, ws, [Path(p).resolve().relative_to(Path(ws).resolve()).as_posix()
                                       for p in refreshed])
