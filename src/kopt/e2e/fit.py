@@ -4,10 +4,11 @@ A decoder of random weights has near-flat logits: the top two tokens are often a
 bf16 attention (FA2's own, against fp32 attention) parts the greedy tokens within a step or two, and "the same
 tokens" says nothing about a kernel. `--fit-steps N` trains the decoder (fp32 weights, the library's own SDPA,
 AdamW) for N steps on sequences that repeat a random block of PERIOD tokens. Continuing such a sequence means
-copying the token PERIOD - 1 positions back, which only attention over the cache can do; once fitted, the decoder
-continues the prompt's block with a wide margin at every step, so a kernel that reads the wrong keys, pages or
-heads changes the tokens, and one that reads them right keeps them. The prompt of a fitted run repeats a block too
-(`prompt`).
+copying the token PERIOD - 1 positions back, which only attention over the cache can do; once the fit has learned
+the copy, the decoder continues the prompt's block with a wide margin at every step, so a kernel that reads the
+wrong keys, pages or heads changes the tokens, and one that reads them right keeps them. The prompt of a fitted run
+repeats a block too (`prompt`). Whether the fit learned it is measured, not assumed: FIT_LOSS and COPIED on the
+line. The 2-layer CPU decoder learns it in about 240 steps; 22-layer decoders on an H200 did not within 600.
 """
 
 from __future__ import annotations
