@@ -163,8 +163,11 @@ def test_revert_number_is_a_new_commit(ws):
     assert not (ws / "solution" / "tilelang" / "helper.py").exists()
     assert repo.head.commit.summary == "[revert] solution from iter 1"
     assert repo.head.commit.parents[0].hexsha == before                 # history kept, no reset
-    assert set(repo.git.show("--name-only", "--format=", "HEAD").splitlines()) == {
-        "solution/tilelang/run_kernel.py", "solution/tilelang/helper.py"}
+    changed = set(repo.git.show("--name-only", "--format=", "HEAD").splitlines())
+    views = {p for p in changed if p == "results/STATUS.md" or p.startswith("results/tilelang/")}
+    assert changed - views == {"solution/tilelang/run_kernel.py", "solution/tilelang/helper.py"}
+    assert "results/STATUS.md" in views, "the views that name the shipped candidate are remade into the commit"
+    assert not repo.is_dirty(untracked_files=True)
     assert vcs.next_iteration(ws) == 3
 
 
