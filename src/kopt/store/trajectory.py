@@ -83,12 +83,23 @@ def slugify(text: str, limit: int = 40) -> str:
     return slug[:limit].rstrip("-") or "iter"
 
 
+def tables(root: Path) -> list[str]:
+    """The tuning tables the candidate reads under root (results/<backend>/tuning.csv), relative, sorted."""
+    root = Path(root)
+    return sorted(p.relative_to(root).as_posix() for p in (root / "results").glob("*/tuning.csv") if p.is_file())
+
+
+def is_table(rel: str) -> bool:
+    """Whether a snapshot's relative path is one of `tables`."""
+    parts = rel.split("/")
+    return len(parts) == 3 and parts[0] == "results" and parts[2] == "tuning.csv"
+
+
 def _names(root: Path) -> list[str]:
-    """solution/** (caches and editor swap files left out) and results/*/tuning.csv under root."""
+    """solution/** (caches and editor swap files left out) and the tuning tables under root."""
     root = Path(root)
     sol = [p.relative_to(root).as_posix() for p in (root / "solution").rglob("*") if p.is_file()]
-    tables = [p.relative_to(root).as_posix() for p in (root / "results").glob("*/tuning.csv") if p.is_file()]
-    return sorted(n for n in sol if not _SKIP.search(n)) + sorted(tables)
+    return sorted(n for n in sol if not _SKIP.search(n)) + tables(root)
 
 
 def workspace_files(ws: Path) -> delta.Files:

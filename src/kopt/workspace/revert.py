@@ -23,8 +23,7 @@ def revert(ws: Path, target: str = "best") -> tuple[Optional[vcs.CommitResult], 
     repo = vcs.open_repo(ws)
     vcs.check_state(repo)
     attempt = None
-    tables = [p.relative_to(ws).as_posix() for p in Path(ws).glob("results/*/tuning.csv")]
-    if vcs.changed(repo, vcs.pathspecs(repo, ws, ("solution", *tables))):
+    if vcs.changed(repo, vcs.pathspecs(repo, ws, ("solution", *trajectory.tables(ws)))):
         attempt = commit_iteration(ws, "attempt, reverted by kopt revert")
     if target == "best":
         best = iterations.best_iteration(iterations.history(ws))
@@ -66,23 +65,19 @@ def _best_snapshot(ws: Path, snaps: list[tuple[Path, trajectory.SnapshotMeta]]) 
                          "give an iteration number instead (`kopt revert N`)")
 
 
-def _table(rel: str) -> bool:
-    """Whether a snapshot path is a tuning table the candidate reads (results/<backend>/tuning.csv)."""
-    parts = rel.split("/")
-    return len(parts) == 3 and parts[0] == "results" and parts[2] == "tuning.csv"
-
-
 def restore(ws: Path, target: str = "best") -> vcs.CommitResult:
     """Restore solution/ and the tuning tables the snapshot holds (the plans the iteration was measured with) from
     snapshot N (or the best candidate's), byte for byte, as a NEW commit `[revert] ...`."""
+    from kopt.paths import relative
     from kopt.report import refresh_for_commit
     from kopt.store import delta
 
     repo = vcs.open_repo(ws)
     vcs.check_state(repo)
     path, meta = pick_snapshot(ws, target)
-    got = {rel: f for rel, f in trajectory.files(path).items() if rel.startswith("solution/") or _table(rel)}
-    tables = sorted(rel for rel in got if _table(rel))  # the tuning tables the candidate was measured with
+    got = {rel: f for rel, f in trajectory.files(path).items()
+           if rel.startswith("solution/") or trajectory.is_table(rel)}
+    tables = sorted(rel for rel in got if trajectory.is_table(rel))  # the tables the candidate was measured with
     moved = [rel for rel in tables if not (Path(ws) / rel).is_file() or (Path(ws) / rel).read_bytes() != got[rel][0]]
     specs = vcs.pathspecs(repo, ws, ("solution", *tables))
     if vcs.changed(repo, specs):
@@ -95,7 +90,6 @@ def restore(ws: Path, target: str = "best") -> vcs.CommitResult:
         raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
     message = f"[revert] solution from iter {meta.iteration}" + (" (and its tuning table)" if moved else "")
     refreshed, warning = refresh_for_commit(ws)  # the views name the shipped candidate: they change with it
-    specs += vcs.pathspecs(repo, ws, [Path(p).resolve().relative_to(Path(ws).resolve()).as_posix()
-                                      for p in refreshed])
+    specs += vcs.pathspecs(repo, ws, [relative(p, ws) for p in refreshed])
     return vcs.CommitResult(meta.iteration, message, vcs.commit(repo, message, specs), path, list(refreshed),
                             warning)
