@@ -35,16 +35,6 @@ def _plan_row(p, old: list, fields: list) -> list:
     return [row[f] for f in fields]
 
 
-def _as_plan(row: list, fields: list) -> dict:
-    """A fixture row read as the plan's fields (as test_plan.test_h200_plans_are_unchanged reads it)."""
-    old = dict(zip(fields, row))
-    want = {f: old[f] for f in ("block_N", "num_splits", "threads", "balanced", "v_split", "red_batch", "red_once",
-                                "tile_page", "even_split", "pdl", "comb_unroll", "fast_math", "hq", "hkv", "d",
-                                "paged", "dtype", "scale")}
-    return want | {"page_size": old["page"], "eager": old["eager"] and not old["balanced"],
-                   "last_cta": not old["bal_combine"] if old["balanced"] else old["last_cta"] and old["num_splits"] > 1}
-
-
 def _plans_text(fx: dict) -> str:
     """h200_plans.json as it is written: one top-level key a line, one plan a line."""
     head = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in fx.items() if k != "plans"]
@@ -68,7 +58,8 @@ def main(argv=None) -> int:
     moved = []
     for key, old in plans["plans"].items():
         p = tp._plan(rk, h200, tp._bench_case(key))
-        if _as_plan(old, plans["fields"]) != {f: getattr(p, f) for f in _as_plan(old, plans["fields"])}:
+        want = tp.fixture_plan(old, plans["fields"])
+        if want != {f: getattr(p, f) for f in want}:
             plans["plans"][key] = _plan_row(p, old, plans["fields"])
             moved.append(key)
     plans.setdefault("changed", []).append({"iteration": args.iteration, "commit": commit, "keys": moved})

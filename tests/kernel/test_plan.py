@@ -148,6 +148,18 @@ def test_h200_sources_are_unchanged(rk, h200):
     assert len(fx["plans"]) >= 198 and len(fx["heldout"]["hashes"]) == 36 and not changed, changed
 
 
+def fixture_plan(row: list, fields: list) -> dict:
+    """An h200_plans.json row (its fields from before the plan refactor) read as the Plan's fields: balanced plans
+    merge in the last CTA unless a combine kernel follows (bal_combine), an unsplit plan has no merge, a balanced plan
+    is not eager."""
+    old = dict(zip(fields, row))
+    want = {f: old[f] for f in ("block_N", "num_splits", "threads", "balanced", "v_split", "red_batch", "red_once",
+                                "tile_page", "even_split", "pdl", "comb_unroll", "fast_math", "hq", "hkv", "d",
+                                "paged", "dtype", "scale")}
+    return want | {"page_size": old["page"], "eager": old["eager"] and not old["balanced"],
+                   "last_cta": not old["bal_combine"] if old["balanced"] else old["last_cta"] and old["num_splits"] > 1}
+
+
 def test_h200_plans_are_unchanged(rk, h200):
     """The fields of every bench case's H200 plan are those tests/fixtures/h200_plans.json recorded (commit 4b5c677,
     and the entries a kernel iteration changed on purpose since, listed in its "changed" with the iteration:
@@ -159,11 +171,7 @@ def test_h200_plans_are_unchanged(rk, h200):
     for key, row in fx["plans"].items():
         old = dict(zip(fx["fields"], row))
         p = _plan(rk, h200, _bench_case(key))
-        want = {f: old[f] for f in ("block_N", "num_splits", "threads", "balanced", "v_split", "red_batch", "red_once",
-                                    "tile_page", "even_split", "pdl", "comb_unroll", "fast_math", "hq", "hkv", "d",
-                                    "paged", "dtype", "scale")}
-        want |= {"page_size": old["page"], "eager": old["eager"] and not old["balanced"],
-                 "last_cta": not old["bal_combine"] if old["balanced"] else old["last_cta"] and old["num_splits"] > 1}
+        want = fixture_plan(row, fx["fields"])
         got = {f: getattr(p, f) for f in want}
         if got != want:
             changed[key] = {f: (got[f], want[f]) for f in want if got[f] != want[f]}
