@@ -31,11 +31,10 @@ BLOCK_VOCAB = 512
 
 @dataclass
 class Fitted:
-    """How the fit went: steps taken (fewer than asked when it stopped early), the copy loss at its start and end
-    (nats a token, the part after the first block)."""
+    """How the fit went: steps taken (fewer than asked when it stopped early), the copy loss at its last step (nats
+    a token, the part after the first block)."""
 
     steps: int
-    loss_first: float
     loss_last: float
 
 
@@ -98,4 +97,4 @@ def fit(lm, steps: int, seq_len: int, per: int, seed: int, device: str) -> Fitte
         lm.eval()
         opt.zero_grad(set_to_none=True)
         del opt
-    return Fitted(len(losses), losses[0] if losses else float("nan"), losses[-1] if losses else float("nan"))
+    return Fitted(len(losses), losses[-1] if losses else float("nan"))
