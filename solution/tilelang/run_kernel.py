@@ -375,6 +375,16 @@ def device_plan(case: dict, device: dict, config=None) -> dict:
             "warp_size": dev.warp_size, "smem_per_unit": dev.smem_per_unit, "l2_bytes": dev.l2_bytes}
 
 
+def build_plan(case: dict, device: dict, config=None) -> None:
+    """Compile the kernel device_plan(case, device, config) resolves into TileLang's disk cache for the profile's
+    arch, with no GPU (TileLang's lowering and nvcc only, no CUDA context): `prepare` of that shape on that device
+    then loads it instead of compiling it. A profile of another backend is a ValueError."""
+    p, dev = _profile_plan(case, device, config)
+    if dev.backend != "cuda":
+        raise ValueError(f"build_plan compiles for CUDA devices; {dev.name} is {dev.backend}")
+    _cuda.get_decode(p, _cuda.cuda_target(arch=dev.arch))
+
+
 def lower_plan(case: dict, device: dict, target, config=None) -> dict:
     """device_plan's kernels lowered for a TileLang target (e.g. "sm_90a", or {"kind": "hip", "mcpu": "gfx942"}, a
     wave64 target this TileLang has, for a device whose own backend it lacks), without a device: {"plan":

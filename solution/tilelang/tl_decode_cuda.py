@@ -1048,16 +1048,16 @@ def fast_call(kernel):
 # ----------------------------------------------------------------------------------------------
 # compile
 # ----------------------------------------------------------------------------------------------
-def cuda_target(device=None):
+def cuda_target(device=None, arch: str = ""):
+    """The TileLang target of a CUDA device (torch's), or of an arch ("sm_90a") with no device; sm_90a by default.
+    The two give the same target for the same arch, so a kernel built for an arch is the one the device loads."""
     import tilelang  # noqa: F401  (sets up the bundled tvm)
     from tvm.target import Target
 
-    if device is None:
-        arch = "sm_90a"
-    else:
+    if device is not None:
         major, minor = torch.cuda.get_device_capability(device)
         arch = f"sm_{major}{minor}" + ("a" if major >= 9 else "")
-    return Target({"kind": "cuda", "arch": arch})
+    return Target({"kind": "cuda", "arch": arch or "sm_90a"})
 
 
 def _compile(func, target, fast_math: bool = False):

@@ -425,3 +425,25 @@ def test_every_model_of_the_workload_library(kernel, model, lengths, page, dtype
     m = workloads.load().model(model)
     case = workloads.custom_case(m, len(lengths.split(",")), lengths, page, dtype)
     _check(kernel, case)
+
+
+@pytest.mark.parametrize("variant", [{}, {"dtype": "bf16", "page_size": 16}, {"head_dim": 64, "page_size": 256}])
+def test_the_devices_profile_plans_as_the_device_does(kernel, variant):
+    """What prewarm builds with no GPU (build_plan, from this device's hardware.yaml profile) is what a run here
+    loads: the profile's device facts are the driver's, and every named case's plan from the profile is the plan
+    resolved from the device (the tuning table read by the same name)."""
+    import torch
+
+    from kopt import hardware
+    from kopt.cases import load_cases
+
+    prof = hardware.match_profile(torch.cuda.get_device_name())
+    assert prof is not None, f"no hardware.yaml profile matches {torch.cuda.get_device_name()}"
+    here = kernel._dev.from_torch(torch.device("cuda"))
+    assert kernel._dev.from_profile(prof.model_dump())._replace(name=here.name) == here
+    for c in load_cases():
+        shape = c.with_variant(**variant).shape_dict()
+        q, k, bt = kernel._meta_call(shape)
+        on_device = kernel._plan_fields(kernel._cuda_plan(q, k, bt, None, None, device=here))
+        from_profile = {f: v for f, v in kernel.device_plan(shape, prof.model_dump()).items() if f in on_device}
+        assert from_profile == on_device, f"case {c.id} {variant}"

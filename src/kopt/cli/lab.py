@@ -115,14 +115,18 @@ def prewarm(
                                                                                     "draws of this seed."),
     heldout: int = typer.Option(0, "--heldout", min=0, max=256, help="With --heldout-seed: how many draws (default: "
                                                                      "the case file's verify.heldout)."),
-    device_profile: Optional[str] = typer.Option(None, "--device-profile", help="With --list: the plans of this "
-                                                                                "hardware.yaml device (e.g. H200)."),
+    device_profile: Optional[str] = typer.Option(None, "--device-profile", help="The plans of this hardware.yaml "
+                                                                                "device (e.g. H200), on a host with "
+                                                                                "no GPU: listed with --list, else "
+                                                                                "compiled for it (the candidate's "
+                                                                                "build_plan)."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
 ) -> None:
     """Compile every kernel a GPU run will need, in parallel, into TileLang's disk cache."""
+    from kopt.candidate import load as load_candidate
     from kopt.cases import parse_ids
     from kopt.errors import UsageError
-    from kopt.eval import compile_all, default_jobs
+    from kopt.eval import builds_without_gpu, compile_all, default_jobs
     from kopt.eval import device_profile as profile_of
     from kopt.lab import pick_cases, prewarm_plan, require_cuda
 
@@ -130,17 +134,19 @@ def prewarm(
                      (heldout_seed is not None and not verify, "--heldout-seed goes with --verify"),
                      (heldout and heldout_seed is None, "--heldout goes with --heldout-seed"),
                      (verify and case, "--verify and --case are exclusive"),
-                     (page_size and not case, "--page-size goes with --case"),
-                     (device_profile and not list_only, "--device-profile goes with --list (a build compiles for "
-                                                        "this host's device)")):
+                     (page_size and not case, "--page-size goes with --case")):
         if bad:
             raise UsageError(why)
     path, extra = _configs(configs, candidate, labelled=False)
+    gpu_less = device_profile is not None and not list_only
+    if gpu_less and not builds_without_gpu(load_candidate(path)):
+        raise UsageError("--device-profile without --list compiles with no GPU, through the candidate's build_plan() "
+                         "hook, which this candidate lacks")
     ids = parse_ids(case)
     if ids:
         pick_cases(case, page_size)  # unknown ids and page sizes: usage errors here
     if device_profile is None:
-        require_cuda("kopt lab prewarm", "--device-profile NAME lists the kernels without one" if list_only else "")
+        require_cuda("kopt lab prewarm", "--device-profile NAME lists or compiles the kernels without one")
     todo = prewarm_plan(path, profile_of(device_profile), ids, page_size, verify, bf16, heldout, heldout_seed,
                         extra)
     if list_only:
@@ -148,7 +154,8 @@ def prewarm(
             _say(k.label + (f"  FAILED {k.error}" if k.error else ""))
         _say(f"{len(todo)} kernels")
         return
-    if compile_all(path, todo, jobs or default_jobs(), emit=_say):
+    profile = profile_of(device_profile) if gpu_less else None
+    if compile_all(path, todo, jobs or default_jobs(), emit=_say, profile=profile):
         raise typer.Exit(1)
 
 

@@ -19,7 +19,8 @@ The fp32 reference and the baselines' outputs never live in a child that runs ca
 _FACE = {"BenchOptions": "bench", "evaluate": "bench", "evaluate_peers": "bench",
          "check_output": "checks", "heldout_draw": "verdict", "matrix_cases": "verdict",
          "Kernel": "prewarm", "distinct": "prewarm", "compile_all": "prewarm", "compile_kernel": "prewarm",
-         "device_profile": "prewarm", "default_jobs": "prewarm", "warm_cases": "prewarm"}
+         "device_profile": "prewarm", "default_jobs": "prewarm", "warm_cases": "prewarm",
+         "builds_without_gpu": "prewarm"}
 __all__ = sorted(_FACE)
 
 

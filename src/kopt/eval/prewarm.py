@@ -86,42 +86,81 @@ def device_profile(name: Optional[str] = None) -> dict:
 _LOADED: dict = {}
 
 
-def compile_kernel(path: str, case_json: str, config: Optional[dict]) -> tuple[float, Optional[str]]:
-    """In a worker: build one shape's kernels as the candidate's `prepare` does (on shape-only inputs: expanded
-    views, no data), into TileLang's disk cache. (seconds, None), or (seconds, the error's last line): as text, since
-    a compiler's own exception may not survive the trip back and the pool would lose its worker."""
+def builds_without_gpu(mod) -> bool:
+    """Whether a candidate compiles a plan with no GPU: its `build_plan(case, device profile, config)` hook."""
+    return callable(getattr(mod, "build_plan", None))
+
+
+def compile_kernel(path: str, case_json: str, config: Optional[dict],
+                   profile: Optional[dict] = None) -> tuple[float, Optional[str]]:
+    """In a worker: build one shape's kernels into TileLang's disk cache, through the candidate's
+    `build_plan(case, profile, config)` when a profile is given (no GPU, no CUDA context), else as its `prepare` does
+    (on shape-only CUDA inputs: expanded views, no data). (seconds, None), or (seconds, the error's last line): as
+    text, since a compiler's own exception may not survive the trip back and the pool would lose its worker."""
     t0 = time.perf_counter()
     try:
-        import torch
-
         from kopt import candidate
         from kopt.cases import Case
 
         mod = _LOADED.get(path) or _LOADED.setdefault(path, candidate.load(Path(path)))
         case = Case.model_validate_json(case_json)
-        v = case.variant
-        dt = torch.float16 if v.dtype.value == "fp16" else torch.bfloat16
-        b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
-        one = torch.zeros((1, 1, 1, 1), device="cuda", dtype=dt)
-        q = torch.zeros((b, 1, case.q_heads, d), device="cuda", dtype=dt)
-        lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
-        bt = None
-        if v.page_size:
-            pages = -(-s // v.page_size)
-            k = one.expand(b * pages, v.page_size, hkv, d)
-            bt = torch.zeros((b, pages), device="cuda", dtype=torch.int32)
+        if profile is not None:
+            mod.build_plan(case.shape_dict(), profile, config)
         else:
-            k = one.expand(b, s, hkv, d)
-        mod.prepare(q, k, k, lens, bt, None, config)
+            _prepare_shape(mod, case, config)
     except Exception as e:
         lines = str(e).strip().splitlines()
         return time.perf_counter() - t0, f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300]
     return time.perf_counter() - t0, None
 
 
-def compile_all(path: Path, todo: list[Kernel], jobs: int, emit: Callable[[str], None] = print) -> int:
-    """Compile `todo` with `jobs` worker processes (spawned: each its own CUDA context); one line per kernel as it
-    finishes, then a summary. Returns how many failed (a plan that failed counts, reported first)."""
+def _prepare_shape(mod, case, config: Optional[dict]) -> None:
+    """The candidate's `prepare` on a case's shape: CUDA tensors of the right shapes and no data."""
+    import torch
+
+    v = case.variant
+    dt = torch.float16 if v.dtype.value == "fp16" else torch.bfloat16
+    b, s, hkv, d = case.batch, case.seqlen_k, case.kv_heads, v.head_dim
+    one = torch.zeros((1, 1, 1, 1), device="cuda", dtype=dt)
+    q = torch.zeros((b, 1, case.q_heads, d), device="cuda", dtype=dt)
+    lens = torch.full((b,), s, dtype=torch.int32, device="cuda")
+    bt = None
+    if v.page_size:
+        pages = -(-s // v.page_size)
+        k = one.expand(b * pages, v.page_size, hkv, d)
+        bt = torch.zeros((b, pages), device="cuda", dtype=torch.int32)
+    else:
+        k = one.expand(b, s, hkv, d)
+    mod.prepare(q, k, k, lens, bt, None, config)
+
+
+#: What a GPU-less worker imports before it is forked (the forkserver's preload): each worker then starts in
+#: milliseconds instead of importing torch and TileLang itself.
+PRELOAD = ["torch", "tilelang", "kopt.cases", "kopt.candidate"]
+
+
+def forkserver(start: bool = False):
+    """multiprocessing's forkserver context with PRELOAD; `start`: start its server now (it imports PRELOAD while
+    the caller goes on), else it starts with the first worker."""
+    from multiprocessing import get_context
+
+    ctx = get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    if start:
+        from multiprocessing import forkserver as fs
+
+        fs.ensure_running()
+    return ctx
+
+
+def compile_all(path: Path, todo: list[Kernel], jobs: int, emit: Callable[[str], None] = print,
+                profile: Optional[dict] = None) -> int:
+    """Compile `todo` with `jobs` worker processes; one line per kernel as it finishes, then a summary. Returns how
+    many failed (a plan that failed counts, reported first).
+
+    With `profile` (the candidate must have `build_plan`), the workers compile for that device with no GPU: forked
+    from one process that has imported torch and TileLang (multiprocessing's forkserver, which never touches CUDA).
+    Without it, each worker is spawned with its own CUDA context and runs the candidate's `prepare`."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
@@ -131,8 +170,9 @@ def compile_all(path: Path, todo: list[Kernel], jobs: int, emit: Callable[[str],
         failed += 1
         emit(f"[plan] {k.label}: FAILED {k.error}")
     build = [k for k in todo if not k.error]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as ex:
-        futs = {ex.submit(compile_kernel, str(path), k.case.model_dump_json(), k.config): k for k in build}
+    ctx = forkserver() if profile is not None else get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as ex:
+        futs = {ex.submit(compile_kernel, str(path), k.case.model_dump_json(), k.config, profile): k for k in build}
         for i, f in enumerate(as_completed(futs), 1):
             try:
                 dt, err = f.result()
@@ -185,7 +225,9 @@ _NOT = "not compiled: "
 
 
 def _warm(path: Path, spec: dict) -> str:
-    """The child's half of warm_cases: a line saying what was compiled, or why nothing was."""
+    """The child's half of warm_cases: a line saying what was compiled, or why nothing was. The forkserver starts
+    first, so that its imports overlap the candidate's and the plans."""
+    forkserver(start=True)
     from kopt import candidate
     from kopt.cases import Case
     from kopt.errors import UsageError
@@ -195,7 +237,8 @@ def _warm(path: Path, spec: dict) -> str:
         return _NOT + "the candidate has no device_plan()/prepare() hooks"
     config = spec.get("config")
     try:
-        todo = distinct(mod, [(Case.model_validate(c), config) for c in spec["cases"]], device_profile())
+        profile = device_profile()
+        todo = distinct(mod, [(Case.model_validate(c), config) for c in spec["cases"]], profile)
     except UsageError as e:
         return _NOT + str(e)
     build = [k for k in todo if not k.error]
@@ -203,7 +246,8 @@ def _warm(path: Path, spec: dict) -> str:
         return _NOT + "no kernel to compile"
     n = min(len(build), spec.get("jobs") or default_jobs())
     t0 = time.perf_counter()
-    failed = compile_all(path, build, n, emit=lambda _line: None)
+    failed = compile_all(path, build, n, emit=lambda _line: None,
+                         profile=profile if builds_without_gpu(mod) else None)
     took = time.perf_counter() - t0
     return f"compiled {len(build) - failed}/{len(build)} kernels ahead in {took:.1f} s with {n} jobs"
 

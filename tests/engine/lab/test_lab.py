@@ -5,6 +5,7 @@ timelines, read bounds, compiles and the FlashInfer check) is checked here as fa
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -128,7 +129,6 @@ def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean
     (["lab", "prewarm", "--heldout", "3", "--verify"], "--heldout goes with --heldout-seed"),
     (["lab", "prewarm", "--verify", "--case", "10"], "--verify and --case are exclusive"),
     (["lab", "prewarm", "--page-size", "16"], "--page-size goes with --case"),
-    (["lab", "prewarm", "--device-profile", "H200"], "--device-profile goes with --list"),
     (["lab", "prewarm", "--list", "--device-profile", "NOPE"], "no such GPU profile"),
     (["lab", "prewarm", "--list", "--device-profile", "H200", "--configs", "[1]"], "want a JSON object"),
     (["lab", "export", "nope"], "ledger not found"),
@@ -182,6 +182,33 @@ def test_prewarm_lists_distinct_kernels_of_a_device_profile_on_the_cpu():
     (other,) = [x for x in over if x != own[0]]
     differ = set(other.split()) ^ set(own[0].split())
     assert {w.split("=")[0] for w in differ} == {"red_batch"}, differ
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_prewarm_compiles_a_device_profiles_kernels_with_no_gpu(tmp_path, monkeypatch):
+    """--device-profile without --list builds an H200's kernels on this GPU-less host: the candidate's build_plan
+    (TileLang's lowering and nvcc, no CUDA context) in workers forked from one that imported torch and TileLang,
+    into TileLang's disk cache (here a fresh one), one cubin a kernel; a second run finds them there."""
+    monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "cache"))
+    argv = ["lab", "prewarm", "--device-profile", "H200", "--case", "4,5", "--jobs", "2", "--candidate", str(SHIPPED)]
+    code, out, err = run_main(argv)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[-1].startswith("prewarm: 2/2 kernels in ") and len(lines) == 3, out
+    cubins = sorted((tmp_path / "cache").rglob("*.cubin"))
+    assert len(cubins) == 2 and all(c.stat().st_size > 10_000 for c in cubins), cubins
+
+
+def test_prewarm_with_a_profile_needs_the_build_plan_hook(tmp_path):
+    """A candidate without build_plan cannot compile with no GPU: one line, exit 2, before anything compiles."""
+    src = SHIPPED.read_text().replace("def build_plan(", "def _no_build_plan(")
+    cand = tmp_path / "solution" / "tilelang"
+    cand.mkdir(parents=True)
+    for f in SHIPPED.parent.glob("*.py"):
+        (cand / f.name).write_text(f.read_text())
+    (cand / "run_kernel.py").write_text(src)
+    refused(["lab", "prewarm", "--device-profile", "H200", "--case", "4", "--candidate", str(cand / "run_kernel.py")],
+            "which this candidate lacks")
 
 
 def test_prewarm_build_error_comes_back_as_text():
