@@ -139,6 +139,9 @@ def prewarm(
             raise UsageError(why)
     path, extra = _configs(configs, candidate, labelled=False)
     gpu_less = device_profile is not None and not list_only
+    if gpu_less and str(profile_of(device_profile).get("vendor", "")).lower() != "nvidia":
+        raise UsageError(f"--device-profile {device_profile} without --list: compiling with no GPU is for NVIDIA "
+                         "devices (nvcc); --list shows its plans")
     if gpu_less and not builds_without_gpu(load_candidate(path)):
         raise UsageError("--device-profile without --list compiles with no GPU, through the candidate's build_plan() "
                          "hook, which this candidate lacks")

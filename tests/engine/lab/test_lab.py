@@ -130,6 +130,7 @@ def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean
     (["lab", "prewarm", "--verify", "--case", "10"], "--verify and --case are exclusive"),
     (["lab", "prewarm", "--page-size", "16"], "--page-size goes with --case"),
     (["lab", "prewarm", "--list", "--device-profile", "NOPE"], "no such GPU profile"),
+    (["lab", "prewarm", "--device-profile", "C500", "--case", "4"], "compiling with no GPU is for NVIDIA devices"),
     (["lab", "prewarm", "--list", "--device-profile", "H200", "--configs", "[1]"], "want a JSON object"),
     (["lab", "export", "nope"], "ledger not found"),
     (["lab", "campaign", "nope.yaml"], "campaign file not found"),
