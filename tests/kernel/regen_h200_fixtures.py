@@ -62,8 +62,9 @@ def main(argv=None) -> int:
         if want != {f: getattr(p, f) for f in want}:
             plans["plans"][key] = _plan_row(p, old, plans["fields"])
             moved.append(key)
-    plans.setdefault("changed", []).append({"iteration": args.iteration, "commit": commit, "keys": moved})
-    pf.write_text(_plans_text(plans))
+    if moved:  # a fixture names only the iterations that changed it
+        plans.setdefault("changed", []).append({"iteration": args.iteration, "commit": commit, "keys": moved})
+        pf.write_text(_plans_text(plans))
     print(f"h200_plans.json: {len(moved)} of {len(plans['plans'])} plans changed")
 
     sf = tp.FIXTURES / "h200_sources.json"
@@ -79,8 +80,9 @@ def main(argv=None) -> int:
         if table[key] != got:
             table[key] = got
             moved.append(key)
-    src.setdefault("changed", []).append({"iteration": args.iteration, "commit": commit, "keys": sorted(moved)})
-    sf.write_text(json.dumps(src, indent=1) + "\n")
+    if moved:
+        src.setdefault("changed", []).append({"iteration": args.iteration, "commit": commit, "keys": sorted(moved)})
+        sf.write_text(json.dumps(src, indent=1) + "\n")
     print(f"h200_sources.json: {len(moved)} of {len(cases)} hashes changed")
     return 0
 
