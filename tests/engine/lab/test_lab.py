@@ -201,14 +201,14 @@ def test_prewarm_compiles_a_device_profiles_kernels_with_no_gpu(tmp_path, monkey
 
 
 def test_prewarm_with_a_profile_needs_the_build_plan_hook(tmp_path):
-    """A candidate without build_plan cannot compile with no GPU: one line, exit 2, before anything compiles."""
-    src = SHIPPED.read_text().replace("def build_plan(", "def _no_build_plan(")
-    cand = tmp_path / "solution" / "tilelang"
-    cand.mkdir(parents=True)
-    for f in SHIPPED.parent.glob("*.py"):
-        (cand / f.name).write_text(f.read_text())
-    (cand / "run_kernel.py").write_text(src)
-    refused(["lab", "prewarm", "--device-profile", "H200", "--case", "4", "--candidate", str(cand / "run_kernel.py")],
+    """A candidate without build_plan cannot compile with no GPU: one line, exit 2, before anything compiles. (A
+    candidate of its own, with no sibling modules: a copy of the shipped folder would leave its modules, and their
+    tuning table, in this process for the tests after it.)"""
+    cand = tmp_path / "run_kernel.py"
+    cand.write_text("def run(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None, config=None):\n"
+                    "    return q\n\n\ndef device_plan(case, device, config=None):\n    return {}\n\n\n"
+                    "def prepare(*args, **kwargs):\n    return None\n\n\ndef configs(case):\n    return [{}]\n")
+    refused(["lab", "prewarm", "--device-profile", "H200", "--case", "4", "--candidate", str(cand)],
             "which this candidate lacks")
 
 
