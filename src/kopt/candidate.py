@@ -140,15 +140,29 @@ def candidate_id(path: Path) -> str:
     return short_id(content_hash(path))
 
 
+def _own_siblings(folder: Path) -> None:
+    """Forget the modules this process imported under the names of `folder`'s own modules from another folder (a
+    candidate loaded before, whose `tl_decode_cuda` would otherwise serve this one, tuning table and all). The
+    candidate loaded before keeps the modules it imported."""
+    here = folder.resolve()
+    for name in (f.stem for f in folder.glob("*.py")):
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file and Path(file).resolve().parent != here:
+            del sys.modules[name]
+
+
 def load(path: Path) -> ModuleType:
-    """Import the candidate file as a fresh module (its folder on sys.path for sibling modules), it and every
-    module of its folder compiled from their current sources (kopt.bytecode.fresh_sources)."""
+    """Import the candidate file as a fresh module (its folder first on sys.path for sibling modules, and its own
+    siblings, not another candidate's of the same names), it and every module of its folder compiled from their
+    current sources (kopt.bytecode.fresh_sources)."""
     from kopt import bytecode
 
     path = Path(path)
     folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    _own_siblings(path.parent)
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)  # first, so that its siblings are found before another candidate's
     bytecode.fresh_sources(folder)
     name = f"kopt_candidate_{candidate_id(path)}"
     spec = importlib.util.spec_from_file_location(name, path, loader=bytecode.FreshSourceLoader(name, str(path)))
