@@ -189,7 +189,7 @@ def test_prewarm_lists_distinct_kernels_of_a_device_profile_on_the_cpu():
 def test_prewarm_compiles_a_device_profiles_kernels_with_no_gpu(tmp_path, monkeypatch):
     """--device-profile without --list builds an H200's kernels on this GPU-less host: the candidate's build_plan
     (TileLang's lowering and nvcc, no CUDA context) in workers forked from one that imported torch and TileLang,
-    into TileLang's disk cache (here a fresh one), one cubin a kernel; a second run finds them there."""
+    into TileLang's disk cache (here a fresh one), one cubin a kernel."""
     monkeypatch.setenv("TILELANG_CACHE_DIR", str(tmp_path / "cache"))
     argv = ["lab", "prewarm", "--device-profile", "H200", "--case", "4,5", "--jobs", "2", "--candidate", str(SHIPPED)]
     code, out, err = run_main(argv)
