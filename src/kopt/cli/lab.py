@@ -123,10 +123,9 @@ def prewarm(
     candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
 ) -> None:
     """Compile every kernel a GPU run will need, in parallel, into TileLang's disk cache."""
-    from kopt.candidate import load as load_candidate
     from kopt.cases import parse_ids
     from kopt.errors import UsageError
-    from kopt.eval import builds_without_gpu, compile_all, default_jobs
+    from kopt.eval import compile_all, default_jobs
     from kopt.eval import device_profile as profile_of
     from kopt.lab import pick_cases, prewarm_plan, require_cuda
 
@@ -138,27 +137,23 @@ def prewarm(
         if bad:
             raise UsageError(why)
     path, extra = _configs(configs, candidate, labelled=False)
-    gpu_less = device_profile is not None and not list_only
-    if gpu_less and str(profile_of(device_profile).get("vendor", "")).lower() != "nvidia":
-        raise UsageError(f"--device-profile {device_profile} without --list: compiling with no GPU is for NVIDIA "
-                         "devices (nvcc); --list shows its plans")
-    if gpu_less and not builds_without_gpu(load_candidate(path)):
-        raise UsageError("--device-profile without --list compiles with no GPU, through the candidate's build_plan() "
-                         "hook, which this candidate lacks")
     ids = parse_ids(case)
     if ids:
         pick_cases(case, page_size)  # unknown ids and page sizes: usage errors here
     if device_profile is None:
         require_cuda("kopt lab prewarm", "--device-profile NAME lists or compiles the kernels without one")
-    todo = prewarm_plan(path, profile_of(device_profile), ids, page_size, verify, bf16, heldout, heldout_seed,
-                        extra)
+    gpu_less = device_profile is not None and not list_only
+    profile = profile_of(device_profile)
+    if gpu_less and str(profile.get("vendor", "")).lower() != "nvidia":
+        raise UsageError(f"--device-profile {device_profile} without --list: compiling with no GPU is for NVIDIA "
+                         "devices (nvcc); --list shows its plans")
+    todo = prewarm_plan(path, profile, ids, page_size, verify, bf16, heldout, heldout_seed, extra, gpu_less)
     if list_only:
         for k in todo:
             _say(k.label + (f"  FAILED {k.error}" if k.error else ""))
         _say(f"{len(todo)} kernels")
         return
-    profile = profile_of(device_profile) if gpu_less else None
-    if compile_all(path, todo, jobs or default_jobs(), emit=_say, profile=profile):
+    if compile_all(path, todo, jobs or default_jobs(), emit=_say, profile=profile if gpu_less else None):
         raise typer.Exit(1)
 
 

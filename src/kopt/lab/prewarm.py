@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from kopt.eval import Kernel, distinct
+from kopt.eval import Kernel, builds_without_gpu, distinct
 from kopt.lab.configs import LabConfig, resolved_config
 
 #: The GPU test matrix's head layouts of case 10 (kv heads, gqa), each ragged, contiguous and in 256-token pages.
@@ -84,8 +84,9 @@ def kernels(mod, keys: Optional[frozenset], shapes: list, profile: dict, extra: 
 
 def plan(path: Path, profile: dict, ids: Optional[list[int]] = None, page_size: int = 0, verify: bool = False,
          bf16: bool = False, heldout: int = 0, heldout_seed: Optional[int] = None,
-         extra: list[LabConfig] = ()) -> list[Kernel]:
-    """The kernels to compile (see the module's docstring) for the candidate at `path` on the device of `profile`."""
+         extra: list[LabConfig] = (), gpu_less: bool = False) -> list[Kernel]:
+    """The kernels to compile (see the module's docstring) for the candidate at `path` on the device of `profile`;
+    `gpu_less`: they will be compiled with no GPU, so the candidate needs its build_plan hook too."""
     from kopt import candidate
     from kopt.cases import load_cases, select
     from kopt.errors import UsageError
@@ -94,6 +95,9 @@ def plan(path: Path, profile: dict, ids: Optional[list[int]] = None, page_size: 
     for hook in ("device_plan", "prepare", "configs"):
         if not callable(getattr(mod, hook, None)):
             raise UsageError(f"the candidate has no {hook}() hook: prewarm resolves and compiles through it")
+    if gpu_less and not builds_without_gpu(mod):
+        raise UsageError("--device-profile without --list compiles with no GPU, through the candidate's build_plan() "
+                         "hook, which this candidate lacks")
     keys = candidate.config_keys(path)
     if verify:
         return kernels(mod, keys, verify_shapes(bf16, heldout, heldout_seed), profile, tuning=False)
