@@ -20,13 +20,16 @@ PERIOD = 64
 #: Sequences a fitting step trains on, and the longest it trains on: a copy found by content (the token after the
 #: block's earlier copies) or by relative position (RoPE) works the same further on.
 FIT_BATCH, FIT_MAX_LEN = 8, 512
-#: Peak learning rate (AdamW) at hidden size LR_HIDDEN (scaled by sqrt(LR_HIDDEN / hidden) for wider decoders),
-#: warm-up steps, gradient clip.
+#: Peak learning rate (AdamW) at hidden size LR_HIDDEN, scaled by LR_HIDDEN / hidden for wider decoders: an Adam
+#: step moves every weight by about the rate, so it moves a layer's output in proportion to its fan-in (the muP
+#: rule for hidden matrices); warm-up steps, gradient clip.
 LR, LR_HIDDEN, WARMUP, CLIP = 1e-3, 256, 20, 1.0
 #: The fit stops early once its loss, averaged over the last DONE_STEPS steps, is below DONE_LOSS nats a token.
 DONE_LOSS, DONE_STEPS = 0.01, 5
 #: The block's tokens come from the first BLOCK_VOCAB ids of the vocabulary.
 BLOCK_VOCAB = 512
+#: The fit's loss is kept every TRACE_EVERY steps.
+TRACE_EVERY = 50
 
 
 @dataclass
@@ -36,6 +39,8 @@ class Fitted:
 
     steps: int
     loss_last: float
+    trace: list = None
+    """[step, loss] every TRACE_EVERY steps and at the last: how the fit went, kept in the e2e row."""
 
 
 def continuation(prompt, steps: int):
@@ -71,12 +76,12 @@ def fit(lm, steps: int, seq_len: int, per: int, seed: int, device: str) -> Fitte
     lm.config._attn_implementation = "sdpa"
     lm.train()
     g = torch.Generator(device="cpu").manual_seed(seed + 2)
-    lr = LR * (LR_HIDDEN / lm.config.hidden_size) ** 0.5
+    lr = LR * LR_HIDDEN / lm.config.hidden_size
     opt = torch.optim.AdamW(lm.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / WARMUP))
     n = min(seq_len, FIT_MAX_LEN)
     cuda = device == "cuda"
-    losses = []
+    losses, trace = [], []
     try:
         for _ in range(steps):
             x = prompt(FIT_BATCH, n + 1, per, lm.config.vocab_size, g, device)
@@ -90,6 +95,8 @@ def fit(lm, steps: int, seq_len: int, per: int, seed: int, device: str) -> Fitte
             opt.step()
             sched.step()
             losses.append(float(loss.detach()))
+            if len(losses) % TRACE_EVERY == 0:
+                trace.append([len(losses), round(losses[-1], 4)])
             if len(losses) >= DONE_STEPS and sum(losses[-DONE_STEPS:]) < DONE_LOSS * DONE_STEPS:
                 break
     finally:
@@ -97,4 +104,6 @@ def fit(lm, steps: int, seq_len: int, per: int, seed: int, device: str) -> Fitte
         lm.eval()
         opt.zero_grad(set_to_none=True)
         del opt
-    return Fitted(len(losses), losses[-1] if losses else float("nan"))
+    if losses and (not trace or trace[-1][0] != len(losses)):
+        trace.append([len(losses), round(losses[-1], 4)])
+    return Fitted(len(losses), losses[-1] if losses else float("nan"), trace)
