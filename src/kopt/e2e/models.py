@@ -123,7 +123,7 @@ class E2EResult(BaseModel):
     """The fit's copy loss at its last step (nats a token; kopt.e2e.fit), None without a fit."""
     fit_steps_taken: Optional[int] = Field(default=None, ge=0)
     """Steps the fit took (it stops early once the copy is learned)."""
-    fit_trace: list[list[float]] = Field(default_factory=list)
+    fit_trace: list[tuple[int, float]] = Field(default_factory=list)
     """[step, loss] of the fit every 50 steps and at its last: whether and when it learned the copy."""
     copied: Optional[int] = Field(default=None, ge=0)
     """A fitted decoder: steps at which the candidate's own tokens continue the prompt's block for every sequence
