@@ -108,15 +108,18 @@ def warm_hints(path: Path, device: str) -> tuple[str, ...]:
 
 
 def evaluate(path: Path, cases: list[Case], opts: BenchOptions,
-             on_result: Optional[Callable[[CaseResult], None]] = None) -> list[CaseResult]:
-    """Evaluate one candidate on each case in isolated children; rows are appended to the ledger."""
+             on_result: Optional[Callable[[CaseResult], None]] = None,
+             child: Optional[Child] = None) -> list[CaseResult]:
+    """Evaluate one candidate on each case in isolated children; rows are appended to the ledger. `child`: one
+    this run started earlier (a Verdict starts its groups' children before its compiles), ended here too."""
     # first: its start-up (the interpreter, `import torch`, its CUDA context) overlaps the preparation below
     from kopt.eval.warm import keep_seconds
 
-    child = Child(warm=warm_hints(path, opts.device), take_kept=opts.kept_child)
+    given = child is not None
+    child = child.claim() if given else Child(warm=warm_hints(path, opts.device), take_kept=opts.kept_child)
     try:
         device = resolve_device(opts.device)
-        if opts.kept_child:  # a started child for the next run, warming up beside this run's own
+        if opts.kept_child and not given:  # a started child for the next run, warming up beside this run's own
             child.keep(keep_seconds(device))
         return _evaluate(path, cases, opts, device, on_result, child)
     finally:

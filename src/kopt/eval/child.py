@@ -41,6 +41,12 @@ class Child:
         self.popen, self.log, _ = kept_children.spawn_worker(self.env)
         self.dir = self.log.parent
 
+    def claim(self) -> Child:
+        """Count the child's wall (`child_wall`) from now: a child started ahead of its evaluation (a Verdict's,
+        before its compiles) is claimed by the evaluation that uses it, its start-up having run beside other work."""
+        self.started = time.perf_counter()
+        return self
+
     def keep(self, seconds: float) -> None:
         """Start a supervisor that keeps a started child of this environment for the next run, `seconds`
         (kopt.eval.warm); called right after this one started, its child warms up beside this one. Nothing when

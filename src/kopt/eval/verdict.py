@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 from kopt.cases import TIMED_KINDS, Case, CaseFile, reshaped
-from kopt.eval.bench import BenchOptions, evaluate
+from kopt.eval.bench import BenchOptions, evaluate, warm_hints
+from kopt.eval.child import Child
 from kopt.records import CaseResult, Status, fmt_na
 from kopt.timing.stats import geomean
 
@@ -281,14 +282,24 @@ def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[in
 
     rows: list[list[CaseResult]] = []
     groups = plan(cf, opts, perf_ids, heldout, quick)
-    if opts.device.startswith("cuda"):
-        warm(path, [c for group in groups for c, _ in group], opts.config)
-    for group in groups:
-        out: list[CaseResult] = []
-        # Consecutive cases with the same options share one evaluation (one child process).
-        for o, items in groupby(group, key=lambda it: it[1]):
-            out += evaluate(path, [c for c, _ in items], o, on_result)
-        rows.append(out)
+    # Consecutive cases with the same options share one evaluation (one child process).
+    batches = [[(o, [c for c, _ in items]) for o, items in groupby(group, key=lambda it: it[1])] for group in groups]
+    cuda = opts.device.startswith("cuda")
+    # On CUDA every evaluation's child starts before the compiles, so that its start-up (the interpreter, torch,
+    # a CUDA context, tilelang: 3 s each on an H100 host) overlaps them instead of coming between the groups. On
+    # the CPU each starts when its evaluation does: one warming up would share the host clock with timed rows.
+    children = [Child(warm=warm_hints(path, opts.device)) for b in batches for _ in b] if cuda else []
+    try:
+        if cuda:
+            warm(path, [c for group in groups for c, _ in group], opts.config)
+        for b in batches:
+            out: list[CaseResult] = []
+            for o, cases in b:
+                out += evaluate(path, cases, o, on_result, child=children.pop(0) if children else None)
+            rows.append(out)
+    finally:
+        for c in children:  # the evaluations a stop (an error, Ctrl-C) left unstarted
+            c.close()
     return Verdict(*rows, heldout_seed=opts.heldout_seed, planned=planned(groups), screen=quick)
 
 

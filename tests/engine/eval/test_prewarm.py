@@ -34,17 +34,26 @@ def test_a_plan_that_raises_is_a_kernel_with_its_error():
 
 
 def test_the_verdict_warms_its_kernels_on_cuda_only(monkeypatch, tmp_path):
-    """verdict.run compiles ahead on a CUDA device (every row's case, with the run's config), never on the CPU."""
-    seen = []
+    """verdict.run compiles ahead on a CUDA device (every row's case, with the run's config), never on the CPU; on
+    CUDA each evaluation is handed a child started before the compiles (a live process), on the CPU none."""
+    seen, given = [], {}
+
+    def evaluate(path, cases, o, on_result, child=None):
+        given.setdefault(o.device, []).append(child is not None and child.popen.poll() is None)
+        if child is not None:
+            child.close()
+        return []
+
     monkeypatch.setattr(prewarm, "warm_cases", lambda path, cases, emit, jobs=None, config=None:
                         seen.append((len(cases), config)))
-    monkeypatch.setattr(verdict, "evaluate", lambda path, cases, o, on_result: [])
+    monkeypatch.setattr(verdict, "evaluate", evaluate)
     monkeypatch.setattr("kopt.hardware.resolve_device", lambda device: device)  # no GPU here: plan as if
     cf = load_file()
     for device in ("cpu", "cuda"):
         verdict.run(SHIPPED, cf, BenchOptions(device=device, cold=True, config={"block_N": 64}), [4, 5], None, [],
                     quick=True)
     assert len(seen) == 1 and seen[0][0] > 2 and seen[0][1] == {"block_N": 64}
+    assert given["cpu"] and not any(given["cpu"]) and given["cuda"] and all(given["cuda"])
 
 
 def test_the_candidate_is_loaded_for_the_compiles_in_a_process_of_its_own(tmp_path):
