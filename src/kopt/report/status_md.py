@@ -59,6 +59,7 @@ def markdown(ws: Path, campaign=None) -> str:
              ("% of the roofline limit (geomean)", f"{_p(g.pct_limit)} uniform, {_p(g.pct_limit_ragged)} ragged"),
              ("held-out draws (the number to move)",
               f"{_x(g.heldout)} over {g.n_heldout} draws, {_p(g.pct_limit_heldout)} of the limit" if g.n_heldout else
+              "NA: no verdict yet; run `kopt verify`" if not s.verdict_run else
               "NA: the shown verdict has no held-out rows (it predates the workload library); run `kopt verify`"),
              ("best by the improvement rule", f"`{s.rule_best}`" + (" (the shown one)" if s.rule_best == s.candidate_id
                                                                     else "") if s.rule_best else "none yet"),

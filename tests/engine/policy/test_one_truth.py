@@ -84,3 +84,15 @@ def test_without_other_candidates_the_first_line_says_so(workspace, shipped):  #
     first = kopt("status", "--no-record").stdout.splitlines()[0]
     assert first.startswith(f"shipped {shipped} (iteration 1") and first.endswith(
         "also the best by the improvement rule; also first in the ranking")
+
+
+def test_status_md_of_a_candidate_without_a_verdict_says_it_has_none(workspace, shipped):  # noqa: F811
+    """Only bench rows of the shipped candidate: STATUS.md says it has no verdict, and its held-out line says the same
+    (not that a verdict predates the workload library)."""
+    ledger.append(ledger_file(workspace), [row(shipped, c, 1.5, mode="signal", run="b-1") for c in PERF])
+    r = kopt("report")
+    assert r.exit_code == 0, r.output
+    md = (workspace / "results" / "STATUS.md").read_text()
+    assert "| its verdict | none yet: run `kopt verify` |" in md
+    assert "| held-out draws (the number to move) | NA: no verdict yet; run `kopt verify` |" in md
+    assert "predates" not in md
