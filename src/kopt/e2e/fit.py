@@ -8,13 +8,13 @@ copying the token PERIOD - 1 positions back, which only attention over the cache
 the copy, the decoder continues the prompt's block with a wide margin at every step, so a kernel that reads the
 wrong keys, pages or heads changes the tokens, and one that reads them right keeps them. The prompt of a fitted run
 repeats a block too (`prompt`). Whether the fit learned it is measured, not assumed: FIT_LOSS and COPIED on the
-line. The 2-layer CPU decoder learns it in about 240 steps; TinyLlama's 22 layers at hidden 2048 in about 450 on an H100
-(sequences of 512 tokens).
+line. The 2-layer CPU decoder learns it in about 240 steps; TinyLlama's 22 layers at hidden 2048 in about 450 on an
+H100 (sequences of 512 tokens).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: Tokens of the repeated block (at most half the prompt).
 PERIOD = 64
@@ -42,7 +42,7 @@ class Fitted:
 
     steps: int
     loss_last: float
-    trace: list = None
+    trace: list = field(default_factory=list)
     """[step, loss] every TRACE_EVERY steps and at the last: how the fit went, kept in the e2e row."""
 
 
