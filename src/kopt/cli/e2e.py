@@ -28,7 +28,9 @@ def command(
                                                                  "a repeated block (copying through attention) "
                                                                  "before it decodes, so that its greedy tokens are "
                                                                  "decisive; the prompt repeats a block too. 0: "
-                                                                 "random weights, random prompt."),
+                                                                 "random weights, random prompt. A fitted decoder "
+                                                                 "is kept for the next run of the same fit "
+                                                                 "($KOPT_FIT_CACHE; 0: off)."),
     candidate: options.Candidate = None,
     device: options.Device = "auto",
     no_graph: bool = typer.Option(False, "--no-graph", help="On CUDA, run the decode steps eagerly instead of "

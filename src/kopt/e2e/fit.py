@@ -14,7 +14,12 @@ H100 (sequences of 512 tokens).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
 
 #: Tokens of the repeated block (at most half the prompt).
 PERIOD = 64
@@ -33,6 +38,10 @@ DONE_LOSS, DONE_STEPS = 0.01, 5
 BLOCK_VOCAB = 512
 #: The fit's loss is kept every TRACE_EVERY steps.
 TRACE_EVERY = 50
+#: Fitted decoders are kept in $KOPT_FIT_CACHE (default $XDG_CACHE_HOME/kopt/e2e-fits, else ~/.cache/kopt/e2e-fits;
+#: 0: off), one file a fit, named by a hash of everything the fit depends on (cache_file): the runs of one shape at
+#: batch 1 and 8 fit the same decoder, so the second loads it (seconds) instead of fitting again (minutes on a GPU).
+ENV_CACHE = "KOPT_FIT_CACHE"
 
 
 @dataclass
@@ -44,6 +53,60 @@ class Fitted:
     loss_last: float
     trace: list = field(default_factory=list)
     """[step, loss] every TRACE_EVERY steps and at the last: how the fit went, kept in the e2e row."""
+    cached: bool = False
+    """Loaded from the fit cache (ENV_CACHE): the same fit, run before; steps, loss and trace are that fit's."""
+
+
+def cache_file(parts: dict, env: Optional[dict] = None) -> Optional[Path]:
+    """The file that keeps the decoder fitted under `parts` (its sizes, seed, steps, lengths, dtype, device), or
+    None with the cache off. The name hashes parts, the sources of this module and kopt.e2e.llama (the fit and the
+    decoder's construction) and the torch and transformers versions: a change to any of them fits again."""
+    import torch
+    import transformers
+
+    from kopt.e2e import llama
+
+    env = os.environ if env is None else env
+    folder = env.get(ENV_CACHE)
+    if folder == "0":
+        return None
+    if not folder:
+        base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+        folder = os.path.join(base, "kopt", "e2e-fits")
+    h = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
+    for src in (__file__, llama.__file__):
+        h.update(Path(src).read_bytes())
+    h.update(f"{torch.__version__} {transformers.__version__}".encode())
+    return Path(folder) / f"{h.hexdigest()[:20]}.pt"
+
+
+def load(lm, path: Optional[Path], dtype, device: str) -> Optional[Fitted]:
+    """lm cast to dtype and given the fitted weights kept at path; None (lm untouched) when there are none or they
+    cannot be read (a partial or foreign file: the run fits again)."""
+    import torch
+
+    if path is None or not path.is_file():
+        return None
+    try:
+        blob = torch.load(path, map_location=device, weights_only=True)
+        f = Fitted(**blob["fitted"])
+        lm.to(dtype).load_state_dict(blob["state"])
+    except Exception:  # noqa: BLE001  (an unreadable file is a cache miss, never a failed run)
+        return None
+    f.cached = True
+    return f
+
+
+def save(lm, fitted: Fitted, path: Optional[Path]) -> None:
+    """Keep lm's (fitted, cast) weights and how the fit went at path, written whole or not at all."""
+    import torch
+
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    torch.save({"fitted": {k: v for k, v in asdict(fitted).items() if k != "cached"}, "state": lm.state_dict()}, tmp)
+    os.replace(tmp, path)
 
 
 def continuation(prompt, steps: int):

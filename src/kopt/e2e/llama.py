@@ -71,7 +71,8 @@ def build(d: dict, max_context: int, dtype, device: str, seed: int, fit_steps: i
           per: int = 0) -> Built:
     """LlamaForCausalLM of sizes d, random weights from seed (initialized on the device), fitted for fit_steps steps
     on blocks of `per` tokens in sequences of fit_len (kopt.e2e.fit; in fp32, before the cast to dtype) when
-    fit_steps > 0, kopt's attention on. Call it outside torch.inference_mode (a fit needs gradients)."""
+    fit_steps > 0, or loaded from the fit cache when the same fit ran before (kopt.e2e.fit.ENV_CACHE), kopt's
+    attention on. Call it outside torch.inference_mode (a fit needs gradients)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -89,7 +90,12 @@ def build(d: dict, max_context: int, dtype, device: str, seed: int, fit_steps: i
     if fit_steps:
         from kopt.e2e import fit
 
-        fitted = fit.fit(lm, fit_steps, fit_len, per, seed, device)
+        kept = fit.cache_file({"dims": d, "max_context": max_context, "dtype": str(dtype), "device": device,
+                               "seed": seed, "steps": fit_steps, "len": fit_len, "per": per})
+        fitted = fit.load(lm, kept, dtype, device)
+        if fitted is None:
+            fitted = fit.fit(lm, fit_steps, fit_len, per, seed, device)
+            fit.save(lm.to(dtype), fitted, kept)
     lm = lm.to(dtype).eval()
     lm.requires_grad_(False)
     attn = lm.model.layers[0].self_attn

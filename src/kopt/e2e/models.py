@@ -125,6 +125,8 @@ class E2EResult(BaseModel):
     """Steps the fit took (it stops early once the copy is learned)."""
     fit_trace: list[tuple[int, float]] = Field(default_factory=list)
     """[step, loss] of the fit every 50 steps and at its last: whether and when it learned the copy."""
+    fit_cached: Optional[bool] = None
+    """True: the fitted decoder was loaded from the fit cache (the same fit, run before; kopt.e2e.fit.ENV_CACHE)."""
     copied: Optional[int] = Field(default=None, ge=0)
     """A fitted decoder: steps at which the candidate's own tokens continue the prompt's block for every sequence
     (the task it was fitted to), up to the first that does not."""

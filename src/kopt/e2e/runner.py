@@ -95,7 +95,7 @@ def run(path: Path, o: E2EOptions) -> E2EResult:
         built = llama.build(d, m.max_context, dtype, o.device, o.seed, o.fit_steps, o.prompt_len + o.tokens, per)
         if built.fitted:
             res.fit_loss, res.fit_steps_taken = built.fitted.loss_last, built.fitted.steps
-            res.fit_trace = built.fitted.trace
+            res.fit_trace, res.fit_cached = built.fitted.trace, built.fitted.cached
         with torch.inference_mode():
             case = workloads.custom_case(m, o.batch, str(o.prompt_len + o.tokens), o.page_size, o.dtype)
             res.ref, base, base_page = _baseline(case, o.device, o.page_size)

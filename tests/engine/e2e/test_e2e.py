@@ -17,6 +17,12 @@ from kopt.records import Status, TimingStats
 torch = pytest.importorskip("torch")
 
 
+@pytest.fixture(autouse=True)
+def _own_fit_cache(monkeypatch, tmp_path):
+    """Fitted decoders go to this test's own folder, never the user's cache (and never one another test filled)."""
+    monkeypatch.setenv("KOPT_FIT_CACHE", str(tmp_path / "fits"))
+
+
 def _gap(step, vs_fp32=0.01, allowed=0.1, same=True, base=0.01):
     return StepGap(step=step, same=same, vs_base=vs_fp32, vs_fp32=vs_fp32, base_vs_fp32=base, allowed=allowed)
 
@@ -350,3 +356,29 @@ def test_the_fitted_tiny_decoder_copies_its_block_and_the_candidate_keeps_every_
 
     assert r.options.fit_steps == 400 and 0 < r.fit_steps_taken < 400, "it stops once the copy is learned"
     assert r.fit_loss < fit.DONE_LOSS * 2 and f["FIT_STEPS"] == str(r.fit_steps_taken)
+
+
+@needs_transformers
+def test_a_second_run_of_the_same_fit_loads_the_kept_decoder(tmp_path, monkeypatch):
+    """The fit cache: the same fit (sizes, seed, steps, lengths) loads the kept weights and how the fit went, and the
+    decoder is the one the fit made; another step count fits again; KOPT_FIT_CACHE=0 keeps nothing."""
+    from kopt.e2e import fit, llama
+
+    d = llama.dims(32, 4, 64, 2, tiny=True)
+
+    def build(steps):
+        return llama.build(d, 128, torch.float32, "cpu", 0, steps, 40, 16)
+
+    first = build(30)
+    kept = list((tmp_path / "fits").glob("*.pt"))
+    assert len(kept) == 1 and not first.fitted.cached and first.fitted.steps == 30
+    again = build(30)
+    assert again.fitted.cached and (again.fitted.steps, again.fitted.trace) == (first.fitted.steps, first.fitted.trace)
+    a, b = first.lm.state_dict(), again.lm.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not build(31).fitted.cached and len(list((tmp_path / "fits").glob("*.pt"))) == 2
+    kept[0].write_bytes(b"not a checkpoint")  # a broken file is a miss: the run fits again (and keeps the new one)
+    assert not build(30).fitted.cached and build(30).fitted.cached
+    monkeypatch.setenv("KOPT_FIT_CACHE", "0")
+    assert fit.cache_file({"a": 1}) is None and not build(32).fitted.cached
+    assert len(list((tmp_path / "fits").glob("*.pt"))) == 2
