@@ -57,14 +57,12 @@ class Fitted:
     """Loaded from the fit cache (ENV_CACHE): the same fit, run before; steps, loss and trace are that fit's."""
 
 
-def cache_file(parts: dict, env: Optional[dict] = None) -> Optional[Path]:
+def cache_file(parts: dict, sources: tuple = (), env: Optional[dict] = None) -> Optional[Path]:
     """The file that keeps the decoder fitted under `parts` (its sizes, seed, steps, lengths, dtype, device), or
-    None with the cache off. The name hashes parts, the sources of this module and kopt.e2e.llama (the fit and the
-    decoder's construction) and the torch and transformers versions: a change to any of them fits again."""
+    None with the cache off. The name hashes parts, this module's source and `sources` (the caller's: the decoder's
+    construction), and the torch and transformers versions: a change to any of them fits again."""
     import torch
     import transformers
-
-    from kopt.e2e import llama
 
     env = os.environ if env is None else env
     folder = env.get(ENV_CACHE)
@@ -74,7 +72,7 @@ def cache_file(parts: dict, env: Optional[dict] = None) -> Optional[Path]:
         base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
         folder = os.path.join(base, "kopt", "e2e-fits")
     h = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
-    for src in (__file__, llama.__file__):
+    for src in (__file__, *sources):
         h.update(Path(src).read_bytes())
     h.update(f"{torch.__version__} {transformers.__version__}".encode())
     return Path(folder) / f"{h.hexdigest()[:20]}.pt"

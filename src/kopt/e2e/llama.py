@@ -91,7 +91,7 @@ def build(d: dict, max_context: int, dtype, device: str, seed: int, fit_steps: i
         from kopt.e2e import fit
 
         kept = fit.cache_file({"dims": d, "max_context": max_context, "dtype": str(dtype), "device": device,
-                               "seed": seed, "steps": fit_steps, "len": fit_len, "per": per})
+                               "seed": seed, "steps": fit_steps, "len": fit_len, "per": per}, (__file__,))
         fitted = fit.load(lm, kept, dtype, device)
         if fitted is None:
             fitted = fit.fit(lm, fit_steps, fit_len, per, seed, device)
