@@ -35,8 +35,9 @@ def cache_dir(env: dict | None = None) -> str | None:
         return None
     if env.get(ENV_CACHE):
         return env[ENV_CACHE]
-    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "kopt", "pycache")
+    from kopt.paths import cache_home
+
+    return str(cache_home(env) / "pycache")
 
 
 def child_env(env: dict) -> dict:

@@ -9,6 +9,14 @@ from pathlib import Path
 ENV_WORKSPACE = "KOPT_WORKSPACE"
 
 
+def cache_home(env: dict | None = None) -> Path:
+    """kopt's own cache folder under `env` (default: this process's environment): $XDG_CACHE_HOME/kopt, else
+    ~/.cache/kopt. Standard library only (kopt.bytecode reads it before kopt's other imports)."""
+    env = os.environ if env is None else env
+    base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return Path(base) / "kopt"
+
+
 def workspace(start: Path | None = None) -> Path:
     """Return the workspace root: $KOPT_WORKSPACE, else the nearest parent holding bench/cases.yaml, else cwd.
     $KOPT_WORKSPACE naming no folder is a usage error: nothing is created there."""

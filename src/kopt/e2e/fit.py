@@ -69,8 +69,9 @@ def cache_file(parts: dict, sources: tuple = (), env: Optional[dict] = None) -> 
     if folder == "0":
         return None
     if not folder:
-        base = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-        folder = os.path.join(base, "kopt", "e2e-fits")
+        from kopt.paths import cache_home
+
+        folder = cache_home(env) / "e2e-fits"
     h = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
     for src in (__file__, *sources):
         h.update(Path(src).read_bytes())

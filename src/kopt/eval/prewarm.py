@@ -225,9 +225,11 @@ _NOT = "not compiled: "
 
 
 def _warm(path: Path, spec: dict) -> str:
-    """The child's half of warm_cases: a line saying what was compiled, or why nothing was. The forkserver starts
+    """The child's half of warm_cases: a line saying what was compiled, or why nothing was. For a candidate whose
+    file names build_plan (a cheap text test; a wrong guess costs time, never correctness) the forkserver starts
     first, so that its imports overlap the candidate's and the plans."""
-    forkserver(start=True)
+    if "build_plan" in path.read_text(errors="replace"):
+        forkserver(start=True)
     from kopt import candidate
     from kopt.cases import Case
     from kopt.errors import UsageError

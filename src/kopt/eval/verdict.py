@@ -288,7 +288,8 @@ def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[in
     # On CUDA every evaluation's child starts before the compiles, so that its start-up (the interpreter, torch,
     # a CUDA context, tilelang: 3 s each on an H100 host) overlaps them instead of coming between the groups. On
     # the CPU each starts when its evaluation does: one warming up would share the host clock with timed rows.
-    children = [Child(warm=warm_hints(path, opts.device)) for b in batches for _ in b] if cuda else []
+    hints = warm_hints(path, opts.device) if cuda else ()
+    children = [Child(warm=hints) for b in batches for _ in b] if cuda else []
     try:
         if cuda:
             warm(path, [c for group in groups for c, _ in group], opts.config)
