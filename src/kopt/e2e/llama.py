@@ -68,11 +68,12 @@ class Built:
 
 
 def build(d: dict, max_context: int, dtype, device: str, seed: int, fit_steps: int = 0, fit_len: int = 0,
-          per: int = 0) -> Built:
+          per: int = 0, tail: int = 1) -> Built:
     """LlamaForCausalLM of sizes d, random weights from seed (initialized on the device), fitted for fit_steps steps
     on blocks of `per` tokens in sequences of fit_len (kopt.e2e.fit; in fp32, before the cast to dtype) when
     fit_steps > 0, or loaded from the fit cache when the same fit ran before (kopt.e2e.fit.ENV_CACHE), kopt's
-    attention on. Call it outside torch.inference_mode (a fit needs gradients)."""
+    attention on; a fitted decoder's copy is then checked in dtype on the last `tail` positions (the decoded ones:
+    fit.copy_accuracy). Call it outside torch.inference_mode (a fit needs gradients)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -98,6 +99,8 @@ def build(d: dict, max_context: int, dtype, device: str, seed: int, fit_steps: i
             fit.save(lm.to(dtype), fitted, kept)
     lm = lm.to(dtype).eval()
     lm.requires_grad_(False)
+    if fitted is not None:
+        fitted.copy_acc = fit.copy_accuracy(lm, fit_len, min(tail, fit_len - per), per, seed, device)
     attn = lm.model.layers[0].self_attn
     if attn.q_proj.out_features != d["heads"] * d["head_dim"]:
         raise UsageError("this transformers release ignores LlamaConfig.head_dim: upgrade transformers")

@@ -127,6 +127,10 @@ class E2EResult(BaseModel):
     """[step, loss] of the fit every 50 steps and at its last: whether and when it learned the copy."""
     fit_cached: Optional[bool] = None
     """True: the fitted decoder was loaded from the fit cache (the same fit, run before; kopt.e2e.fit.ENV_CACHE)."""
+    fit_copy: Optional[float] = Field(default=None, ge=0, le=1)
+    """A fitted decoder: the share of the decoded positions whose next token it predicts right, teacher-forced, in
+    the run's dtype with the library's own attention (kopt.e2e.fit.copy_accuracy): below 1 the decoder, not an
+    attention, misses the copy."""
     copied: Optional[int] = Field(default=None, ge=0)
     """A fitted decoder: steps at which the candidate's own tokens continue the prompt's block for every sequence
     (the task it was fitted to), up to the first that does not."""
@@ -138,7 +142,7 @@ class E2EResult(BaseModel):
         fields = {
             "E2E": "pass" if self.passed else "fail", "MODEL": o.model, "LAYERS": o.layers, "BATCH": o.batch,
             "PROMPT": o.prompt_len, "FIT_STEPS": fmt_na(self.fit_steps_taken, "{:d}"),
-            "FIT_LOSS": fmt_na(self.fit_loss, "{:.3g}"),
+            "FIT_LOSS": fmt_na(self.fit_loss, "{:.3g}"), "FIT_COPY": fmt_na(self.fit_copy, "{:.4f}"),
             "TOKENS_SAME": f"{self.tokens_same}/{o.tokens}" if self.tokens_same is not None else "NA",
             "COPIED": f"{self.copied}/{o.tokens}" if self.copied is not None else "NA",
             "BASE_TOKENS_SAME_FP32": (f"{self.base_tokens_same_fp32}/{o.tokens}"

@@ -92,10 +92,12 @@ def run(path: Path, o: E2EOptions) -> E2EResult:
         mod, cand = _candidate(path)
         res.backend = candidate.backend_of(mod)
         per = fit.period(o.prompt_len)
-        built = llama.build(d, m.max_context, dtype, o.device, o.seed, o.fit_steps, o.prompt_len + o.tokens, per)
+        built = llama.build(d, m.max_context, dtype, o.device, o.seed, o.fit_steps, o.prompt_len + o.tokens, per,
+                            o.tokens)
         if built.fitted:
             res.fit_loss, res.fit_steps_taken = built.fitted.loss_last, built.fitted.steps
             res.fit_trace, res.fit_cached = built.fitted.trace, built.fitted.cached
+            res.fit_copy = built.fitted.copy_acc
         with torch.inference_mode():
             case = workloads.custom_case(m, o.batch, str(o.prompt_len + o.tokens), o.page_size, o.dtype)
             res.ref, base, base_page = _baseline(case, o.device, o.page_size)

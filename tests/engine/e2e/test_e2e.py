@@ -169,9 +169,10 @@ def test_the_line_is_key_value_fields_with_na_for_what_was_not_measured():
     line = _result().line()
     f = parse_line(line)
     assert line.startswith("E2E:pass MODEL:tinyllama-1.1b LAYERS:22 BATCH:1 PROMPT:32 FIT_STEPS:NA FIT_LOSS:NA "
-                           "TOKENS_SAME:64/64 COPIED:NA BASE_TOKENS_SAME_FP32:NA ")
-    fitted = parse_line(_result(fit_steps_taken=212, fit_loss=0.0081, copied=64).line())
+                           "FIT_COPY:NA TOKENS_SAME:64/64 COPIED:NA BASE_TOKENS_SAME_FP32:NA ")
+    fitted = parse_line(_result(fit_steps_taken=212, fit_loss=0.0081, fit_copy=0.984375, copied=64).line())
     assert fitted["FIT_STEPS"] == "212" and fitted["FIT_LOSS"] == "0.0081" and fitted["COPIED"] == "64/64"
+    assert fitted["FIT_COPY"] == "0.9844"
     assert f["STEP_MS"] == "2.0000" and f["REF_STEP_MS"] == "2.5000" and f["STEP_SPEEDUP"] == "1.2500x"
     assert f["KERNELS_SEEN"] == "True" and f["GRAPH"] == "True" and f["PAGE"] == "256" and f["FAIL_STEP"] == "NA"
     assert all(len(x.split(":")) == 2 for x in line.split(" "))
@@ -351,6 +352,7 @@ def test_the_fitted_tiny_decoder_copies_its_block_and_the_candidate_keeps_every_
     f = parse_line(res.stdout.strip().splitlines()[-1])
     assert f["E2E"] == "pass" and f["TOKENS_SAME"] == "8/8" and f["BASE_TOKENS_SAME_FP32"] == "8/8"
     assert f["COPIED"] == "8/8", "the fitted decoder continues the prompt's block through the candidate's attention"
+    assert f["FIT_COPY"] == "1.0000", "cast to bf16, it still copies every decoded position, teacher-forced"
     r = E2EResult.model_validate_json(out.read_text())
     from kopt.e2e import fit
 
@@ -376,9 +378,21 @@ def test_a_second_run_of_the_same_fit_loads_the_kept_decoder(tmp_path, monkeypat
     assert again.fitted.cached and (again.fitted.steps, again.fitted.trace) == (first.fitted.steps, first.fitted.trace)
     a, b = first.lm.state_dict(), again.lm.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert first.fitted.copy_acc is not None and again.fitted.copy_acc == first.fitted.copy_acc, "measured each run"
     assert not build(31).fitted.cached and len(list((tmp_path / "fits").glob("*.pt"))) == 2
     kept[0].write_bytes(b"not a checkpoint")  # a broken file is a miss: the run fits again (and keeps the new one)
     assert not build(30).fitted.cached and build(30).fitted.cached
     monkeypatch.setenv("KOPT_FIT_CACHE", "0")
     assert fit.cache_file({"a": 1}) is None and not build(32).fitted.cached
     assert len(list((tmp_path / "fits").glob("*.pt"))) == 2
+
+
+@needs_transformers
+def test_copy_accuracy_is_near_chance_for_an_unfitted_decoder():
+    """fit.copy_accuracy can fail: a random decoder predicts the block's next token about one time in BLOCK_VOCAB."""
+    from kopt.e2e import fit, llama
+
+    lm = llama.build(llama.dims(32, 4, 64, 2, tiny=True), 128, torch.bfloat16, "cpu", 0).lm
+    acc = fit.copy_accuracy(lm, 64, 16, 16, 0, "cpu")
+    assert 0.0 <= acc < 0.1
+    assert lm.config._attn_implementation != "sdpa", "the decoder's own attention is restored"
