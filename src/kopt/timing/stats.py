@@ -162,6 +162,8 @@ def paired_speedup(
     with the two-level bootstrap CI of `paired_bootstrap_ci`."""
     if len(a_rounds) != len(b_rounds) or not a_rounds:
         raise ValueError("paired_speedup needs the same, non-zero number of rounds for a and b")
+    if not all(len(r) for r in (*a_rounds, *b_rounds)):
+        raise ValueError("paired_speedup needs samples in every round of a and b")
     ratios = [float(np.median(b)) / float(np.median(a)) for a, b in zip(a_rounds, b_rounds)]
     return PairedSpeedup(ratios, float(np.median(ratios)), paired_bootstrap_ci(a_rounds, b_rounds, seed=seed))
 
