@@ -140,8 +140,8 @@ def prompt(batch: int, length: int, per: int, vocab: int, generator, device: str
 def copy_accuracy(lm, seq_len: int, tail: int, per: int, seed: int, device: str) -> float:
     """The share of the last `tail` positions of FIT_BATCH fresh repeated-block sequences of seq_len tokens whose
     next token lm predicts right, teacher-forced, with the library's own SDPA, in lm's own dtype: where the decode
-    reads and as it computes (the fit's loss is taken in fp32 weights under autocast). A fit whose loss is low but
-    whose copy this finds wrong was lost in the cast, not in an attention."""
+    reads and as it computes (the fit's loss is taken with fp32 weights, under bf16 autocast on a GPU). A fit whose
+    loss is low but whose copy this finds wrong lost it in the cast to the run's dtype, not in an attention."""
     import torch
 
     impl = lm.config._attn_implementation
