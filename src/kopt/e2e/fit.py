@@ -14,6 +14,7 @@ line, and FIT_COPY checks the copy as the run decodes (copy_accuracy). The 2-lay
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -144,18 +145,28 @@ def copy_accuracy(lm, seq_len: int, tail: int, per: int, seed: int, device: str)
     loss is low but whose copy this finds wrong lost it in the cast to the run's dtype, not in an attention."""
     import torch
 
+    g = torch.Generator(device="cpu").manual_seed(seed + 3)
+    with _sdpa(lm), torch.inference_mode():
+        x = prompt(_batch(seq_len), seq_len + 1, per, lm.config.vocab_size, g, device)
+        h = lm.model(input_ids=x[:, :-1], use_cache=False).last_hidden_state[:, -tail:]
+        right = lm.lm_head(h).argmax(-1) == x[:, -tail:]
+    return float(right.float().mean())
+
+
+def _batch(seq_len: int) -> int:
+    """Sequences of seq_len tokens a fitting step (and the copy check) takes: at most FIT_BATCH and FIT_TOKENS."""
+    return max(1, min(FIT_BATCH, FIT_TOKENS // seq_len))
+
+
+@contextlib.contextmanager
+def _sdpa(lm):
+    """lm's attention set to the library's own SDPA inside, its own restored after."""
     impl = lm.config._attn_implementation
     lm.config._attn_implementation = "sdpa"
-    g = torch.Generator(device="cpu").manual_seed(seed + 3)
-    batch = max(1, min(FIT_BATCH, FIT_TOKENS // seq_len))
     try:
-        with torch.inference_mode():
-            x = prompt(batch, seq_len + 1, per, lm.config.vocab_size, g, device)
-            h = lm.model(input_ids=x[:, :-1], use_cache=False).last_hidden_state[:, -tail:]
-            right = lm.lm_head(h).argmax(-1) == x[:, -tail:]
+        yield lm
     finally:
         lm.config._attn_implementation = impl
-    return float(right.float().mean())
 
 
 def fit(lm, steps: int, seq_len: int, per: int, seed: int, device: str) -> Fitted:
@@ -164,36 +175,32 @@ def fit(lm, steps: int, seq_len: int, per: int, seed: int, device: str) -> Fitte
     after the first block (the part a copy can predict)."""
     import torch
 
-    impl = lm.config._attn_implementation
-    lm.config._attn_implementation = "sdpa"
     lm.train()
     g = torch.Generator(device="cpu").manual_seed(seed + 2)
     lr = LR * LR_HIDDEN / lm.config.hidden_size
     opt = torch.optim.AdamW(lm.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / WARMUP))
-    n = seq_len
-    batch = max(1, min(FIT_BATCH, FIT_TOKENS // n))
-    cuda = device == "cuda"
+    batch, cuda = _batch(seq_len), device == "cuda"
     losses, trace = [], []
     try:
-        for _ in range(steps):
-            x = prompt(batch, n + 1, per, lm.config.vocab_size, g, device)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-                h = lm.model(input_ids=x[:, :-1], use_cache=False).last_hidden_state[:, per - 1:]
-                logits = lm.lm_head(h).float()
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, per:].flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(lm.parameters(), CLIP)
-            opt.step()
-            sched.step()
-            losses.append(float(loss.detach()))
-            if len(losses) % TRACE_EVERY == 0:
-                trace.append([len(losses), round(losses[-1], 4)])
-            if len(losses) >= DONE_STEPS and sum(losses[-DONE_STEPS:]) < DONE_LOSS * DONE_STEPS:
-                break
+        with _sdpa(lm):
+            for _ in range(steps):
+                x = prompt(batch, seq_len + 1, per, lm.config.vocab_size, g, device)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                    h = lm.model(input_ids=x[:, :-1], use_cache=False).last_hidden_state[:, per - 1:]
+                    logits = lm.lm_head(h).float()
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), x[:, per:].flatten())
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(lm.parameters(), CLIP)
+                opt.step()
+                sched.step()
+                losses.append(float(loss.detach()))
+                if len(losses) % TRACE_EVERY == 0:
+                    trace.append([len(losses), round(losses[-1], 4)])
+                if len(losses) >= DONE_STEPS and sum(losses[-DONE_STEPS:]) < DONE_LOSS * DONE_STEPS:
+                    break
     finally:
-        lm.config._attn_implementation = impl
         lm.eval()
         opt.zero_grad(set_to_none=True)
         del opt
