@@ -119,16 +119,19 @@ def config_for(text: Optional[str], candidate) -> Optional[dict]:
     return cfg
 
 
-def one_case(text: Optional[str], flag: str = "--case") -> Optional[int]:
-    """The one case id of `text` (None stays None); a list, or an id not in bench/cases.yaml, is a usage error."""
-    from kopt.cases import load_cases, parse_ids, select
+def one_case(text: Optional[str], flag: str = "--case", heldout: int = 0,
+             heldout_seed: Optional[int] = None) -> Optional[int]:
+    """The one case id of `text` (None stays None); a list, or an id that is neither in bench/cases.yaml nor in the
+    held-out draw of `heldout_seed` (`heldout` draws), is a usage error."""
+    from kopt import workloads
+    from kopt.cases import load_cases, parse_ids
 
     ids = parse_ids(text)
     if ids is None:
         return None
     if len(ids) != 1:
         raise UsageError(f"{flag} takes one case id here (got {text!r})")
-    select(load_cases(), ids)  # an unknown id -> usage error listing the valid ones
+    workloads.one_case(load_cases(), ids[0], heldout, heldout_seed)  # unknown -> usage error listing the valid ones
     return ids[0]
 
 

@@ -20,6 +20,12 @@ def command(
     page_size: Optional[int] = VariantOpts.page_size,
     seqlens: Optional[str] = VariantOpts.seqlens,
     seed: int = typer.Option(0, "--seed", help="Input seed."),
+    heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256,
+                                          help="With --heldout-seed: the draw's size, as the verdict drew it (kopt "
+                                               "verify --heldout; default: verify.heldout of bench/cases.yaml, 12)."),
+    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0,
+                                               help="Profile a held-out draw: the verdict's seed; --case is then one "
+                                                    "of its ids (1001, 1002, ...)."),
     config: options.Config = None,
     warmup: int = typer.Option(5, "--warmup", min=1, help="Calls before the profiled one (the first compiles)."),
     calls: int = typer.Option(3, "--calls", min=1, max=50, help="Calls recorded in the timeline."),
@@ -40,11 +46,18 @@ def command(
 
     if case is None:
         raise UsageError("choose the case to profile with --case N (e.g. --case 10)")
-    case = options.one_case(case)
+    if heldout is not None and heldout_seed is None:
+        raise UsageError("--heldout goes with --heldout-seed (the draw's size and its seed)")
+    if heldout is None:
+        from kopt.cases import load_file
+
+        heldout = load_file().verify.heldout
+    case = options.one_case(case, heldout=heldout, heldout_seed=heldout_seed)
     candidate = resolve(candidate or default_candidate())
     cfg = options.config_for(config, candidate)
     opts = ProfileOptions(case=case, tool=tool, candidate=candidate, device=device, dtype=dtype, head_dim=head_dim,
-                          page_size=page_size, seqlens=seqlens, seed=seed, warmup=warmup, calls=calls,
+                          page_size=page_size, seqlens=seqlens, seed=seed, heldout=heldout,
+                          heldout_seed=heldout_seed, warmup=warmup, calls=calls,
                           timeout_s=timeout, timeline=timeline, kernel_name=kernel_name,
                           config=cfg)
     err = err_console()

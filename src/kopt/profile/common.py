@@ -30,6 +30,8 @@ class TargetSpec:
     seqlens: Optional[str] = None
     seed: int = 0
     warmup: int = 5
+    heldout: int = 0
+    heldout_seed: Optional[int] = None
     cases_file: Optional[Path] = None
     config: Optional[str] = None
     extra: list[str] = field(default_factory=list)
@@ -39,9 +41,12 @@ class TargetSpec:
         a = [python or sys.executable, "-m", "kopt.profile.target", "--candidate", str(self.candidate),
              "--case", str(self.case), "--device", self.device, "--seed", str(self.seed), "--warmup", str(self.warmup)]
         for flag, v in (("--dtype", self.dtype), ("--head-dim", self.head_dim), ("--page-size", self.page_size),
-                        ("--seqlens", self.seqlens), ("--cases-file", self.cases_file), ("--config", self.config)):
+                        ("--seqlens", self.seqlens), ("--cases-file", self.cases_file), ("--config", self.config),
+                        ("--heldout-seed", self.heldout_seed)):
             if v is not None:
                 a += [flag, str(v)]
+        if self.heldout_seed is not None:
+            a += ["--heldout", str(self.heldout)]
         return a + list(self.extra)
 
 

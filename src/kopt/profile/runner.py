@@ -38,6 +38,10 @@ class ProfileOptions:
     page_size: Optional[int] = None
     seqlens: Optional[str] = None
     seed: int = 0
+    heldout: int = 0
+    """The held-out draw's size (`kopt verify --heldout`) when ``case`` is one of its ids."""
+    heldout_seed: Optional[int] = None
+    """The held-out draw's seed (`kopt verify --heldout-seed`); None: the case is a named one."""
     warmup: int = 5
     calls: int = 3
     timeout_s: float = 600.0
@@ -121,9 +125,9 @@ def _merge_metax(counters: list[KernelMetrics], launches: list[KernelMetrics]) -
 
 def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = None) -> ProfileSummary:
     """Run one profile end to end; returns the summary it also wrote to disk."""
-    from kopt import hardware
+    from kopt import hardware, workloads
     from kopt.candidate import candidate_id, resolve
-    from kopt.cases import load_cases, select
+    from kopt.cases import load_cases
     from kopt.hardware import resolve_device
     from kopt.paths import default_candidate, relative, workspace
     from kopt.profile import diagnosis
@@ -131,10 +135,10 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
 
     say = progress or (lambda _msg: None)
     ws = workspace()
-    case = select(load_cases(), [opts.case])[0].with_variant(
-        dtype=opts.dtype, head_dim=opts.head_dim, page_size=opts.page_size, seqlens=opts.seqlens)
-    path = resolve(opts.candidate or default_candidate(ws))
     device = resolve_device(opts.device)
+    case = workloads.one_case(load_cases(), opts.case, opts.heldout, opts.heldout_seed, cpu=device == "cpu")
+    case = case.with_variant(dtype=opts.dtype, head_dim=opts.head_dim, page_size=opts.page_size, seqlens=opts.seqlens)
+    path = resolve(opts.candidate or default_candidate(ws))
     info = hardware.detect(device)
     vendor = info.profile.vendor if info.profile else ("cpu" if device == "cpu" else "nvidia")
     tool, notes = choose_tool(opts.tool, device, vendor)
@@ -144,6 +148,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     spec = TargetSpec(candidate=path, case=case.id, device=device, dtype=case.variant.dtype.value,
                       head_dim=case.variant.head_dim, page_size=case.variant.page_size or 0,
                       seqlens=case.variant.seqlens.value, seed=opts.seed, warmup=opts.warmup,
+                      heldout=opts.heldout if opts.heldout_seed is not None else 0, heldout_seed=opts.heldout_seed,
                       config=config_text(opts.config))
     s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(),
                        candidate_path=relative(path, ws), candidate_id=candidate_id(path), backend=backend, tool=tool,
@@ -165,7 +170,8 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
                             out_bytes=outb, ideal_bytes=ideal, copy_ceiling_gbps=s.copy_ceiling_gbps,
                             paged=bool(case.variant.page_size), native_cpu=device == "cpu" and backend != "torch")
     if device != "cpu":  # a CPU run has no grid to balance
-        ev.balance, ev.balance_na = _balance(ws, s.candidate_id, case, opts.seed, units, info.name, opts.config)
+        ev.balance, ev.balance_na = _balance(ws, s.candidate_id, case, opts.seed, units, info.name, opts.config,
+                                             opts.heldout_seed, opts.heldout)
     s.diagnosis = diagnosis.diagnose(ev)
     # command lines as run from the workspace: its own paths relative, so a summary names no host path
     s.commands = [_rel_cmd(cmd, ws) for cmd in s.commands]
@@ -238,25 +244,28 @@ def _bytes(case, seed: int) -> tuple[int, int, int]:
 
 
 def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_name: str,
-             config: Optional[dict] = None):
+             config: Optional[dict] = None, heldout_seed: Optional[int] = None, heldout: int = 0):
     """(geometry.Balance of the candidate's plan on the profiled lengths, why None). The plan is the one the
     candidate reported (its plan_info hook) in its latest ledger row of this case, variant and config (None:
-    its own plan) on this device: the profiled process is not asked, so a case never benched there has none."""
+    its own plan) on this device (a held-out case: of a verdict of its draw's seed); the profiled process is not
+    asked, so a case never benched there has none."""
     from kopt.paths import ledger_file
     from kopt.profile.geometry import plan_balance
     from kopt.store import load_dicts
     from kopt.workload import seqlens_for
 
-    label = case.variant.label()
+    label, held = case.variant.label(), case.kind == "heldout"
     plan = next((r["plan"] for r in reversed(load_dicts(ledger_file(ws)).rows)
                  if r.get("candidate_id") == cid and r.get("case") == case.id and r.get("variant") == label
                  and r.get("device") == device_name and r.get("config") == config
+                 and (not held or r.get("heldout_seed") == heldout_seed)
                  and isinstance(r.get("plan"), dict)), None)
     if plan is None:
         with_cfg = f" --config '{config_text(config)}'" if config is not None else ""
+        run = (f"kopt verify --heldout {heldout} --heldout-seed {heldout_seed}" if held
+               else f"kopt bench --case {case.id}{with_cfg}")
         return None, (f"no plan recorded for candidate {cid} on case {case.id} ({label})"
-                      f"{' with that config' if with_cfg else ''} on {device_name}: "
-                      f"run `kopt bench --case {case.id}{with_cfg}` first")
+                      f"{' with that config' if with_cfg else ''} on {device_name}: run `{run}` first")
     return plan_balance(plan, seqlens_for(case, seed).tolist(), case.kv_heads, case.capacity, units)
 
 

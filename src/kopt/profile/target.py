@@ -27,7 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     """Arguments of the target runner."""
     p = argparse.ArgumentParser(prog="python -m kopt.profile.target", description=__doc__.splitlines()[0])
     p.add_argument("--candidate", required=True, help="candidate .py file")
-    p.add_argument("--case", type=int, required=True, help="case id of bench/cases.yaml")
+    p.add_argument("--case", type=int, required=True, help="case id of bench/cases.yaml, or of a held-out draw")
+    p.add_argument("--heldout", type=int, default=0, help="the held-out draw's size (kopt verify --heldout)")
+    p.add_argument("--heldout-seed", type=int, default=None, help="the held-out draw's seed (kopt verify "
+                                                                   "--heldout-seed)")
     p.add_argument("--cases-file", default=None, help="case file (default: the workspace's)")
     p.add_argument("--dtype", default=None, help="fp16 | bf16")
     p.add_argument("--head-dim", type=int, default=None, help="64 | 128")
@@ -118,13 +121,15 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> dict:
     import torch
 
+    from kopt import workloads
     from kopt.candidate import backend_of, candidate_id, load, resolve
-    from kopt.cases import load_cases, select
+    from kopt.cases import load_cases
     from kopt.workload import make_workload
 
-    case = select(load_cases(Path(args.cases_file) if args.cases_file else None), [args.case])[0]
-    case = case.with_variant(dtype=args.dtype, head_dim=args.head_dim, page_size=args.page_size, seqlens=args.seqlens)
     device = args.device
+    named = load_cases(Path(args.cases_file) if args.cases_file else None)
+    case = workloads.one_case(named, args.case, args.heldout, args.heldout_seed, cpu=device == "cpu")
+    case = case.with_variant(dtype=args.dtype, head_dim=args.head_dim, page_size=args.page_size, seqlens=args.seqlens)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("--device cuda but no CUDA device is visible")
     path = resolve(args.candidate)

@@ -101,3 +101,34 @@ def test_summary_commands_name_no_host_path(tmp_path):
     got = _rel_cmd(["/usr/local/cuda/bin/ncu", "--export", f"{ws.resolve()}/results/r", sys.executable, "-m",
                     "kopt.profile.target"], ws)
     assert got == ["ncu", "--export", "results/r", Path(sys.executable).name, "-m", "kopt.profile.target"]
+
+
+def test_profile_runs_a_held_out_draw(workspace, tmp_path, monkeypatch):
+    """--case 100N --heldout-seed S profiles draw N of the verdict's held-out draw of S (cut to CPU size as the CPU
+    verdict cuts it): the child gets that draw's heads and lengths, the summary names its shape. A held-out id with
+    no seed, an id past the draw, or --heldout alone is a usage error that creates nothing."""
+    from kopt import workloads
+
+    seen = tmp_path / "seen.json"
+    cand = tmp_path / "shape.py"
+    cand.write_text("BACKEND = 'torch'\nimport json, os, torch\n"
+                    "def run(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None):\n"
+                    "    s = {'q': list(q.shape), 'lens': cache_seqlens.tolist(), 'paged': block_table is not None}\n"
+                    "    json.dump(s, open(os.environ['SEEN'], 'w'))\n    return torch.zeros_like(q)\n")
+    monkeypatch.setenv("SEEN", str(seen))
+    want = workloads.draw(workloads.load(), 5, 7, cpu=True)[2]       # case 1003 of a 5-draw of seed 7
+    r = runner.invoke(app, ["profile", "--case", "1003", "--heldout", "5", "--heldout-seed", "7", "--tool", "torch",
+                            "--device", "cpu", "--candidate", str(cand), "--calls", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    s = ProfileSummary.model_validate_json(r.stdout)
+    assert s.case == 1003 and s.shape == want.shape_dict() and s.variant == want.variant.label()
+    got = json.loads(seen.read_text())
+    assert got["lens"] == want.lengths and got["q"][0] == want.batch and got["q"][-2] == want.q_heads
+    assert got["paged"] == bool(want.variant.page_size)
+    before = sorted(p.name for p in (workspace / "results").rglob("*"))
+    for args, msg in ((["--case", "1003"], "is a held-out draw: give the verdict's --heldout-seed"),
+                      (["--case", "1006", "--heldout", "5", "--heldout-seed", "7"], "held-out ids are 1001-1005"),
+                      (["--case", "3", "--heldout", "5"], "--heldout goes with --heldout-seed")):
+        r = runner.invoke(app, ["profile", *args, "--device", "cpu", "--candidate", str(cand)])
+        assert r.exit_code == 2 and msg in r.stderr, (args, r.output)
+    assert sorted(p.name for p in (workspace / "results").rglob("*")) == before
