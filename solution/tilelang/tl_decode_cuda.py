@@ -585,9 +585,18 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             acc = T.alloc_var("int32")
             rb = T.alloc_var("int32")
             rs = T.alloc_var("int32")
-            tot = 0
-            for i in T.serial(batch):
-                tot += T.ceildiv(L[i], block_N)
+            # the batch's tiles: each thread sums every threads-th length, then one reduction, so the lengths are
+            # read in ceil(batch / threads) round trips, not batch / 4 (nvcc's unrolled serial loop)
+            part = T.alloc_fragment([threads], "int32")
+            e_s = T.alloc_shared([threads], "int32")
+            tot_f = T.alloc_fragment([1], "int32")
+            T.clear(part)
+            for j in T.serial(T.ceildiv(batch, threads)):
+                for t in T.Parallel(threads):
+                    part[t] += T.if_then_else(j * threads + t < batch,
+                                              T.ceildiv(L[T.min(j * threads + t, batch - 1)], block_N), 0)
+            T.reduce_sum(part, tot_f, dim=0)
+            tot = tot_f[0]
             # tiles per split: the batch's tiles over the target CTAs, at least min_tiles
             w = T.max(T.ceildiv(tot * hkv, target), min_tiles)
             rb = y
@@ -595,14 +604,18 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             if y >= batch:
                 rb = -1
                 acc = 0
-                for i in T.serial(batch):
-                    # a row's splits: its tiles / w rounded to nearest, 1..num_splits
-                    e = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
-                    if rb < 0:
-                        if y - batch < acc + e:
-                            rb = i
-                            rs = y - batch - acc + 1
-                    acc += e
+                for j in T.serial(T.ceildiv(batch, threads)):
+                    # a row's extra splits (its tiles / w rounded to nearest, 1..num_splits, less one), a thread a
+                    # row; then the prefix walk over them in shared memory
+                    for t in T.Parallel(threads):
+                        i = T.min(j * threads + t, batch - 1)
+                        e_s[t] = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
+                    for t in T.serial(T.min(threads, batch - j * threads)):
+                        if rb < 0:
+                            if y - batch < acc + e_s[t]:
+                                rb = j * threads + t
+                                rs = y - batch - acc + 1
+                        acc += e_s[t]
             bb = T.alloc_var("int32")
             ns = T.alloc_var("int32")
             sd = T.alloc_var("int32")  # registers, not expressions inlined into the body (_decode_body)
@@ -613,11 +626,15 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             body(Q, K, V, L, BT, sd, h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
         if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
             with T.Kernel(hq, batch, threads=d) as (hh, b2):
-                tot2 = T.alloc_var("int32")
-                tot2 = 0
-                for i in T.serial(batch):
-                    tot2 += T.ceildiv(L[i], block_N)
-                w2 = T.max(T.ceildiv(tot2 * hkv, target), min_tiles)
+                part2 = T.alloc_fragment([d], "int32")  # the batch's tiles as the split grid sums them
+                tot2 = T.alloc_fragment([1], "int32")
+                T.clear(part2)
+                for j in T.serial(T.ceildiv(batch, d)):
+                    for t in T.Parallel(d):
+                        part2[t] += T.if_then_else(j * d + t < batch,
+                                                   T.ceildiv(L[T.min(j * d + t, batch - 1)], block_N), 0)
+                T.reduce_sum(part2, tot2, dim=0)
+                w2 = T.max(T.ceildiv(tot2[0] * hkv, target), min_tiles)
                 ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
                 if pdl:  # the plan comes from L alone: made before the wait for the split grid
                     T.pdl_sync()
