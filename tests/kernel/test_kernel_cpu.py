@@ -669,15 +669,18 @@ def test_default_tiling(rk, case, want):
 @pytest.mark.parametrize("paged", [0, 16], ids=["contig", "paged16"])
 def test_balanced_variant_plans_on_the_device(builds, paged):
     """The work-balanced variant: one kernel (in-kernel merge), a grid of B + pool rows per kv head, the
-    split plan computed from L on the device (a loop over the batch's lengths), no spills."""
+    split plan computed from L on the device (the batch's lengths read a thread a row), no spills."""
     info = builds.get("compile", **balanced_shape(paged))
     assert set(info) == {"main"}
     _clean(info["main"])
     src = info["main"]["source"]
     assert len(_defs(src)) == 1
-    # the text is the point: the plan is computed on the device (a loop over the batch's lengths, an atomic counter
-    # for the merge), which no CPU run can show
-    assert re.search(r"for \(int \w+ = 0; \w+ < batch;", src) and "AtomicAddRet(" in src
+    # the text is the point: the plan is computed on the device, which no CPU run can show: the batch's tiles summed
+    # from a thread a row in passes of the CTA's threads and one reduction; the pool blocks' extra splits a thread a
+    # row in shared memory, walked by every thread; an atomic counter for the merge
+    assert re.search(r"for \(int \w+ = 0; \w+ < \(\(batch \+ \d+\) >> \d+\);", src)
+    assert "tl::AllReduce<tl::SumOp" in src and "((int*)e_s)[t]" in src and "AtomicAddRet(" in src
+    assert not re.search(r"for \(int \w+ = 0; \w+ < batch;", src)  # no serial loop over the batch's lengths
 
 
 @pytest.mark.parametrize("case,want", [
