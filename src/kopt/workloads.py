@@ -157,19 +157,25 @@ def draw(wf: WorkloadFile, n: int, seed: int, cpu: bool = False) -> list[Case]:
     return out
 
 
-def one_case(named: list[Case], case_id: int, heldout: int, seed: Optional[int], cpu: bool = False) -> Case:
-    """Case `case_id` of the named cases or, with a seed, of that seed's `heldout` draws (ids HELDOUT_BASE + 1 ..,
-    as `kopt verify --heldout N --heldout-seed S` numbers them). A held-out id without a seed is a CaseError that
-    says what to add."""
+def pick(named: list[Case], ids: list[int], heldout: int, seed: Optional[int], cpu: bool = False) -> list[Case]:
+    """Cases `ids` of the named cases or, with a seed, of that seed's `heldout` draws (ids HELDOUT_BASE + 1 ..,
+    as `kopt verify --heldout N --heldout-seed S` numbers them). A held-out id without a seed, or past the draw, is
+    a CaseError that says what to add."""
     from kopt.cases import select
 
-    if case_id > HELDOUT_BASE and seed is None:
-        raise CaseError(f"case {case_id} is a held-out draw: give the verdict's --heldout-seed S (and its --heldout N, "
+    held = [i for i in ids if i > HELDOUT_BASE]
+    if held and seed is None:
+        raise CaseError(f"case {held[0]} is a held-out draw: give the verdict's --heldout-seed S (and its --heldout N, "
                         "the draw's size)")
-    if case_id > HELDOUT_BASE + heldout:
-        raise CaseError(f"case {case_id} is not in a draw of {heldout}: held-out ids are {HELDOUT_BASE + 1}-"
+    if held and max(held) > HELDOUT_BASE + heldout:
+        raise CaseError(f"case {max(held)} is not in a draw of {heldout}: held-out ids are {HELDOUT_BASE + 1}-"
                         f"{HELDOUT_BASE + heldout} (--heldout N sets the draw's size)")
-    return select(named + (draw(load(), heldout, seed, cpu) if case_id > HELDOUT_BASE else []), [case_id])[0]
+    return select(named + (draw(load(), heldout, seed, cpu) if held else []), ids)
+
+
+def one_case(named: list[Case], case_id: int, heldout: int, seed: Optional[int], cpu: bool = False) -> Case:
+    """pick's one case."""
+    return pick(named, [case_id], heldout, seed, cpu)[0]
 
 
 def parse_lengths(spec: str, batch: int, seed: int = 0) -> tuple[list[int], str]:

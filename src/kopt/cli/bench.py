@@ -28,6 +28,8 @@ def command(
     head_dim: Optional[int] = VariantOpts.head_dim,
     page_size: Optional[int] = VariantOpts.page_size,
     seqlens: Optional[str] = VariantOpts.seqlens,
+    heldout_seed: options.HeldoutSeed = None,
+    heldout: options.HeldoutSize = None,
     machine: options.Machine = False,
     as_json: options.Json = False,
     no_record: bool = typer.Option(False, "--no-record", help="Do not append rows to candidates.jsonl."),
@@ -62,6 +64,7 @@ def command(
     from kopt.candidate import resolve
     from kopt.cli.output import deadline, emit_results
     from kopt.eval.bench import BenchOptions, evaluate
+    from kopt.hardware import resolve_device
     from kopt.paths import default_candidate
     from kopt.records import FLUSH_KINDS, REPLAYS
 
@@ -70,13 +73,16 @@ def command(
     if model or shape:
         cases = [_custom(model, shape, batch, lengths, page_size, dtype, head_dim, seqlens, case, all_)]
     else:
-        cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
+        n_held = options.heldout_size(heldout, heldout_seed)
+        cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens, n_held, heldout_seed,
+                              cpu=heldout_seed is not None and resolve_device(device) == "cpu")
     path = resolve(candidate or default_candidate())
     opts = BenchOptions(device=device, cold=cold_cache, flush=options.choice(flush, FLUSH_KINDS, "--flush"),
                         graph=graph, replay=options.choice(replay, REPLAYS, "--replay"), timeout_s=timeout,
                         record=not no_record, seeds=seeds, timing_sets=timing_sets, quick=quick,
                         baseline=options.choice(baseline, BASELINE_CHOICES, "--baseline"),
-                        config=options.config_for(config, path), hidden=hidden, deadline=deadline(budget, t0))
+                        config=options.config_for(config, path), hidden=hidden, deadline=deadline(budget, t0),
+                        heldout_seed=heldout_seed)
 
     def go(on_result, on_progress):
         opts.progress = on_progress

@@ -31,6 +31,25 @@ Machine = Annotated[bool, typer.Option("--machine", help="Only machine lines on 
 Config = Annotated[Optional[str], typer.Option(
     "--config", help="JSON object passed to run(config=...); its keys are checked against the candidate's "
                      "declared ones (CONFIG_KEYS / _CFG_KEYS) before any work.")]
+#: --heldout-seed S: the ids past 1000 of --case are that seed's held-out draws, as `kopt verify` numbered them.
+HeldoutSeed = Annotated[Optional[int], typer.Option(
+    "--heldout-seed", min=0, help="A verdict's held-out draw seed: --case then takes its ids too (1001, 1002, ...).")]
+#: --heldout N: the size of that draw (a draw of N is not the first N of a larger one).
+HeldoutSize = Annotated[Optional[int], typer.Option(
+    "--heldout", min=1, max=256, help="With --heldout-seed: the draw's size, as the verdict drew it (kopt verify "
+                                      "--heldout; default: verify.heldout of bench/cases.yaml, 12).")]
+
+
+def heldout_size(heldout: Optional[int], heldout_seed: Optional[int]) -> int:
+    """The held-out draw's size for --heldout / --heldout-seed: --heldout alone is a usage error; by default the case
+    file's verify.heldout."""
+    if heldout is not None and heldout_seed is None:
+        raise UsageError("--heldout goes with --heldout-seed (the draw's size and its seed)")
+    if heldout is not None:
+        return heldout
+    from kopt.cases import load_file
+
+    return load_file().verify.heldout
 
 
 class VariantOpts:
@@ -64,15 +83,20 @@ class CaseSelection:
     all_: bool
 
 
-def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None, seqlens=None):
-    """Load bench/cases.yaml, select cases, apply variant overrides (errors are one-line usage errors)."""
-    from kopt.cases import load_cases, parse_ids, select
+def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None, seqlens=None, heldout: int = 0,
+                  heldout_seed: Optional[int] = None, cpu: bool = False):
+    """Load bench/cases.yaml, select cases (ids past 1000: the held-out draw of `heldout_seed`, `heldout` draws, cut to
+    CPU size with `cpu`), apply variant overrides (errors are one-line usage errors)."""
+    from kopt import workloads
+    from kopt.cases import load_cases, parse_ids
 
     if not sel.case and not sel.all_:
         raise UsageError("choose cases with --case N (e.g. --case 10 or --case 1,4-6) or --all")
     if sel.case and sel.all_:
         raise UsageError("--case and --all are exclusive")
-    cases = select(load_cases(), parse_ids(sel.case))
+    named = load_cases()
+    ids = parse_ids(sel.case)
+    cases = workloads.pick(named, ids, heldout, heldout_seed, cpu) if ids else named
     return [c.with_variant(dtype=dtype, head_dim=head_dim, page_size=page_size, seqlens=seqlens) for c in cases]
 
 

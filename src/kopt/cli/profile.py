@@ -20,12 +20,8 @@ def command(
     page_size: Optional[int] = VariantOpts.page_size,
     seqlens: Optional[str] = VariantOpts.seqlens,
     seed: int = typer.Option(0, "--seed", help="Input seed."),
-    heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256,
-                                          help="With --heldout-seed: the draw's size, as the verdict drew it (kopt "
-                                               "verify --heldout; default: verify.heldout of bench/cases.yaml, 12)."),
-    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0,
-                                               help="Profile a held-out draw: the verdict's seed; --case is then one "
-                                                    "of its ids (1001, 1002, ...)."),
+    heldout_seed: options.HeldoutSeed = None,
+    heldout: options.HeldoutSize = None,
     config: options.Config = None,
     warmup: int = typer.Option(5, "--warmup", min=1, help="Calls before the profiled one (the first compiles)."),
     calls: int = typer.Option(3, "--calls", min=1, max=50, help="Calls recorded in the timeline."),
@@ -46,12 +42,7 @@ def command(
 
     if case is None:
         raise UsageError("choose the case to profile with --case N (e.g. --case 10)")
-    if heldout is not None and heldout_seed is None:
-        raise UsageError("--heldout goes with --heldout-seed (the draw's size and its seed)")
-    if heldout is None:
-        from kopt.cases import load_file
-
-        heldout = load_file().verify.heldout
+    heldout = options.heldout_size(heldout, heldout_seed)
     case = options.one_case(case, heldout=heldout, heldout_seed=heldout_seed)
     candidate = resolve(candidate or default_candidate())
     cfg = options.config_for(config, candidate)

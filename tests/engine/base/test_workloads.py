@@ -105,6 +105,10 @@ def kopt_cli(ws: Path, *args: str) -> subprocess.CompletedProcess:
     (["--model", "qwen2.5-7b", "--shape", "32,8,128", "--lengths", "9"], "exclusive"),
     (["--model", "qwen2.5-7b", "--lengths", "9", "--case", "4"], "leave out --case"),
     (["--model", "qwen2.5-7b", "--lengths", "9", "--dtype", "fp8"], "--dtype"),
+    (["--case", "4,1003"], "case 1003 is a held-out draw: give the verdict's --heldout-seed"),
+    (["--case", "1013", "--heldout-seed", "5"], "held-out ids are 1001-1012"),
+    (["--case", "1004", "--heldout", "3", "--heldout-seed", "5"], "held-out ids are 1001-1003"),
+    (["--case", "4", "--heldout", "3"], "--heldout goes with --heldout-seed"),
 ])
 def test_bad_model_or_shape_input_is_one_line_and_exit_2(tmp_path, args, says):
     ws = tmp_path / "user"

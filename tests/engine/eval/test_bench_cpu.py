@@ -125,3 +125,19 @@ def test_device_detection_without_torch_import():
 
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert hardware.resolve_device("auto") == expected and hardware.resolve_device("cpu") == "cpu"
+
+
+def test_bench_times_a_verdicts_held_out_draw_by_its_id(workspace):
+    """--case 100N --heldout-seed S benches draw N of that seed's held-out draw (cut to CPU size, as the CPU verdict
+    cuts it) beside named cases: its line says CASE:100N and its row keeps the seed, the draw's variant and lengths."""
+    from kopt import workloads
+
+    want = workloads.draw(workloads.load(), 3, 9, cpu=True)[1]
+    r = CliRunner().invoke(app, ["bench", "--case", "2,1002", "--heldout", "3", "--heldout-seed", "9", "--device",
+                                 "cpu", "--machine", "--quick", "--candidate", str(CANDIDATES / "torch_honest.py")])
+    assert r.exit_code == 0, r.output
+    lines = [parse_line(x) for x in r.stdout.strip().splitlines()]
+    assert [x["CASE"] for x in lines] == ["2", "1002"] and all(x["CORRECT"] == "True" for x in lines)
+    held = [x for x in load(CaseResult, workspace / "candidates.jsonl").rows if x.case == 1002]
+    assert len(held) == 1 and held[0].heldout_seed == 9 and held[0].variant == want.variant.label()
+    assert held[0].shape == want.shape_label() and held[0].model == want.model
