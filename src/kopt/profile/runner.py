@@ -262,8 +262,8 @@ def _balance(ws: Path, cid: str, case, seed: int, units: Optional[int], device_n
                  and isinstance(r.get("plan"), dict)), None)
     if plan is None:
         with_cfg = f" --config '{config_text(config)}'" if config is not None else ""
-        run = (f"kopt verify --heldout {heldout} --heldout-seed {heldout_seed}" if held
-               else f"kopt bench --case {case.id}{with_cfg}")
+        run = f"kopt bench --case {case.id}{with_cfg}" + (f" --heldout {heldout} --heldout-seed {heldout_seed}"
+                                                         if held else "")
         return None, (f"no plan recorded for candidate {cid} on case {case.id} ({label})"
                       f"{' with that config' if with_cfg else ''} on {device_name}: run `{run}` first")
     return plan_balance(plan, seqlens_for(case, seed).tolist(), case.kv_heads, case.capacity, units)
