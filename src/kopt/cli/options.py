@@ -41,10 +41,12 @@ HeldoutSize = Annotated[Optional[int], typer.Option(
 
 
 def heldout_size(heldout: Optional[int], heldout_seed: Optional[int]) -> int:
-    """The held-out draw's size for --heldout / --heldout-seed: --heldout alone is a usage error; by default the case
-    file's verify.heldout."""
+    """The held-out draw's size for --heldout / --heldout-seed: --heldout alone is a usage error; without a seed 0 (no
+    draw, and the case file is not read for it); by default the case file's verify.heldout."""
     if heldout is not None and heldout_seed is None:
         raise UsageError("--heldout goes with --heldout-seed (the draw's size and its seed)")
+    if heldout_seed is None:
+        return 0
     if heldout is not None:
         return heldout
     from kopt.cases import load_file

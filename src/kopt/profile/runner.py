@@ -148,7 +148,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     spec = TargetSpec(candidate=path, case=case.id, device=device, dtype=case.variant.dtype.value,
                       head_dim=case.variant.head_dim, page_size=case.variant.page_size or 0,
                       seqlens=case.variant.seqlens.value, seed=opts.seed, warmup=opts.warmup,
-                      heldout=opts.heldout if opts.heldout_seed is not None else 0, heldout_seed=opts.heldout_seed,
+                      heldout=opts.heldout, heldout_seed=opts.heldout_seed,
                       config=config_text(opts.config))
     s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(),
                        candidate_path=relative(path, ws), candidate_id=candidate_id(path), backend=backend, tool=tool,
