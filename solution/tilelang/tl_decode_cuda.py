@@ -562,6 +562,27 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
     pool = -(-target // hkv)  # per kv head: the extra splits of all rows together never exceed this
     min_tiles = BAL_MIN_TILES
 
+    def row_splits(length, w):
+        """A row's splits: its tiles / w rounded to nearest, 1..num_splits."""
+        return T.min(T.max((T.ceildiv(length, block_N) * 2 + w) // (w * 2), 1), num_splits)
+
+    def batch_tiles(n):
+        """The macro that sums the batch's tiles into tot[0] on a CTA of n threads: each thread sums every n-th
+        length, then one reduction, so the lengths are read in ceil(batch / n) round trips, not batch / 4 (nvcc's
+        unrolled serial loop)."""
+
+        @T.macro
+        def tiles(L, part, tot):
+            T.clear(part)
+            for j in T.serial(T.ceildiv(batch, n)):
+                for t in T.Parallel(n):
+                    part[t] += T.if_then_else(j * n + t < batch, T.ceildiv(L[T.min(j * n + t, batch - 1)], block_N), 0)
+            T.reduce_sum(part, tot, dim=0)
+
+        return tiles
+
+    split_tiles, combine_tiles = batch_tiles(threads), batch_tiles(d)
+
     @T.prim_func
     def decode_balanced(
         Q: T.Tensor([batch, hq, d], dtype),
@@ -585,17 +606,10 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             acc = T.alloc_var("int32")
             rb = T.alloc_var("int32")
             rs = T.alloc_var("int32")
-            # the batch's tiles: each thread sums every threads-th length, then one reduction, so the lengths are
-            # read in ceil(batch / threads) round trips, not batch / 4 (nvcc's unrolled serial loop)
             part = T.alloc_fragment([threads], "int32")
             e_s = T.alloc_shared([threads], "int32")
             tot_f = T.alloc_fragment([1], "int32")
-            T.clear(part)
-            for j in T.serial(T.ceildiv(batch, threads)):
-                for t in T.Parallel(threads):
-                    part[t] += T.if_then_else(j * threads + t < batch,
-                                              T.ceildiv(L[T.min(j * threads + t, batch - 1)], block_N), 0)
-            T.reduce_sum(part, tot_f, dim=0)
+            split_tiles(L, part, tot_f)
             tot = tot_f[0]
             # tiles per split: the batch's tiles over the target CTAs, at least min_tiles
             w = T.max(T.ceildiv(tot * hkv, target), min_tiles)
@@ -605,11 +619,10 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
                 rb = -1
                 acc = 0
                 for j in T.serial(T.ceildiv(batch, threads)):
-                    # a row's extra splits (its tiles / w rounded to nearest, 1..num_splits, less one), a thread a
-                    # row; then the prefix walk over them in shared memory
+                    # a row's extra splits (row_splits less one), a thread a row; then the prefix walk over them
+                    # in shared memory
                     for t in T.Parallel(threads):
-                        i = T.min(j * threads + t, batch - 1)
-                        e_s[t] = T.min(T.max((T.ceildiv(L[i], block_N) * 2 + w) // (w * 2), 1), num_splits) - 1
+                        e_s[t] = row_splits(L[T.min(j * threads + t, batch - 1)], w) - 1
                     for t in T.serial(T.min(threads, batch - j * threads)):
                         if rb < 0:
                             if y - batch < acc + e_s[t]:
@@ -620,7 +633,7 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             ns = T.alloc_var("int32")
             sd = T.alloc_var("int32")  # registers, not expressions inlined into the body (_decode_body)
             bb = T.max(rb, 0)
-            ns = T.min(T.max((T.ceildiv(L[bb], block_N) * 2 + w) // (w * 2), 1), num_splits)
+            ns = row_splits(L[bb], w)
             # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
             sd = T.if_then_else(rb >= 0, rs, ns)
             body(Q, K, V, L, BT, sd, h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
@@ -628,14 +641,9 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             with T.Kernel(hq, batch, threads=d) as (hh, b2):
                 part2 = T.alloc_fragment([d], "int32")  # the batch's tiles as the split grid sums them
                 tot2 = T.alloc_fragment([1], "int32")
-                T.clear(part2)
-                for j in T.serial(T.ceildiv(batch, d)):
-                    for t in T.Parallel(d):
-                        part2[t] += T.if_then_else(j * d + t < batch,
-                                                   T.ceildiv(L[T.min(j * d + t, batch - 1)], block_N), 0)
-                T.reduce_sum(part2, tot2, dim=0)
+                combine_tiles(L, part2, tot2)
                 w2 = T.max(T.ceildiv(tot2[0] * hkv, target), min_tiles)
-                ns2 = T.min(T.max((T.ceildiv(L[b2], block_N) * 2 + w2) // (w2 * 2), 1), num_splits)
+                ns2 = row_splits(L[b2], w2)
                 if pdl:  # the plan comes from L alone: made before the wait for the split grid
                     T.pdl_sync()
                 if ns2 * G > LAST_CTA_MAX_ROWS:
