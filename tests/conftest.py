@@ -259,8 +259,10 @@ def run(q, k_cache, v_cache, cache_seqlens, block_table=None, softmax_scale=None
         out = torch.empty_like(q)
         for i in range(b):
             n = int(cache_seqlens[i])
-            k = k_cache[i, :n].float().repeat_interleave(hq // hkv, dim=1)
-            v = v_cache[i, :n].float().repeat_interleave(hq // hkv, dim=1)
+            kc, vc = (k_cache[i], v_cache[i]) if block_table is None else (
+                k_cache[block_table[i].long()].flatten(0, 1), v_cache[block_table[i].long()].flatten(0, 1))
+            k = kc[:n].float().repeat_interleave(hq // hkv, dim=1)
+            v = vc[:n].float().repeat_interleave(hq // hkv, dim=1)
             s = torch.einsum("hd,nhd->hn", q[i, 0].float(), k) * scale
             out[i, 0] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v).to(q.dtype)
     return out

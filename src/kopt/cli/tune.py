@@ -38,6 +38,8 @@ def command(
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,
     page_size: Optional[int] = VariantOpts.page_size,
+    heldout_seed: options.HeldoutSeed = None,
+    heldout: options.HeldoutSize = None,
     csv: Optional[Path] = typer.Option(None, "--csv", help="Tuning table (default results/<backend>/tuning.csv)."),
     no_write: bool = typer.Option(False, "--no-write", help="Do not update the tuning table."),
     no_record: bool = typer.Option(False, "--no-record", help="Do not append mode=tune rows to candidates.jsonl."),
@@ -51,19 +53,28 @@ def command(
     default; upsert the winner (a paired improvement over the default, else the default)."""
     from kopt import tune
     from kopt.candidate import resolve
+    from kopt.errors import UsageError
     from kopt.executor import pool
+    from kopt.hardware import resolve_device
     from kopt.paths import default_candidate
     from kopt.timing.stats import geomean
 
     t0 = time.perf_counter()
     pool.parse_spec(gpus)  # a bad --gpus is a usage error before any work
-    cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, None)
+    cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, None,
+                          options.heldout_size(heldout, heldout_seed), heldout_seed,
+                          cpu=heldout_seed is not None and resolve_device(device) == "cpu")
+    held = [c.id for c in cases if c.kind == "heldout"]
+    if held and not no_write:
+        raise UsageError(f"case(s) {','.join(map(str, held))} are held-out draws: a tuned row would apply to the "
+                         "draw's shape bucket, and the held-out verdict would then grade the table, not the plan rule. "
+                         "Add --no-write to search their configs without writing the table")
     path = resolve(candidate or default_candidate())
     opts = tune.TuneOptions(device=device, gpus=gpus, max_configs=max_configs, quick=quick, hot=hot,
                             timeout_s=timeout, csv=csv, write=not no_write, record=not no_record,
                             compile_jobs=compile_jobs, finalists=finalists, executor=executor,
                             ray_address=ray_address, ray_shared=ray_shared,
-                            deadline=None if budget is None else time.time() + budget)
+                            deadline=None if budget is None else time.time() + budget, heldout_seed=heldout_seed)
     results = tune.tune(path, cases, opts, on_case=None if as_json else lambda ct: print(ct.line(), flush=True))
     wall = time.perf_counter() - t0
     g = geomean([ct.gain for ct in results if ct.gain])

@@ -63,6 +63,8 @@ class TuneOptions:
     ledger: Optional[Path] = None
     compile_jobs: Optional[int] = None
     """Parallel prewarm children per shard; None: auto (CUDA only), 0/1: none."""
+    heldout_seed: Optional[int] = None
+    """The seed of the held-out draws among the cases (kept on their ledger rows)."""
     max_reruns: int = 3
     keep_dir: Optional[Path] = None
     finalists: int = 3
@@ -231,7 +233,7 @@ def finish_case(path: Path, case: Case, shards: list[ShardResult], opts: TuneOpt
         from kopt import paths
         from kopt.store import ledger
 
-        ledger.append(opts.ledger or paths.ledger_file(), [ledger_row(path, case, ct, chash)])
+        ledger.append(opts.ledger or paths.ledger_file(), [ledger_row(path, case, ct, chash, opts.heldout_seed)])
     return ct
 
 
@@ -253,7 +255,7 @@ def table_row(case: Case, ct: CaseTune, path: Path, chash: str, quick: bool = Fa
         host=ct.meta.host, plan_version=plan_version(Path(path)), capacity=case.capacity)
 
 
-def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
+def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str, heldout_seed: Optional[int] = None):
     """A mode=tune ledger row for the winner (its speedup over the baseline is a ratio of unpaired medians: no CI)."""
     import uuid
 
@@ -267,7 +269,9 @@ def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str):
     t = w.paired_a if w is not ct.default and w.paired_a else w.cold   # the better-measured figure
     return CaseResult(
         row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=relative(path), candidate_hash=chash,
-        candidate_id=short_id(chash), technique="tune", config=w.config, case=case.id, variant=case.variant.label(),
+        candidate_id=short_id(chash), technique="tune", config=w.config, case=case.id, case_kind=case.kind,
+        variant=case.variant.label(), model=case.model, shape=case.shape_label() if case.model else None,
+        heldout_seed=heldout_seed if case.kind == "heldout" else None,
         backend=m.backend, compiled=True, correct=True, status=Status.ok,
         message=f"tuned over {len(ct.configs)} configs; {_summary(ct)}",
         runtime_ms=t.median_ms, ref_runtime_ms=ref_ms, speedup=ref_ms / t.median_ms if ref_ms else None,

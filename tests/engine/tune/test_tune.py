@@ -206,6 +206,32 @@ def test_tune_pairs_only_the_top_finalists(workspace, tmp_path):
     assert all(x["correct"] for x in c["configs"])
 
 
+def test_tune_searches_a_held_out_draw_but_never_writes_it_to_the_table(workspace, tmp_path):
+    """--case 100N --heldout-seed S searches draw N of that seed (cut to CPU size) with --no-write: its TUNE line says
+    CASE:100N and its ledger row keeps the seed, the kind and the draw's shape. Without --no-write it is a usage error
+    (a tuned row would grade the table, not the rule, in the next held-out verdict), and nothing is written."""
+    from kopt import workloads
+
+    cand = tmp_path / "passes.py"
+    cand.write_text(CANDIDATE % "False")
+    base = ["tune", "--case", "1002", "--heldout", "3", "--heldout-seed", "9", "--device", "cpu", "--candidate",
+            str(cand), "--quick", "--finalists", "0"]
+    r = CliRunner().invoke(app, base)
+    assert r.exit_code == 2 and "held-out draws" in r.output and "--no-write" in r.output, r.output
+    assert not (workspace / "results").exists() and not (workspace / "candidates.jsonl").exists()
+
+    want = workloads.draw(workloads.load(), 3, 9, cpu=True)[1]
+    r = CliRunner().invoke(app, base + ["--no-write", "--json"])
+    assert r.exit_code == 0, r.output
+    (c,) = json.loads(r.stdout)["cases"]
+    f = dict(x.split(":", 1) for x in c["line"].split())
+    assert f["CASE"] == "1002" and f["TUNE"] == "ok" and c["csv"] is None
+    assert not (workspace / "results" / "torch" / "tuning.csv").exists()
+    (row,) = load(CaseResult, workspace / "candidates.jsonl").rows
+    assert (row.mode, row.case, row.case_kind, row.heldout_seed) == ("tune", 1002, "heldout", 9)
+    assert row.variant == want.variant.label() and row.shape == want.shape_label() and row.model == want.model
+
+
 def test_candidate_without_configs_fails_cleanly(workspace, tmp_path):
     from conftest import CANDIDATES
 
