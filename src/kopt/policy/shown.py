@@ -92,6 +92,9 @@ class Shown(BaseModel):
     rule_best: Optional[str] = None
     """The best candidate by the improvement rule (the last improving iteration's), the shown one included."""
     best_by_rule: Optional[BestByRule] = None
+    rule_best_elsewhere: Optional[str] = None
+    """When no iteration improved on the shown device: the rule's best on another device, "ID (iteration N, on
+    DEVICE)" (None: none improved anywhere)."""
     ranked_first: Optional[RankedFirst] = None
 
     def headline(self) -> str:
@@ -111,6 +114,9 @@ class Shown(BaseModel):
             out += f"; best by the improvement rule: {b.candidate_id} (iteration {b.iteration}), as {why}"
         elif self.rule_best == self.candidate_id:
             out += "; also the best by the improvement rule"
+        elif self.rule_best_elsewhere:
+            out += (f"; no iteration improved on {self.device}, so no best by the rule there (on another device: "
+                    f"{self.rule_best_elsewhere})")
         else:
             out += "; no iteration improved yet, so no best by the rule"
         if r is not None:
@@ -306,6 +312,9 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         s.outcome = mine[-1].outcome + (f" ({mine[-1].reason})" if mine[-1].reason else "")
     rb = _rule_best(points, s.device)
     s.rule_best = rb.candidate_id if rb else None
+    other = None if rb else _rule_best(points, None)
+    if other is not None:
+        s.rule_best_elsewhere = f"{other.candidate_id} (iteration {other.iteration}, on {other.device or 'NA'})"
     s.best_by_rule = _best_by_rule(ws, rows, s, points)
     s.ranked_first = _ranked_first(top, s, points)
     return s

@@ -124,6 +124,21 @@ def test_without_a_solution_the_top_ranked_is_shown(workspace):
     assert s.candidate_id == "aaaaaaaaaaaa" and s.source == "ledger best" and s.best_by_rule is None
 
 
+def test_no_improvement_on_the_shown_device_names_the_rules_best_elsewhere(workspace, shipped):
+    """The shipped candidate's rows are all from an H100; the only improving iteration ran on an H200. The headline
+    does not say no iteration improved: it says none did on the H100 and names the rule's best on the H200."""
+    ledger.append(ledger_file(workspace), [row("0ld0ld0ld0ld", c, 1.2, run="v-old") for c in PERF])
+    ledger.append(ledger_file(workspace), [row(shipped, c, 1.3, mode="signal", run="b-h100", device="H100")
+                                           for c in (4, 5)])
+    s = shown_candidate(workspace)
+    assert s.device == "H100" and s.rule_best is None
+    assert s.rule_best_elsewhere == "0ld0ld0ld0ld (iteration 1, on H200)"
+    h = s.headline()
+    assert "no iteration improved yet" not in h
+    assert "no iteration improved on H100, so no best by the rule there (on another device: 0ld0ld0ld0ld " \
+           "(iteration 1, on H200))" in h, h
+
+
 def test_device_filter(workspace, shipped):
     noisy_older_ledger(workspace, shipped)
     s = shown_candidate(workspace, device="cpu")
