@@ -38,6 +38,9 @@ def command(
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,
     page_size: Optional[int] = VariantOpts.page_size,
+    config: Optional[list[str]] = typer.Option(None, "--config", help="A JSON config to search beside the "
+                                               "candidate's default, instead of its configs(case); repeat it for "
+                                               "more. Keys are checked as `kopt bench --config` checks them."),
     heldout_seed: options.HeldoutSeed = None,
     heldout: options.HeldoutSize = None,
     csv: Optional[Path] = typer.Option(None, "--csv", help="Tuning table (default results/<backend>/tuning.csv)."),
@@ -70,11 +73,13 @@ def command(
                          "draw's shape bucket, and the held-out verdict would then grade the table, not the plan rule. "
                          "Add --no-write to search their configs without writing the table")
     path = resolve(candidate or default_candidate())
+    given = [options.config_for(c, path) for c in config or []]
     opts = tune.TuneOptions(device=device, gpus=gpus, max_configs=max_configs, quick=quick, hot=hot,
                             timeout_s=timeout, csv=csv, write=not no_write, record=not no_record,
                             compile_jobs=compile_jobs, finalists=finalists, executor=executor,
                             ray_address=ray_address, ray_shared=ray_shared,
-                            deadline=None if budget is None else time.time() + budget, heldout_seed=heldout_seed)
+                            deadline=None if budget is None else time.time() + budget, heldout_seed=heldout_seed,
+                            configs=given or None)
     results = tune.tune(path, cases, opts, on_case=None if as_json else lambda ct: print(ct.line(), flush=True))
     wall = time.perf_counter() - t0
     g = geomean([ct.gain for ct in results if ct.gain])

@@ -63,6 +63,8 @@ class TuneOptions:
     ledger: Optional[Path] = None
     compile_jobs: Optional[int] = None
     """Parallel prewarm children per shard; None: auto (CUDA only), 0/1: none."""
+    configs: Optional[list[dict]] = None
+    """--config: search these beside the candidate's default instead of configs(case)."""
     heldout_seed: Optional[int] = None
     """The seed of the held-out draws among the cases (kept on their ledger rows)."""
     max_reruns: int = 3

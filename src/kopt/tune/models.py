@@ -59,6 +59,8 @@ class TuneJob(BaseModel):
     """With prewarm: this child compiles every parts-th config of the shard, starting at part."""
     finalists: int = Field(3, ge=0)
     """Configs (besides the default) paired against the default after the screen; 0: none."""
+    configs: Optional[list[dict]] = None
+    """--config: search these configs beside the candidate's default instead of configs(case)."""
     prior: list[ConfigResult] = Field(default_factory=list)
     """Results of earlier children of this shard (a rerun): reported again and ranked for the finalists."""
     out_dir: str

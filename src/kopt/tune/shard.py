@@ -51,7 +51,8 @@ def run_shard(device: str, opts: TuneOptions, path: str, item: ShardItem) -> Sha
     s0 = fresh_seed()
     base = dict(candidate_path=path, case=item.case, device=device, shard=item.shard, shards=item.shards,
                 max_configs=opts.max_configs, seeds_correct=[s0], seeds_timing=[s0, fresh_seed()],
-                quick=opts.quick, hot=opts.hot, baseline=opts.baseline, finalists=opts.finalists)
+                quick=opts.quick, hot=opts.hot, baseline=opts.baseline, finalists=opts.finalists,
+                configs=opts.configs)
     work = Path(tempfile.mkdtemp(prefix="kopt-tune-"))
     try:
         with proc.reaping():

@@ -109,14 +109,18 @@ class TuneRun:
         return True
 
     def configs(self, mod) -> list[Optional[dict]]:
-        """The candidate's config list for this case; the first entry is its default."""
+        """The candidate's config list for this case; the first entry is its default. With --config (job.configs):
+        that default (configs(case)'s first entry; none where the candidate declares no configs) and the given
+        ones."""
         from kopt import candidate
 
         fn = getattr(mod, "configs", None)
-        if not callable(fn):
+        if not callable(fn) and not self.job.configs:
             raise Reject(Status.unsupported, "the candidate declares no configs(case): nothing to tune")
         if not candidate.accepts_config(mod):
             raise Reject(Status.unsupported, "run() takes no config= keyword: nothing to tune")
+        if not callable(fn):
+            return [None, *self.job.configs]
         try:
             cfgs = list(fn({**self.job.case.shape_dict(), "device": "cpu" if self.job.device == "cpu" else "cuda"}))
         except Exception as e:
@@ -124,7 +128,7 @@ class TuneRun:
         bad = [c for c in cfgs if c is not None and not isinstance(c, dict)]
         if not cfgs or bad:
             raise Reject(Status.unsupported, "configs() must return a non-empty list of dicts")
-        return cfgs
+        return [cfgs[0], *self.job.configs] if self.job.configs else cfgs
 
     def compile(self, s: Session, w, cr: ConfigResult) -> Optional[object]:
         """prepare (when declared) and the first call, unpoisoned; returns that output (held by the session:

@@ -232,6 +232,29 @@ def test_tune_searches_a_held_out_draw_but_never_writes_it_to_the_table(workspac
     assert row.variant == want.variant.label() and row.shape == want.shape_label() and row.model == want.model
 
 
+def test_tune_searches_the_configs_given_beside_the_default(workspace, tmp_path):
+    """--config (repeated) replaces configs(case) by the candidate's default and the configs given, in that order; a
+    config with a key the candidate does not declare is a usage error before any work."""
+    cand = tmp_path / "passes.py"
+    cand.write_text(CANDIDATE % "False")
+    r = CliRunner().invoke(app, ["tune", "--case", "2", "--device", "cpu", "--candidate", str(cand), "--quick",
+                                 "--finalists", "0", "--no-write", "--no-record", "--json",
+                                 "--config", '{"passes": 2}', "--config", '{"passes": 3}'])
+    assert r.exit_code == 0, r.output
+    (c,) = json.loads(r.stdout)["cases"]
+    assert [x["config"] for x in sorted(c["configs"], key=lambda x: x["index"])] == [
+        {"passes": 6}, {"passes": 2}, {"passes": 3}]
+    assert "CONFIGS:3/3" in c["line"]
+
+    from conftest import REPO
+
+    sol = REPO / "solution" / "tilelang" / "run_kernel.py"
+    r = CliRunner().invoke(app, ["tune", "--case", "2", "--device", "cpu", "--candidate", str(sol), "--no-write",
+                                 "--config", '{"num_splits": 2}', "--config", '{"splits": 2}'])
+    assert r.exit_code == 2 and "unknown key splits" in r.output, r.output
+    assert not (workspace / "candidates.jsonl").exists()
+
+
 def test_candidate_without_configs_fails_cleanly(workspace, tmp_path):
     from conftest import CANDIDATES
 
