@@ -84,7 +84,7 @@ class TuneRun:
             self.save("done")
             return
         if not job.prewarm and (why := one_plan(mod, [cfgs[i] for i in self.res.selected],
-                                                 sets[job.seeds_correct[0]], job.device)):
+                                                 sets[job.seeds_correct[0]], job.device, bool(job.configs))):
             self.res.not_applicable, self.res.status = why, Status.ok
             self.save("done")
             return
@@ -257,7 +257,7 @@ class TuneRun:
             self.res.message = f"baseline {base.name} failed: {type(e).__name__}: {str(e)[:200]}"
 
 
-def one_plan(mod, cfgs: list, w, device: str) -> str:
+def one_plan(mod, cfgs: list, w, device: str, given: bool = False) -> str:
     """On the CPU: why the search does not apply when every config reports the same plan (`plan_info`), e.g. GPU
     switches a C kernel ignores; "" when the configs differ there, the candidate has no plan_info, or it fails
     (the screen then reports it). Not asked on a GPU, where plan_info compiles the config's kernels."""
@@ -273,7 +273,8 @@ def one_plan(mod, cfgs: list, w, device: str) -> str:
         return ""
     if len(plans) > 1:
         return ""
-    return (f"all {len(cfgs)} configs of configs(case) run one plan on the cpu (plan_info {plans.pop()}): nothing to "
+    whose = "the default and --config's" if given else "configs(case)"
+    return (f"all {len(cfgs)} configs of {whose} run one plan on the cpu (plan_info {plans.pop()}): nothing to "
             "tune here; configs(case) gets case['device'] and may list the CPU kernel's own switches")
 
 
