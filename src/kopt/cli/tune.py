@@ -69,9 +69,11 @@ def command(
                           cpu=heldout_seed is not None and resolve_device(device) == "cpu")
     held = [c.id for c in cases if c.kind == "heldout"]
     if held and not no_write:
-        raise UsageError(f"case(s) {','.join(map(str, held))} are held-out draws: a tuned row would apply to the "
-                         "draw's shape bucket, and the held-out verdict would then grade the table, not the plan rule. "
-                         "Add --no-write to search their configs without writing the table")
+        what = f"case {held[0]} is a held-out draw" if len(held) == 1 else \
+            f"cases {','.join(map(str, held))} are held-out draws"
+        raise UsageError(f"{what}: a tuned row would apply to the draw's shape bucket, and the held-out verdict would "
+                         "then grade the table, not the plan rule. Add --no-write to search configs without writing "
+                         "the table")
     path = resolve(candidate or default_candidate())
     given = [options.config_for(c, path) for c in config or []]
     opts = tune.TuneOptions(device=device, gpus=gpus, max_configs=max_configs, quick=quick, hot=hot,

@@ -217,7 +217,7 @@ def test_tune_searches_a_held_out_draw_but_never_writes_it_to_the_table(workspac
     base = ["tune", "--case", "1002", "--heldout", "3", "--heldout-seed", "9", "--device", "cpu", "--candidate",
             str(cand), "--quick", "--finalists", "0"]
     r = CliRunner().invoke(app, base)
-    assert r.exit_code == 2 and "held-out draws" in r.output and "--no-write" in r.output, r.output
+    assert r.exit_code == 2 and "case 1002 is a held-out draw" in r.output and "--no-write" in r.output, r.output
     assert not (workspace / "results").exists() and not (workspace / "candidates.jsonl").exists()
 
     want = workloads.draw(workloads.load(), 3, 9, cpu=True)[1]
