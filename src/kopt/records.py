@@ -109,7 +109,8 @@ class PeerResult(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     peer: str
-    """The adapter: fa2 | fa2-paged | fa3 | flashinfer | torch (kopt.baselines.PEERS)."""
+    """The adapter: fa2 | fa2-paged | fa3 | flashinfer | torch (kopt.baselines.PEERS), or cand-<id>: an earlier
+    candidate's file timed as a peer."""
     ref: str = "NA"
     """What ran, with its version (e.g. fa3_fwd-0.0.3, flash_attn-2.8.3-paged256)."""
     na: Optional[str] = None

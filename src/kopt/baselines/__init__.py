@@ -48,10 +48,41 @@ def _fa_supports(case: Case) -> Optional[str]:
     return None
 
 
+def is_candidate_file(spec: str) -> bool:
+    """Whether a peer spec names a candidate file (an earlier candidate timed as a peer) rather than a named peer."""
+    return spec.endswith(".py")
+
+
+#: How a row or a panel names an earlier candidate timed as a peer: this prefix and its candidate id.
+CANDIDATE_PEER = "cand-"
+
+
+def peer_name(spec: str) -> str:
+    """A peer's name in rows and panels: the named peer itself, or `cand-<candidate id>` for a candidate file."""
+    if not is_candidate_file(spec):
+        return spec
+    from pathlib import Path
+
+    from kopt.candidate import candidate_id
+
+    return f"{CANDIDATE_PEER}{candidate_id(Path(spec))}"
+
+
+def named_first(items: list, name=lambda x: x.peer) -> list:
+    """The named peers among items (FA2, FA3, ...), else all: an earlier candidate timed as a peer is reported beside
+    them and never stands for the best peer while a named one ran."""
+    named = [x for x in items if not name(x).startswith(CANDIDATE_PEER)]
+    return named or items
+
+
 def pick(case: Case, device: str, prefer: str = "auto") -> Baseline:
     """The baseline `prefer` names. auto: flash_attn_with_kvcache(num_splits=0) on CUDA when possible,
-    else torch, labelled so (never silently); a named peer: that peer, or NA with the reason."""
+    else torch, labelled so (never silently); a named peer: that peer, or NA with the reason; a candidate file
+    (`*.py`): that candidate's `run` (its own plan), imported beside the one timed."""
     from kopt.errors import UsageError
+
+    if is_candidate_file(prefer):
+        return _candidate_file(prefer)
 
     if prefer == "auto":
         if device == "cpu":
@@ -116,6 +147,32 @@ def _hopper(kind: str) -> Callable[[Case, str], Baseline]:
         return getattr(hopper, kind)(case, device)
 
     return make
+
+
+def _candidate_file(spec: str) -> Baseline:
+    """An earlier candidate as a peer: its module imported with its own sibling modules (kopt.candidate.load keeps
+    the timed candidate's), its `prepare` (when declared) done when an input set is bound, outside the timed calls;
+    NA with the reason when it does not import."""
+    from pathlib import Path
+
+    from kopt import candidate
+
+    name = peer_name(spec)
+    try:
+        mod = candidate.load(Path(spec))
+    except Exception as e:  # noqa: BLE001  (a peer that does not import is NA, never the timed candidate's failure)
+        return unavailable(name, f"{Path(spec).name} does not import: {str(e)[:200]}")
+
+    def call(w: Workload):
+        return mod.run(w.q, w.k_cache, w.v_cache, w.cache_seqlens, w.block_table, w.softmax_scale)
+
+    def prepare(w: Workload):
+        prep = getattr(mod, "prepare", None)
+        if callable(prep):
+            prep(w.q, w.k_cache, w.v_cache, w.cache_seqlens, w.block_table, w.softmax_scale)
+        return functools.partial(call, w)
+
+    return Baseline(name, call, note=f"candidate {spec}", prepare=prepare)
 
 
 _ADAPTERS: dict[str, Callable[[Case, str], Baseline]] = {

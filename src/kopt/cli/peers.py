@@ -18,7 +18,9 @@ def command(
     all_: options.AllCases = False,
     candidate: options.Candidate = None,
     peers: Optional[str] = typer.Option(None, "--peers", help="Comma-separated subset of "
-                                                              "fa2,fa2-paged,fa3,flashinfer,torch (default: all)."),
+                                                              "fa2,fa2-paged,fa3,flashinfer,torch (default: all), "
+                                                              "and candidate files (a .py path: an earlier "
+                                                              "candidate, its own plan, timed as a peer)."),
     device: options.Device = "auto",
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,

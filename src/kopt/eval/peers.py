@@ -24,14 +24,20 @@ def output_file(peer: str) -> str:
 
 
 def check_names(names: list[str]) -> list[str]:
-    """Peer names in panel order, unknown ones a usage error."""
-    from kopt.baselines import PEERS
+    """Named peers in panel order, then candidate files (`*.py`, as absolute paths); an unknown name or a file that
+    is not there is a usage error."""
+    from kopt.baselines import PEERS, is_candidate_file
     from kopt.errors import UsageError
 
-    bad = [n for n in names if n not in PEERS]
+    files = [n for n in names if is_candidate_file(n)]
+    missing = [f for f in files if not Path(f).is_file()]
+    if missing:
+        raise UsageError(f"peer candidate file {missing[0]} not found")
+    bad = [n for n in names if n not in PEERS and n not in files]
     if bad or not names:
-        raise UsageError(f"unknown peer {bad[0] if bad else '(none)'!r}; use some of {', '.join(PEERS)}")
-    return [p for p in PEERS if p in names]
+        raise UsageError(f"unknown peer {bad[0] if bad else '(none)'!r}; use some of {', '.join(PEERS)}, or a "
+                         "candidate file (a .py path)")
+    return [p for p in PEERS if p in names] + list(dict.fromkeys(str(Path(f).resolve()) for f in files))
 
 
 # ---------------------------------------------------------------- in the evaluation child
@@ -42,8 +48,9 @@ def time_peers(res, cand: Callable[[], object], timed: list, job, opts) -> None:
     from kopt import baselines
     from kopt.timing import time_fn, time_pair
 
-    for name in job.peers:
-        base = baselines.pick(job.case, job.device, name)
+    for spec in job.peers:
+        base = baselines.pick(job.case, job.device, spec)
+        name = baselines.peer_name(spec)
         p = PeerResult(peer=name, ref=base.name, na=base.na)
         res.peers.append(p)
         if base.na:
@@ -65,7 +72,7 @@ def time_peers(res, cand: Callable[[], object], timed: list, job, opts) -> None:
         res.message = "no peer ran: " + "; ".join(f"{p.peer}: {p.na}" for p in res.peers)
         res.timing = time_fn(cand, job.device, opts)
         return
-    _adopt(res, min(ran, key=lambda p: p.ref_timing.median_ms))
+    _adopt(res, min(baselines.named_first(ran), key=lambda p: p.ref_timing.median_ms))
 
 
 class _PeerFailed(Exception):
@@ -131,7 +138,7 @@ def settle(r: CaseResult, case: Case, device: str, work: Path) -> None:
             p.message = "" if p.correct else f"{c.status.value}: {c.detail}"
     good = [p for p in ran if p.correct and p.timing and p.ref_timing]
     if good:
-        _adopt(r, min(good, key=lambda p: p.ref_timing.median_ms))
+        _adopt(r, min(baselines.named_first(good), key=lambda p: p.ref_timing.median_ms))
         return
     r.ref, r.ref_runtime_ms, r.ref_eager_ms, r.ref_timing, r.speedup, r.speedup_ci = "NA", None, None, None, None, None
     if r.status == Status.ok:

@@ -56,9 +56,12 @@ class PanelRow:
 
     @property
     def best(self) -> Optional[Cell]:
-        """The fastest usable peer (None when no peer ran correctly)."""
+        """The fastest usable named peer (None when no peer ran correctly); an earlier candidate's file (`cand-<id>`)
+        only where no named peer ran."""
+        from kopt.baselines import named_first
+
         ok = [c for c in self.cells.values() if c.usable]
-        return min(ok, key=lambda c: c.ms) if ok else None
+        return min(named_first(ok), key=lambda c: c.ms) if ok else None
 
 
 @dataclass

@@ -351,6 +351,48 @@ def test_peers_cli_usage_and_json(workspace):
     assert not (workspace / "candidates.jsonl").exists()
 
 
+def test_an_earlier_candidate_file_is_timed_as_a_peer(workspace, tmp_path):
+    """--peers torch,OLD.py: the earlier candidate runs its own plan in the same child, paired with the timed one
+    (ABBA), its output checked like any peer's; it is named cand-<id> in the row. A file that does not import is NA
+    with the reason; a file that is not there is a usage error before any work."""
+    from conftest import TUNE_CANDIDATE
+    from kopt.candidate import candidate_id
+    from kopt.records import CaseResult
+    from kopt.store.ledger import load
+
+    old = tmp_path / "old" / "run_kernel.py"
+    old.parent.mkdir()
+    old.write_text(TUNE_CANDIDATE % "False")
+    broken = tmp_path / "broken" / "run_kernel.py"
+    broken.parent.mkdir()
+    broken.write_text("def run(:\n")
+    r = kopt("peers", "--device", "cpu", "--case", "2", "--quick", "--peers", f"torch,{old},{broken}",
+             "--candidate", CANDIDATES / "torch_honest.py")
+    assert r.exit_code == 0, r.output
+    row = load(CaseResult, workspace / "candidates.jsonl").rows[-1]
+    name = f"cand-{candidate_id(old)}"
+    assert [p.peer for p in row.peers] == ["torch", name, f"cand-{candidate_id(broken)}"]
+    torch_p, mine, bad = row.peers
+    assert mine.correct and mine.na is None and mine.speedup and mine.speedup_ci and mine.timing.median_ms > 0
+    assert mine.ref == name and torch_p.correct and row.ref == torch_p.ref   # the named peer stands for the best
+    assert bad.na and "does not import" in bad.na and bad.correct is None
+    assert name in r.stdout                                                   # the panel shows it
+
+    r = kopt("peers", "--case", "2", "--peers", f"torch,{tmp_path / 'gone.py'}")
+    assert r.exit_code == 2 and "peer candidate file" in str(r.exception) + r.output
+
+
+def test_an_earlier_candidate_never_stands_for_the_best_peer_while_a_named_one_ran():
+    from kopt.report.panel import Cell, PanelRow
+
+    cells = {"fa2": Cell("fa2", "flash_attn-2.8.3", ms=0.02, speedup=1.5),
+             "cand-abc": Cell("cand-abc", "cand-abc", ms=0.01, speedup=0.8)}
+    assert PanelRow(4, "perf", "v", "ok", 0.012, cells).best.peer == "fa2"
+    assert PanelRow(4, "perf", "v", "ok", 0.012, {"cand-abc": cells["cand-abc"]}).best.peer == "cand-abc"
+    assert baselines.named_first(["cand-x", "fa3"], name=str) == ["fa3"]
+    assert baselines.named_first(["cand-x"], name=str) == ["cand-x"]
+
+
 def test_bench_baseline_peer_na_is_baseline_error(workspace):
     from kopt.records import parse_line
 
