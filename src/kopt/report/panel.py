@@ -117,14 +117,30 @@ class Panel:
         return geomean(sp), len(sp)
 
 
+def is_ab(rows: list) -> bool:
+    """Whether a peers run timed an earlier candidate's file (`--peers ...,OLD.py`): an A/B of a kernel change, not
+    the panel of peer kernels."""
+    from kopt.baselines import CANDIDATE_PEER
+
+    def peers(r):
+        return (r.get("peers") if isinstance(r, dict) else r.peers) or []
+
+    def name(p):
+        return p.get("peer", "") if isinstance(p, dict) else p.peer
+
+    return any(name(p).startswith(CANDIDATE_PEER) for r in rows for p in peers(r))
+
+
 def latest_rows(rows: list[dict], device: Optional[str] = None) -> list[dict]:
-    """The case rows of the newest mode=peers run (of one device when given)."""
+    """The case rows of the newest mode=peers run (of one device when given) that timed peer kernels only (an A/B
+    run against an earlier candidate's file is not the panel)."""
     mine = [r for r in rows if r.get("mode") == "peers" and r.get("kind", "case") == "case"
             and (device is None or str(r.get("device", "")).lower() == device.lower())]
-    if not mine:
-        return []
-    run = mine[-1].get("run_id")
-    return [r for r in mine if r.get("run_id") == run]
+    runs: dict = {}
+    for r in mine:
+        runs.setdefault(r.get("run_id"), []).append(r)
+    panels = [run for run in runs.values() if not is_ab(run)]
+    return panels[-1] if panels else []
 
 
 def _cell(p: dict) -> Cell:
@@ -329,18 +345,22 @@ def plot(p: Panel, path: Path, finish: Optional[Callable] = None) -> Path:
 def write_results(rows: list, cases: list, ws: Path, out: Optional[Path] = None) -> list[Path]:
     """The files of a `kopt peers` run (CaseResult rows of its cases): results/<backend>/peers-<device>-<date>.csv
     (appended: the run id tells runs apart), the panel as
-    markdown beside it (this run's), and plots/peers-<device>.png; returns the paths written."""
+    markdown beside it (this run's), and plots/peers-<device>.png; an A/B run against an earlier candidate's file
+    (is_ab) writes ab-<device>-<date>.csv and .md instead, and no plot. Returns the paths written."""
     if not rows:
         return []
     p = build([r.model_dump(mode="json") for r in rows], {c.id: c.kind for c in cases})
     backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
     dev = p.slug
-    out = Path(out) if out else ws / "results" / backend / f"peers-{dev}-{p.date}.csv"
+    ab = is_ab(rows)  # an A/B against an earlier candidate: its own files, never the device's panel or plot
+    out = Path(out) if out else ws / "results" / backend / f"{'ab' if ab else 'peers'}-{dev}-{p.date}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = not out.is_file() or not out.read_text().startswith(",".join(CSV_COLUMNS) + "\n")
     with open(out, "w" if fresh else "a") as f:
         f.write(csv_text(p, header=fresh))
     md = out.with_suffix(".md")
     md.write_text(markdown(p))
+    if ab:
+        return [out, md]
     png = plot(p, ws / "results" / backend / "plots" / f"peers-{dev}.png")
     return [out, md, png]

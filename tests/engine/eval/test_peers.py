@@ -377,9 +377,26 @@ def test_an_earlier_candidate_file_is_timed_as_a_peer(workspace, tmp_path):
     assert mine.ref == name and torch_p.correct and row.ref == torch_p.ref   # the named peer stands for the best
     assert bad.na and "does not import" in bad.na and bad.correct is None
     assert name in r.stdout                                                   # the panel shows it
+    # an A/B run writes its own files, never the device's peers panel or plot
+    backend = workspace / "results" / row.backend
+    assert list(backend.glob("ab-cpu-*.csv")) and list(backend.glob("ab-cpu-*.md"))
+    assert not list(backend.glob("peers-cpu-*")) and not (backend / "plots").exists()
+    from kopt.report import panel
+
+    assert panel.report_section(workspace, "cpu") == ""
 
     r = kopt("peers", "--case", "2", "--peers", f"torch,{tmp_path / 'gone.py'}")
     assert r.exit_code == 2 and "peer candidate file" in str(r.exception) + r.output
+
+
+def test_the_panel_is_the_newest_run_of_peer_kernels_not_an_ab_run():
+    from kopt.report import panel
+
+    rows = peer_rows()
+    ab = [{**r, "run_id": "ab-run", "peers": [{"peer": "cand-0123456789ab", "ref": "cand-0123456789ab"}]}
+          for r in rows]
+    assert panel.latest_rows(rows + ab) == rows and panel.is_ab(ab) and not panel.is_ab(rows)
+    assert panel.latest_rows(ab) == []
 
 
 def test_an_earlier_candidate_never_stands_for_the_best_peer_while_a_named_one_ran():
