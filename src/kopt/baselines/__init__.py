@@ -149,17 +149,25 @@ def _hopper(kind: str) -> Callable[[Case, str], Baseline]:
     return make
 
 
-def _candidate_file(spec: str) -> Baseline:
-    """An earlier candidate as a peer: its module imported with its own sibling modules (kopt.candidate.load keeps
-    the timed candidate's), its `prepare` (when declared) done when an input set is bound, outside the timed calls;
-    NA with the reason when it does not import."""
+@functools.cache
+def _peer_module(spec: str):
+    """An earlier candidate's module, imported once per process (every case of a peers run shares it and the kernels
+    it compiled), with its own sibling modules (kopt.candidate.load keeps the timed candidate's)."""
     from pathlib import Path
 
     from kopt import candidate
 
+    return candidate.load(Path(spec))
+
+
+def _candidate_file(spec: str) -> Baseline:
+    """An earlier candidate as a peer (_peer_module): its `prepare` (when declared) done when an input set is bound,
+    outside the timed calls; NA with the reason when it does not import."""
+    from pathlib import Path
+
     name = peer_name(spec)
     try:
-        mod = candidate.load(Path(spec))
+        mod = _peer_module(spec)
     except Exception as e:  # noqa: BLE001  (a peer that does not import is NA, never the timed candidate's failure)
         return unavailable(name, f"{Path(spec).name} does not import: {str(e)[:200]}")
 

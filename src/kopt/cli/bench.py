@@ -64,7 +64,6 @@ def command(
     from kopt.candidate import resolve
     from kopt.cli.output import deadline, emit_results
     from kopt.eval.bench import BenchOptions, evaluate
-    from kopt.hardware import resolve_device
     from kopt.paths import default_candidate
     from kopt.records import FLUSH_KINDS, REPLAYS
 
@@ -73,9 +72,8 @@ def command(
     if model or shape:
         cases = [_custom(model, shape, batch, lengths, page_size, dtype, head_dim, seqlens, case, all_)]
     else:
-        n_held = options.heldout_size(heldout, heldout_seed)
-        cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens, n_held, heldout_seed,
-                              cpu=heldout_seed is not None and resolve_device(device) == "cpu")
+        cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens, heldout, heldout_seed,
+                              device)
     path = resolve(candidate or default_candidate())
     opts = BenchOptions(device=device, cold=cold_cache, flush=options.choice(flush, FLUSH_KINDS, "--flush"),
                         graph=graph, replay=options.choice(replay, REPLAYS, "--replay"), timeout_s=timeout,

@@ -85,10 +85,11 @@ class CaseSelection:
     all_: bool
 
 
-def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None, seqlens=None, heldout: int = 0,
-                  heldout_seed: Optional[int] = None, cpu: bool = False):
-    """Load bench/cases.yaml, select cases (ids past 1000: the held-out draw of `heldout_seed`, `heldout` draws, cut to
-    CPU size with `cpu`), apply variant overrides (errors are one-line usage errors)."""
+def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None, seqlens=None,
+                  heldout: Optional[int] = None, heldout_seed: Optional[int] = None, device: str = "auto"):
+    """Load bench/cases.yaml, select cases (ids past 1000: the held-out draw of --heldout-seed and --heldout
+    (heldout_size), cut to CPU size when `device` is the CPU, as a CPU verdict cuts it), apply variant overrides
+    (errors are one-line usage errors)."""
     from kopt import workloads
     from kopt.cases import load_cases, parse_ids
 
@@ -96,9 +97,12 @@ def resolve_cases(sel: CaseSelection, dtype=None, head_dim=None, page_size=None,
         raise UsageError("choose cases with --case N (e.g. --case 10 or --case 1,4-6) or --all")
     if sel.case and sel.all_:
         raise UsageError("--case and --all are exclusive")
-    named = load_cases()
+    from kopt.hardware import resolve_device
+
+    n_held = heldout_size(heldout, heldout_seed)
+    cpu = heldout_seed is not None and resolve_device(device) == "cpu"  # resolved only for a draw
     ids = parse_ids(sel.case)
-    cases = workloads.pick(named, ids, heldout, heldout_seed, cpu) if ids else named
+    cases = workloads.pick(load_cases(), ids, n_held, heldout_seed, cpu) if ids else load_cases()
     return [c.with_variant(dtype=dtype, head_dim=head_dim, page_size=page_size, seqlens=seqlens) for c in cases]
 
 

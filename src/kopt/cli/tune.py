@@ -58,15 +58,12 @@ def command(
     from kopt.candidate import resolve
     from kopt.errors import UsageError
     from kopt.executor import pool
-    from kopt.hardware import resolve_device
     from kopt.paths import default_candidate
     from kopt.timing.stats import geomean
 
     t0 = time.perf_counter()
     pool.parse_spec(gpus)  # a bad --gpus is a usage error before any work
-    cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, None,
-                          options.heldout_size(heldout, heldout_seed), heldout_seed,
-                          cpu=heldout_seed is not None and resolve_device(device) == "cpu")
+    cases = resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, None, heldout, heldout_seed, device)
     held = [c.id for c in cases if c.kind == "heldout"]
     if held and not no_write:
         what = f"case {held[0]} is a held-out draw" if len(held) == 1 else \

@@ -117,18 +117,12 @@ class Panel:
         return geomean(sp), len(sp)
 
 
-def is_ab(rows: list) -> bool:
-    """Whether a peers run timed an earlier candidate's file (`--peers ...,OLD.py`): an A/B of a kernel change, not
-    the panel of peer kernels."""
+def is_ab(rows: list[dict]) -> bool:
+    """Whether a peers run (its rows as dicts) timed an earlier candidate's file (`--peers ...,OLD.py`): an A/B of a
+    kernel change, not the panel of peer kernels."""
     from kopt.baselines import CANDIDATE_PEER
 
-    def peers(r):
-        return (r.get("peers") if isinstance(r, dict) else r.peers) or []
-
-    def name(p):
-        return p.get("peer", "") if isinstance(p, dict) else p.peer
-
-    return any(name(p).startswith(CANDIDATE_PEER) for r in rows for p in peers(r))
+    return any(p.get("peer", "").startswith(CANDIDATE_PEER) for r in rows for p in r.get("peers") or [])
 
 
 def latest_rows(rows: list[dict], device: Optional[str] = None) -> list[dict]:
@@ -349,10 +343,11 @@ def write_results(rows: list, cases: list, ws: Path, out: Optional[Path] = None)
     (is_ab) writes ab-<device>-<date>.csv and .md instead, and no plot. Returns the paths written."""
     if not rows:
         return []
-    p = build([r.model_dump(mode="json") for r in rows], {c.id: c.kind for c in cases})
+    dicts = [r.model_dump(mode="json") for r in rows]
+    p = build(dicts, {c.id: c.kind for c in cases})
     backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
     dev = p.slug
-    ab = is_ab(rows)  # an A/B against an earlier candidate: its own files, never the device's panel or plot
+    ab = is_ab(dicts)  # an A/B against an earlier candidate: its own files, never the device's panel or plot
     out = Path(out) if out else ws / "results" / backend / f"{'ab' if ab else 'peers'}-{dev}-{p.date}.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = not out.is_file() or not out.read_text().startswith(",".join(CSV_COLUMNS) + "\n")
