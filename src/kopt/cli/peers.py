@@ -37,7 +37,9 @@ def command(
                                                                      "bench/workloads.yaml (kopt workloads)."),
     heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0, help="Seed of the held-out draw "
                                                                                    "(a verdict's HELDOUT_SEED draws "
-                                                                                   "its shapes)."),
+                                                                                   "its shapes); with it --case "
+                                                                                   "1003 is that draw's third "
+                                                                                   "shape."),
 ) -> None:
     """Time the candidate against every available peer (FA2, FA2 paged-256, FA3, FlashInfer, torch SDPA), per case."""
     from kopt.candidate import resolve
@@ -50,7 +52,7 @@ def command(
 
     t0 = time.perf_counter()
     cases = [] if heldout and not (case or all_) else \
-        resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens)
+        resolve_cases(CaseSelection(case, all_), dtype, head_dim, page_size, seqlens, None, heldout_seed, device)
     if heldout:
         from kopt.eval.jobs import fresh_seed
         from kopt.eval.verdict import heldout_draw
@@ -62,7 +64,7 @@ def command(
     path = resolve(candidate or default_candidate())
     err = err_console()
     opts = bench.BenchOptions(device=device, timeout_s=timeout, record=not no_record, quick=quick,
-                              heldout_seed=seed if heldout else None)
+                              heldout_seed=seed if heldout else heldout_seed)
 
     def on_result(r):
         if machine:  # the row's line: REF and SPEEDUP are the best peer's

@@ -430,3 +430,41 @@ def test_auto_times_fa2_in_its_own_pages_where_the_case_pages_by_less(fake_fa2):
     w = make_workload(c, 3)
     assert _ok(base.fn(w), w)
     assert baselines.pick(c.with_variant(page_size=256), "cuda").name == "flash_attn-2.8.3"
+
+
+def test_peers_case_past_1000_is_that_draw_of_the_heldout_seed(workspace):
+    """--case 1003 --heldout-seed S: the third shape of seed S's draw (as bench and tune read it), its row keeping the
+    seed; without the seed it is a usage error."""
+    from kopt import workloads
+    from kopt.records import CaseResult
+    from kopt.store.ledger import load
+
+    r = kopt("peers", "--device", "cpu", "--case", "1003", "--heldout-seed", "20261205", "--quick", "--peers",
+             "torch", "--candidate", CANDIDATES / "torch_honest.py")
+    assert r.exit_code == 0, r.output
+    row = load(CaseResult, workspace / "candidates.jsonl").rows[-1]
+    want = workloads.pick(load_cases(), [1003], 12, 20261205, True)[0]
+    assert row.case == 1003 and row.case_kind == "heldout" and row.heldout_seed == 20261205
+    assert row.model == want.model and row.shape == want.shape_label()
+    r = kopt("peers", "--device", "cpu", "--case", "1003", "--quick", "--peers", "torch")
+    assert r.exit_code == 2
+
+
+def test_an_ab_run_on_cuda_compiles_both_candidates_kernels_ahead(monkeypatch, tmp_path):
+    """On CUDA, `kopt peers` warms the distinct kernels of the candidate and of each peer candidate file (named peers
+    have none) before the paired child starts, each with its own share of the compile jobs."""
+    from kopt.eval import bench, prewarm
+
+    seen = []
+    monkeypatch.setattr(bench, "resolve_device", lambda d: "cuda")
+    monkeypatch.setattr(prewarm, "warm_cases", lambda p, cases, say, jobs=None, config=None: seen.append(
+        (p.name, p.parent.name, [c.id for c in cases], jobs, config)))
+    monkeypatch.setattr(prewarm, "default_jobs", lambda: 14)
+    monkeypatch.setattr(bench, "evaluate", lambda path, cases, opts, on_result: [])
+    old = tmp_path / "old" / "run_kernel.py"
+    old.parent.mkdir()
+    old.write_text("def run(*a, **k):\n    pass\n")
+    cases = [c for c in load_cases() if c.id in (2, 5)]
+    bench.evaluate_peers(SHIPPED, cases, bench.BenchOptions(config={"block_N": 64}), ["fa2", str(old)])
+    assert sorted(seen) == sorted([("run_kernel.py", "tilelang", [2, 5], 7, {"block_N": 64}),
+                                   ("run_kernel.py", "old", [2, 5], 7, None)])
