@@ -78,8 +78,9 @@ def bench_section(ws: Path) -> str:
     cid = iterations.current_candidate(ws)
     rows = load_dicts(ledger_file(ws)).rows
     latest = ranking.latest_verdict(rows, cid) if cid else []
+    ab = ab_section(rows, cid)
     if not latest:
-        return _signal_section(rows, cid)
+        return _signal_section(rows, cid, bool(ab)) + ab
     got = cid
     out, noisy_cases = _table(latest)
     g = ranking.geomeans(latest)
@@ -123,17 +124,59 @@ def bench_section(ws: Path) -> str:
     if noisy_cases:
         line += (f"\n\nNoisy timing (interquartile range over the noise limit) on case {', '.join(noisy_cases)}: "
                  "those speedups can move between runs by more than the A/A spread.")
-    return "\n".join(out) + "\n\n" + line
+    return "\n".join(out) + "\n\n" + line + ab
 
 
-def _signal_section(rows: list[dict], cid: Optional[str]) -> str:
-    """The Bench of a candidate without a verdict: its own bench / screen rows, labelled, and `not judged`."""
+def ab_rows(rows: list[dict], cid: Optional[str]) -> list[tuple[dict, dict]]:
+    """Candidate `cid`'s latest A/B reading per case, variant, draw and earlier candidate: (its `kopt peers` row, the
+    peer entry of the earlier candidate file it was paired with), in case order."""
+    from kopt.policy import ranking
+
+    latest: dict[tuple, tuple] = {}
+    for r in rows:
+        if r.get("mode") != "peers" or ranking.row_cid(r) != cid or not cid:
+            continue
+        for p in r.get("peers") or []:
+            if str(p.get("peer", "")).startswith("cand-"):
+                key = (r.get("case"), r.get("variant") or "", r.get("model") or "", r.get("heldout_seed"), p["peer"])
+                latest[key] = (r, p)
+    return [latest[k] for k in sorted(latest, key=lambda k: (k[0] or 0, k[1], str(k[3]), k[4]))]
+
+
+def ab_section(rows: list[dict], cid: Optional[str]) -> str:
+    """The candidate's A/B readings against earlier candidates (`kopt peers --peers OLD.py`: paired in one child),
+    a table after the Bench's own rows; empty when it has none. Signals, never judged."""
+    got = ab_rows(rows, cid)
+    if not got:
+        return ""
+    out = ["", "", "A/B against earlier candidates (`kopt peers --peers OLD.py`, paired in one child; not judged):", "",
+           "| case | draw | variant | device | this ms | earlier | its ms | this vs it | CI |",
+           "|---:|---|---|---|---:|---|---:|---:|---|"]
+    for r, p in got:
+        ci = p.get("speedup_ci") or [None, None]
+        seed = r.get("heldout_seed")
+        draw = f"{seed}: {r.get('model')}" if seed is not None else (r.get("model") or "")
+        theirs = (p.get("ref_timing") or {}).get("median_ms")
+        out.append(f"| {r.get('case')} | {draw} | {r.get('variant') or ''} | {r.get('device') or 'NA'} | "
+                   f"{fmt_na(r.get('runtime_ms'), '{:.4f}')} | `{p['peer']}` | {fmt_na(theirs, '{:.4f}')} | "
+                   f"{fmt_na(p.get('speedup'), '{:.3f}')}x | {fmt_na(ci[0], '{:.3f}')}-{fmt_na(ci[1], '{:.3f}')} |"
+                   if p.get("na") is None else
+                   f"| {r.get('case')} | {draw} | {r.get('variant') or ''} | {r.get('device') or 'NA'} | "
+                   f"{fmt_na(r.get('runtime_ms'), '{:.4f}')} | `{p['peer']}` | NA | NA ({p['na']}) | NA |")
+    return "\n".join(out)
+
+
+def _signal_section(rows: list[dict], cid: Optional[str], ab: bool = False) -> str:
+    """The Bench of a candidate without a verdict: its own bench / screen rows, labelled, and `not judged` (``ab``:
+    its A/B readings follow)."""
     from kopt.policy import iterations, ranking
 
     mine = signal_rows(rows, cid)
     if not mine:
-        return (f"_(no rows of candidate `{cid or 'NA'}` in candidates.jsonl: run `kopt bench` or `kopt verify` "
-                f"before `kopt log`)_\n\nOutcome: {iterations.NOT_JUDGED} ({iterations.NOT_JUDGED_REASON}).")
+        why = ("its A/B readings below" if ab else
+               "run `kopt bench` or `kopt verify` before `kopt log`")
+        return (f"_(no bench or verdict rows of candidate `{cid or 'NA'}` in candidates.jsonl: {why})_\n\n"
+                f"Outcome: {iterations.NOT_JUDGED} ({iterations.NOT_JUDGED_REASON}).")
     out, noisy_cases = _table(mine, source=True)
     g = ranking.geomeans(mine)
     devs = sorted({str(r.get("device")) for r in mine})

@@ -178,6 +178,31 @@ def test_log_outside_git_falls_back_to_last_entry(tmp_path, monkeypatch):
     (ws / "ITERATIONS.md").write_text(journal.render([Entry(number=5, title="old")]))
     e = log.log_iteration(ws, hypothesis="h")
     assert e.number == 6 and "not a git repository" in e.sections["Changes"]
-    assert "no rows of candidate" in e.sections["Bench"] and "not judged" in e.sections["Bench"]
+    assert "no bench or verdict rows of candidate" in e.sections["Bench"] and "not judged" in e.sections["Bench"]
     with pytest.raises(UsageError, match="editor closed"):
         log.log_iteration(ws, hypothesis="h", edit=lambda t: None)
+
+
+def test_log_shows_the_candidates_ab_readings_against_an_earlier_file(ws):
+    """An iteration screened by an A/B (`kopt peers --peers OLD.py`) and never benched: its entry holds the A/B
+    table (its time, the earlier candidate's, the ratio and its CI), says why there are no bench rows, and is not
+    judged."""
+    import shutil
+
+    from kopt.candidate import candidate_id
+
+    old = ws / "old" / "tilelang"
+    shutil.copytree(ws / "solution" / "tilelang", old)
+    p = ws / "solution" / "tilelang" / "run_kernel.py"
+    p.write_text(p.read_text() + "# edit\n")
+    res = kopt("peers", "--device", "cpu", "--case", "2", "--quick", "--peers", str(old / "run_kernel.py"))
+    assert res.exit_code == 0, (res.stdout, res.exception)
+    e = log.log_iteration(ws, hypothesis="h")
+    bench = e.sections["Bench"]
+    name = f"cand-{candidate_id(old / 'run_kernel.py')}"
+    assert "its A/B readings below" in bench and "not judged" in bench
+    (line,) = [x for x in bench.splitlines() if x.startswith("| 2 |")]
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3] == "cpu" and cells[5] == f"`{name}`" and cells[7].endswith("x")
+    lo, hi = map(float, cells[8].split("-"))
+    assert lo <= float(cells[7][:-1]) <= hi
