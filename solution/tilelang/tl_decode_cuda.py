@@ -321,11 +321,7 @@ def _decode_body(T, p: Plan, sym: dict, finish):
         r_sum = T.alloc_fragment([block_H], accum)
         l_sum = T.alloc_fragment([block_H], accum)
 
-        if p.balanced:  # a register: under the balanced kernel's `if` a let would be inlined, one L[b] load a tile
-            seqlen = T.alloc_var("int32")
-            seqlen = L[b]
-        else:
-            seqlen = L[b]
+        seqlen = L[b]
         n_tiles = T.ceildiv(seqlen, block_N)
         if eager:  # the split ranges from the cache's allocated length: the first loads need no L[b]
             per_split = T.ceildiv(T.ceildiv(alloc_len, block_N), nsplit)
@@ -634,11 +630,13 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
                                 rs = y - batch - acc + 1
                         acc += e_s[t]
             bb = T.alloc_var("int32")
-            ns = T.alloc_var("int32")  # registers, not expressions inlined into the body (_decode_body)
-            if rb >= 0:  # an idle pool block (rb < 0) leaves here: no tile, no write
-                bb = rb
-                ns = row_splits(L[bb], w)
-                body(Q, K, V, L, BT, rs, h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
+            ns = T.alloc_var("int32")
+            sd = T.alloc_var("int32")  # registers, not expressions inlined into the body (_decode_body)
+            bb = T.max(rb, 0)
+            ns = row_splits(L[bb], w)
+            # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
+            sd = T.if_then_else(rb >= 0, rs, ns)
+            body(Q, K, V, L, BT, sd, h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
         if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
             with T.Kernel(hq, batch, threads=d) as (hh, b2):
                 part2 = T.alloc_fragment([d], "int32")  # the batch's tiles as the split grid sums them
@@ -997,7 +995,7 @@ def fast_math_default(nvcc: bool = True) -> bool:
 
 
 def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
-                         ctas_per_sm: int = 2, min_tiles: int = 8, min_tiles_per_split: int = 2, gqa: int = 0) -> int:
+                         ctas_per_sm: int = 2, min_tiles: int = 8, min_tiles_per_split: int = 2) -> int:
     """Split count in the spirit of FlashAttention's num_splits_heuristic.
 
     A decode CTA streams K/V of one (batch, kv_head); several CTAs per SM are needed to keep enough
@@ -1013,10 +1011,6 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
     if base * 4 >= target * 3 or n_tiles < min_tiles:
         return 1
     ns = max(1, min(max_splits, n_tiles // min_tiles_per_split, round(target / base)))
-    if gqa and min_tiles_per_split > 1 and ns > 1 and last_cta_default(gqa, ns):
-        # a split's chain of tiles is the small call's time: one tile a split, unless a combine kernel already merges
-        # (its partial rows would double)
-        ns = max(1, min(max_splits, n_tiles, round(target / base)))
     per = -(-n_tiles // ns)
     return max(1, -(-n_tiles // per))
 
@@ -1052,7 +1046,7 @@ def widest_tile(G: int, d: int, smem_per_unit: int, merge: bool = False, threads
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0,
-                  max_tile: int = MAX_TILE, gqa: int = 0):
+                  max_tile: int = MAX_TILE):
     """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
     (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
     for a longer range (> 256 keys) and one 192-key tile for a range of 129-192 keys. One CTA on a unit
@@ -1065,7 +1059,7 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     at most 32 keys: 32), so that it asks for few rows past the sequence: each such row re-reads the last key.
     ``max_tile`` (widest_tile): a wider tile than a unit's shared memory holds is never picked (64-key tiles then)."""
     bn = block_N or min(64, max_tile)
-    ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms, gqa=gqa)
+    ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
     step = -(-max_seqlen // TILE_STEP) * TILE_STEP
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms and 128 <= max_tile:
         bn = 128
@@ -1193,10 +1187,9 @@ def build_cuda_source(arch="sm_90a", **shape) -> str:
     return lower_kernels(arch, **shape)["main"]["source"]
 
 
-def _nvcc_cubin(source: str, arch: str, fast_math: bool = False) -> dict:
+def _nvcc_cubin(source: str, arch: str) -> dict:
     """nvcc-compile one CUDA source to cubin through tilelang's nvcc helper (ptxas -v captured
-    from its log), with --use_fast_math where the plan builds with it (its register count differs); returns size,
-    registers and spill bytes."""
+    from its log); returns size, registers and spill bytes."""
     import logging
     import re
 
@@ -1217,8 +1210,7 @@ def _nvcc_cubin(source: str, arch: str, fast_math: bool = False) -> dict:
     log.setLevel(logging.INFO)
     try:
         cubin = tl_nvcc.compile_cuda(source, "cubin", ["-gencode", f"arch=compute_{sm},code=sm_{sm}"],
-                                     options=tl_nvcc.default_compile_options(["-std=c++20", "-w", "-Xptxas", "-v"]
-                                                                                  + (["--use_fast_math"] if fast_math else [])),
+                                     options=tl_nvcc.default_compile_options(["-std=c++20", "-w", "-Xptxas", "-v"]),
                                      verbose=True)
     finally:
         log.removeHandler(grab)
@@ -1238,10 +1230,8 @@ def compile_combine_check(dtype: str = "float16", hq: int = 32, d: int = 128, pd
 
 
 def compile_cuda_check(arch="sm_90a", **shape) -> dict:
-    """Lower kernel_plan(**shape)'s kernel for `arch` and nvcc-compile it to cubin (``fast_math``, default as the plan
-    builds on nvcc: --use_fast_math); needs nvcc, no GPU. Returns
+    """Lower kernel_plan(**shape)'s kernel for `arch` and nvcc-compile it to cubin; needs nvcc, no GPU. Returns
     {"main": cubin_bytes, registers, spill_bytes (per kernel of the module), ptxas_log, dyn_smem_bytes, source}."""
-    fast_math = shape.pop("fast_math", fast_math_default())
     main = lower_kernels(arch, **shape)["main"]
-    return {"main": dict(_nvcc_cubin(main["source"], arch, fast_math), dyn_smem_bytes=main["dyn_smem_bytes"],
+    return {"main": dict(_nvcc_cubin(main["source"], arch), dyn_smem_bytes=main["dyn_smem_bytes"],
                          source=main["source"])}
