@@ -156,13 +156,16 @@ def ab_section(rows: list[dict], cid: Optional[str]) -> str:
         ci = p.get("speedup_ci") or [None, None]
         seed = r.get("heldout_seed")
         draw = f"{seed}: {r.get('model')}" if seed is not None else (r.get("model") or "")
+        mine = (p.get("timing") or {}).get("median_ms", r.get("runtime_ms"))  # this side of the pair
         theirs = (p.get("ref_timing") or {}).get("median_ms")
-        out.append(f"| {r.get('case')} | {draw} | {r.get('variant') or ''} | {r.get('device') or 'NA'} | "
-                   f"{fmt_na(r.get('runtime_ms'), '{:.4f}')} | `{p['peer']}` | {fmt_na(theirs, '{:.4f}')} | "
-                   f"{fmt_na(p.get('speedup'), '{:.3f}')}x | {fmt_na(ci[0], '{:.3f}')}-{fmt_na(ci[1], '{:.3f}')} |"
-                   if p.get("na") is None else
-                   f"| {r.get('case')} | {draw} | {r.get('variant') or ''} | {r.get('device') or 'NA'} | "
-                   f"{fmt_na(r.get('runtime_ms'), '{:.4f}')} | `{p['peer']}` | NA | NA ({p['na']}) | NA |")
+        cells = [r.get("case"), draw, r.get("variant") or "", r.get("device") or "NA", fmt_na(mine, "{:.4f}"),
+                 f"`{p['peer']}`"]
+        if p.get("na") is None:
+            cells += [fmt_na(theirs, "{:.4f}"), f"{fmt_na(p.get('speedup'), '{:.3f}')}x",
+                      f"{fmt_na(ci[0], '{:.3f}')}-{fmt_na(ci[1], '{:.3f}')}"]
+        else:
+            cells += ["NA", f"NA ({p['na']})", "NA"]
+        out.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(out)
 
 
