@@ -136,36 +136,10 @@ def evaluate_peers(path: Path, cases: list[Case], opts: BenchOptions, peers: Opt
 
     names = check_names(list(peers) if peers else list(PEERS))
     if resolve_device(opts.device) == "cuda":
-        warm_peers(path, [n for n in names if n not in PEERS], cases, opts.config)
+        from kopt.eval.prewarm import warm_each
+
+        warm_each([(Path(path), opts.config)] + [(Path(n), None) for n in names if n not in PEERS], cases, "peers")
     return evaluate(path, cases, replace(opts, mode="peers", peers=tuple(names), hidden=False), on_result)
-
-
-def warm_peers(path: Path, files: list[str], cases: list[Case], config: Optional[dict] = None) -> None:
-    """The distinct kernels of the candidate and of each peer candidate file (an A/B run) compiled ahead, side by
-    side, as a verdict compiles its rows' (kopt.eval.prewarm): the paired child then loads them instead of compiling
-    one after another (a new plan on every held-out draw: 10-25 s each on an H100 host). Said on stderr, one line a
-    file; a file it cannot plan for is said too, and its kernels compile as the cases come."""
-    import sys
-    import threading
-
-    from kopt.eval.prewarm import default_jobs, warm_cases
-
-    todo = [Path(path)] + [Path(f) for f in files]
-    jobs = max(1, default_jobs() // len(todo))
-
-    def one(p: Path) -> None:
-        def say(text: str) -> None:
-            print(f"kopt peers: {p.name} ({p.parent.name}): {text}", file=sys.stderr, flush=True)
-
-        why = warm_cases(p, cases, say, jobs=jobs, config=config if p == Path(path) else None)
-        if why:
-            say(f"kernels not compiled ahead: {why}")
-
-    threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in todo]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 def _evaluate(path: Path, cases: list[Case], opts: BenchOptions, device: str,

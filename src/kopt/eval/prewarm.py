@@ -3,8 +3,8 @@ candidate's `device_plan(shape, device profile, config)` hook, deduplicated befo
 `prepare(...)` in worker processes, one CUDA context each, into TileLang's disk cache. The run that follows loads
 them (0.1-0.3 s each) instead of compiling one after the other (about 10 s each on an H200 host).
 
-`kopt verify` on a CUDA device warms its rows so before the first one runs (`warm_cases`); `kopt lab prewarm` plans
-larger sets (every bench variant, tuning configs, screens).
+`kopt verify` on a CUDA device warms its rows so before the first one runs, and `kopt peers` the kernels of both
+sides of an A/B (`warm_each`); `kopt lab prewarm` plans larger sets (every bench variant, tuning configs, screens).
 """
 
 from __future__ import annotations
@@ -219,6 +219,38 @@ def warm_cases(path: Path, cases: list, emit: Callable[[str], None], jobs: Optio
         return None
     return f"exit {done.rc}: {lines[-1] if lines else 'no message'}"[:300]
 
+
+
+def warm_each(todo: list[tuple[Path, Optional[dict]]], cases: list, who: str) -> None:
+    """warm_cases for each (candidate file, config) of `todo`, side by side, the compile jobs shared out among them:
+    a verdict's candidate (H200, 2026-12-05: the quick verdict spent over 300 s compiling its 40-odd kernels one at
+    a time, and 122 s with most of them cached), or an A/B run's candidate and earlier candidate files (a new plan on
+    every held-out draw: 10-25 s each on an H100 host). Each file's summary line, or the reason nothing was warmed
+    (its kernels then compile as the rows come), goes to stderr as `kopt <who>: ...`, named by its file where there
+    are several."""
+    import sys
+    import threading
+
+    jobs = max(1, default_jobs() // len(todo))
+
+    def one(path: Path, config: Optional[dict]) -> None:
+        label = f"{path.name} ({path.parent.name}): " if len(todo) > 1 else ""
+
+        def say(text: str) -> None:
+            print(f"kopt {who}: {label}{text}", file=sys.stderr, flush=True)
+
+        why = warm_cases(path, cases, say, jobs=jobs, config=config)
+        if why:
+            say(f"kernels not compiled ahead: {why}")
+
+    # the first file in this thread (Ctrl-C here takes its compile group down, as run_logged does); the others beside
+    # it, each in a thread of its own
+    threads = [threading.Thread(target=one, args=item, daemon=True) for item in todo[1:]]
+    for t in threads:
+        t.start()
+    one(*todo[0])
+    for t in threads:
+        t.join()
 
 #: How the child says why it compiled nothing (its other lines are the compilers' and libraries' own).
 _NOT = "not compiled: "

@@ -292,7 +292,9 @@ def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[in
     children = [Child(warm=hints) for b in batches for _ in b] if cuda else []
     try:
         if cuda:
-            warm(path, [c for group in groups for c, _ in group], opts.config)
+            from kopt.eval.prewarm import warm_each
+
+            warm_each([(Path(path), opts.config)], [c for group in groups for c, _ in group], "verify")
         for b in batches:
             out: list[CaseResult] = []
             for o, cases in b:
@@ -302,23 +304,6 @@ def run(path: Path, cf: CaseFile, opts: BenchOptions, perf_ids: Optional[list[in
         for c in children:  # the evaluations a stop (an error, Ctrl-C) left unstarted
             c.close()
     return Verdict(*rows, heldout_seed=opts.heldout_seed, planned=planned(groups), screen=quick)
-
-
-def warm(path: Path, cases: list[Case], config: Optional[dict] = None) -> None:
-    """The rows' distinct kernels compiled ahead, in parallel (kopt.eval.prewarm), so that no row waits for one
-    compile after another (H200, 2026-12-05: the quick verdict spent over 300 s compiling its 40-odd kernels one at a
-    time, and 122 s with most of them cached). Said on stderr; a candidate or device it cannot plan for is said too,
-    and the rows then compile as they come."""
-    import sys
-
-    from kopt.eval.prewarm import warm_cases
-
-    def say(text: str) -> None:
-        print(f"kopt verify: {text}", file=sys.stderr, flush=True)
-
-    why = warm_cases(path, cases, say, config=config)
-    if why:
-        say(f"kernels not compiled ahead: {why}")
 
 
 def planned(groups: list[list]) -> dict[str, int]:

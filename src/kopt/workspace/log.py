@@ -132,9 +132,11 @@ def ab_rows(rows: list[dict], cid: Optional[str]) -> list[tuple[dict, dict]]:
     peer entry of the earlier candidate file it was paired with), in case order."""
     from kopt.policy import ranking
 
+    if not cid:
+        return []
     latest: dict[tuple, tuple] = {}
     for r in rows:
-        if r.get("mode") != "peers" or ranking.row_cid(r) != cid or not cid:
+        if r.get("mode") != "peers" or ranking.row_cid(r) != cid:
             continue
         for p in r.get("peers") or []:
             if str(p.get("peer", "")).startswith("cand-"):
