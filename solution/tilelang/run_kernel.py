@@ -194,7 +194,7 @@ def _tiling(s: _Shape, dev, cfg: dict, threads: int) -> tuple:
                          "(block_N a multiple of 32 up to 256, threads 64/128/256)")
     cap, G = max(1, s.capacity), s.G
     block_N, ns = _cuda.choose_tiling(s.batch, s.hkv, cap, dev.units, bn, int(cfg.get("num_splits") or 0),
-                                      _cuda.widest_tile(G, s.d, dev.smem_per_unit, False, threads))
+                                      _cuda.widest_tile(G, s.d, dev.smem_per_unit, False, threads), G)
     bal = _balanced_splits(cfg, s.batch, s.hkv, cap, dev.units, bn, ns, G, s.page,
                            _cuda.widest_tile(G, s.d, dev.smem_per_unit, True, threads))
     return (block_N, ns, 0) if bal is None else bal
@@ -213,6 +213,18 @@ def _last_cta(cfg: dict, G: int, ns: int, balanced: int) -> bool:
         raise ValueError(f"config last_cta=0 on a balanced plan whose rows hold at most {G * ns} partial rows: every "
                          f"row merges in its last CTA (a combine kernel takes rows over {_cuda.LAST_CTA_MAX_ROWS})")
     return bool(int(lc))
+
+
+def _small_paged_or_long(max_seqlen, page_size, uniform_splits, rows, target) -> bool:
+    """Whether the balanced kernel may take a shape by its size: from BAL_MIN_ALLOC_TILES 64-key tiles of allocated
+    length; or, in a paged cache (how serving engines hold ragged batches; a contiguous one holds static batches of
+    near-equal rows), from BAL_MIN_PAGED_TILES, where the uniform plan splits a row at most BAL_MAX_UNIFORM_SPLITS ways
+    (many rows: a long one is a long chain there) and the rows do not fill the units alone."""
+    tiles = -(-max_seqlen // 64)
+    if tiles >= _cuda.BAL_MIN_ALLOC_TILES:
+        return True
+    return (page_size > 0 and tiles >= _cuda.BAL_MIN_PAGED_TILES and uniform_splits <= _cuda.BAL_MAX_UNIFORM_SPLITS
+            and 4 * rows < 3 * target)
 
 
 def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, page_size=0,
@@ -244,7 +256,8 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
     ns = min(_cuda._MAX_SPLITS, -(-target // hkv) + 1, max(1, (2 * alloc_tiles + mt) // (2 * mt)))
     uniform_only = pinned or int(cfg.get("eager") or 0) or int(cfg.get("v_split") or 1) > 1
     if (bal is not None and not int(bal)) or (bal is None and (
-            batch < 2 or uniform_only or -(-max_seqlen // 64) < _cuda.BAL_MIN_ALLOC_TILES or ns <= uniform_splits)):
+            batch < 2 or uniform_only or ns <= uniform_splits or not _small_paged_or_long(
+            max_seqlen, page_size, uniform_splits, batch * hkv, target))):
         if cfg.get("bal_per_sm") is not None:
             raise ValueError(f"config bal_per_sm={cfg['bal_per_sm']} on a plan that is not balanced (balanced=1 "
                              "makes it one)")

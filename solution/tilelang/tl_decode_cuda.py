@@ -183,7 +183,10 @@ class Plan:
 
     def build_key(self) -> "Plan":
         """What the compiled kernel depends on: the plan with its split count cut to 2 (the count is a run-time dim;
-        whether there is more than one is not)."""
+        whether there is more than one is not), or, where the row's last CTA merges a uniform split count, to the
+        splits its merge loads in one round (merge_unroll)."""
+        if self.last_cta and not self.balanced:
+            return dataclasses.replace(self, num_splits=merge_unroll(self.G, self.d, self.threads, self.num_splits))
         return dataclasses.replace(self, num_splits=min(self.num_splits, 2))
 
 
@@ -433,7 +436,8 @@ def _finish_direct(T, p: Plan):
 def _finish_split(T, p: Plan):
     """The uniform split kernels' epilogue: the partials, then (last_cta) the row's merge by its last CTA."""
     write_partial = _write_partial(T, p)
-    merge_last = _last_cta_macro(T, "float32", p.dtype, p.G, p.d, _LAST_UNROLL, p.threads) if p.last_cta else None
+    merge_last = (_last_cta_macro(T, "float32", p.dtype, p.G, p.d, merge_unroll(p.G, p.d, p.threads, p.num_splits),
+                                  p.threads) if p.last_cta else None)
     last_cta = p.last_cta
 
     @T.macro
@@ -685,8 +689,21 @@ BAL_WIDE_MAX_PAGE = 16
 #: balanced variant by default only from this many 64-key tiles of allocated length: below it one full-length
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
 BAL_MIN_ALLOC_TILES = 256
+#: balanced variant in a paged cache by default from this many 64-key tiles of allocated length, where the uniform plan
+#: splits a row at most BAL_MAX_UNIFORM_SPLITS ways
+BAL_MIN_PAGED_TILES = 16
+BAL_MAX_UNIFORM_SPLITS = 4
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
 _LAST_UNROLL = 8    # splits whose partial rows the last-CTA merge loads before any is accumulated
+#: values of partial O a thread of the last CTA holds in flight in one round of the merge's loads (merge_unroll)
+MERGE_VALUES = 64
+
+
+def merge_unroll(G: int, d: int, threads: int, num_splits: int) -> int:
+    """Splits the last CTA of a uniform split plan loads in one round: all of them where a thread's share (merge_rows x
+    d / threads values a split) stays within MERGE_VALUES registers, else as many as fit, at least _LAST_UNROLL."""
+    per = max(1, merge_rows(G, d, threads) * d // threads)
+    return max(_LAST_UNROLL, min(num_splits, MERGE_VALUES // per))
 
 
 def merge_rows(G: int, d: int, threads: int) -> int:
@@ -995,7 +1012,7 @@ def fast_math_default(nvcc: bool = True) -> bool:
 
 
 def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
-                         ctas_per_sm: int = 2, min_tiles: int = 8, min_tiles_per_split: int = 2) -> int:
+                         ctas_per_sm: int = 2, min_tiles: int = 8, min_tiles_per_split: int = 2, gqa: int = 0) -> int:
     """Split count in the spirit of FlashAttention's num_splits_heuristic.
 
     A decode CTA streams K/V of one (batch, kv_head); several CTAs per SM are needed to keep enough
@@ -1011,6 +1028,12 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
     if base * 4 >= target * 3 or n_tiles < min_tiles:
         return 1
     ns = max(1, min(max_splits, n_tiles // min_tiles_per_split, round(target / base)))
+    if gqa and ns > 1 and last_cta_default(gqa, ns):
+        # up to one CTA a unit, more splits shorten a row's chain of tiles (the small call's time); past it they only
+        # add merge work
+        wide = min(max_splits, n_tiles, num_sms // base)
+        if wide > ns and -(-n_tiles // wide) < -(-n_tiles // ns):
+            ns = wide
     per = -(-n_tiles // ns)
     return max(1, -(-n_tiles // per))
 
@@ -1046,7 +1069,7 @@ def widest_tile(G: int, d: int, smem_per_unit: int, merge: bool = False, threads
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0,
-                  max_tile: int = MAX_TILE):
+                  max_tile: int = MAX_TILE, gqa: int = 0):
     """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
     (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
     for a longer range (> 256 keys) and one 192-key tile for a range of 129-192 keys. One CTA on a unit
@@ -1059,7 +1082,7 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     at most 32 keys: 32), so that it asks for few rows past the sequence: each such row re-reads the last key.
     ``max_tile`` (widest_tile): a wider tile than a unit's shared memory holds is never picked (64-key tiles then)."""
     bn = block_N or min(64, max_tile)
-    ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms)
+    ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms, gqa=gqa)
     step = -(-max_seqlen // TILE_STEP) * TILE_STEP
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms and 128 <= max_tile:
         bn = 128
