@@ -700,6 +700,22 @@ def test_balanced_plan_from_shapes(rk, case, want):
     assert rk._balanced_splits(cfg, B, hkv, s, 132, 0, uniform, gqa) == want
 
 
+@pytest.mark.parametrize("case,want", [
+    ((128, 1, 6804, 2, 8, 16), (128, 14, 264)),  # a fewlong batch of 128 rows in pages of 16: balanced (2.17x, H100)
+    ((128, 1, 6804, 2, 8, 0), None),             # the same rows in a contiguous cache (static batches): uniform
+    ((2, 8, 8783, 16, 4, 32), None),             # 16 rows the uniform plan already splits 16 ways: uniform
+    ((256, 2, 2000, 1, 8, 16), None),            # rows that fill the units alone: uniform
+    ((16, 8, 960, 2, 4, 32), None),              # 15 allocated tiles: too short
+    ((16, 8, 1024, 2, 4, 32), (64, 4, 264)),     # 16 allocated tiles, pages of 32
+])
+def test_balanced_small_paged_calls(rk, case, want):
+    """Below BAL_MIN_ALLOC_TILES the balanced kernel takes a paged cache (serving engines' ragged batches) from
+    BAL_MIN_PAGED_TILES allocated tiles, where the uniform plan splits a row at most BAL_MAX_UNIFORM_SPLITS ways and
+    the rows alone do not fill three quarters of the units; a contiguous cache keeps the uniform plan."""
+    B, hkv, s, uniform, gqa, page = case
+    assert rk._balanced_splits({}, B, hkv, s, 132, 0, uniform, gqa, page) == want
+
+
 def test_balanced_tiling_given_wins_over_the_gqa_rule(rk):
     """R4's shape (G 8, contiguous): 128-key tiles at one CTA per unit by default; a given tile and CTAs per unit
     win; G 4 and pages of 32 tokens or more keep 64-key tiles at two per unit; 16-token pages take 128-key tiles at

@@ -295,7 +295,7 @@ def test_config_keys_are_few_and_configs_searches_each(rk):
     assert seen == set(rk._CFG_KEYS)
 
 
-def test_build_key_tells_a_split_kernel_from_a_direct_one():
+def test_build_key_tells_a_split_kernel_from_a_direct_one(rk):
     """Compiled kernels are cached by Plan.build_key: plans that differ only in a split count over 1 share a kernel (the
     count is a run-time dim), a split plan and an unsplit one never do, even where every other field is equal."""
     import dataclasses
@@ -306,6 +306,43 @@ def test_build_key_tells_a_split_kernel_from_a_direct_one():
     assert split.kernel == "decode_split_combine" and direct.kernel == "decode_direct"
     assert split.build_key() != direct.build_key()
     assert dataclasses.replace(split, num_splits=64).build_key() == split.build_key()
+
+
+def test_build_key_of_a_last_cta_split_plan_is_its_merge_round(rk):
+    """A uniform split plan that merges in its last CTA is compiled for the splits its merge loads in one round
+    (merge_unroll): split counts up to _LAST_UNROLL share a kernel, a count that fits one wider round gets its own, and
+    the key's own merge round is the plan's."""
+    import dataclasses
+
+    cu = sys.modules["tl_decode_cuda"]
+    last = cu.kernel_plan(hq=32, hkv=8, d=64, last_cta=True)
+    keys = {n: dataclasses.replace(last, num_splits=n).build_key() for n in (2, 8, 26, 40)}
+    assert keys[2] == keys[8] and keys[2] != keys[26]
+    assert keys[26].num_splits == 26 and keys[40].num_splits == cu.MERGE_VALUES // 2
+    for n, k in keys.items():
+        p = dataclasses.replace(last, num_splits=n)
+        assert cu.merge_unroll(k.G, k.d, k.threads, k.num_splits) == cu.merge_unroll(p.G, p.d, p.threads, n)
+
+
+@pytest.mark.parametrize("G,d,threads,ns,want", [(4, 64, 128, 26, 26), (4, 64, 128, 40, 32), (3, 128, 128, 23, 21),
+                                                 (8, 128, 128, 16, 8), (8, 64, 128, 4, 8), (1, 64, 128, 100, 64),
+                                                 (7, 128, 128, 13, 9)])
+def test_merge_unroll(rk, G, d, threads, ns, want):
+    """The last CTA loads all of its row's splits in one round where a thread's share of them (merge_rows x d / threads
+    values a split) stays within MERGE_VALUES, else as many as fit, never fewer than _LAST_UNROLL."""
+    assert sys.modules["tl_decode_cuda"].merge_unroll(G, d, threads, ns) == want
+
+
+@pytest.mark.parametrize("batch,hkv,seqlen,gqa,want", [(1, 4, 1536, 8, 24), (2, 1, 686, 16, 11), (1, 8, 1422, 3, 12),
+                                                      (1, 8, 1636, 4, 13), (4, 1, 4096, 16, 32), (1, 8, 1422, 0, 8)])
+def test_splits_grow_to_one_cta_a_unit_where_the_last_cta_merges(rk, batch, hkv, seqlen, gqa, want):
+    """Where the two-tile split count merges in the row's last CTA (G x splits <= LAST_CTA_MAX_ROWS), the count grows to
+    one CTA a unit (132 // rows) if that shortens a split's chain of tiles: case 19's shape 12 -> 24 splits of one tile
+    (the merge then in a combine kernel), G 16 at 686 keys 4 -> 11, G 3 at 1422 keys 8 -> 12 splits of two tiles. Where
+    it does not shorten the chain (26 tiles: 13 or 16 splits, two tiles either way) or a combine kernel already merges
+    (case 21's shape, 32 splits of G 16), the count stays; without the GQA ratio (gqa 0) the rule is the two-tile one."""
+    cu = sys.modules["tl_decode_cuda"]
+    assert cu.num_splits_heuristic(batch, hkv, seqlen, 64, 132, gqa=gqa) == want
 
 
 def test_plan_version_is_declared_and_read_statically(rk):
