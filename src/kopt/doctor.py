@@ -85,21 +85,63 @@ HOPPER_ONLY = {"pdl": "programmatic dependent launch: CUDA, compute capability 9
                "fast_math": "nvcc's --use_fast_math (approximate division, flush to zero)"}
 
 
-def device_plan(device: str, case_id: int, *, candidate: Path | None = None, dtype: str | None = None,
-                head_dim: int | None = None, page_size: int | None = None, config: dict | None = None,
-                wave64: bool = False) -> dict:
-    """The plan the candidate would run for a case on a device of hardware.yaml (e.g. C500), resolved here from the
-    device's profile (its device_plan hook); with ``wave64`` also its kernels lowered for TileLang's HIP target and
-    compiled for an AMD wave64 GPU where a toolchain is found (kopt.wave64). "plan" None with "why" when it cannot."""
-    from kopt import hardware, paths
-    from kopt import wave64 as w64
-    from kopt.cases import load_cases, select
+def gpu_profile(device: str):
+    """The hardware.yaml profile of a GPU by name; a UsageError naming the known ones for anything else."""
+    from kopt import hardware
     from kopt.errors import UsageError
 
     prof = hardware.profile(device)
     gpus = [p.name for p in hardware.load_profiles() if p.vendor != "cpu"]
     if prof is None or prof.vendor == "cpu":
         raise UsageError(f"--plan-for {device!r}: no such GPU profile in hardware.yaml (known: {', '.join(gpus)})")
+    return prof
+
+
+def case_plans(device: str, cases: list, candidate: Path | None = None) -> list[dict]:
+    """The plan a candidate resolves for each case (named or a held-out draw) on a device of hardware.yaml, from the
+    device's profile, with no GPU: per case {"case": id, "plan": its device_plan hook's dict, or None, "why": the
+    reason where there is none (no hook; a shape the kernel refuses, in its own words)}. The candidate is loaded with
+    its own sibling modules (kopt.candidate.load), so two candidates of the same file names plan side by side."""
+    from kopt import paths
+    from kopt.candidate import load
+
+    prof = gpu_profile(device).model_dump()
+    mod = load(Path(candidate) if candidate else paths.default_candidate())
+    out = []
+    for c in cases:
+        row = {"case": c.id, "plan": None, "why": ""}
+        if not hasattr(mod, "device_plan"):
+            row["why"] = "the candidate has no device_plan hook"
+        else:
+            try:
+                row["plan"] = mod.device_plan(c.shape_dict(), prof, None)
+            except ValueError as e:
+                row["why"] = str(e)
+        out.append(row)
+    return out
+
+
+def plan_label(plan: dict | None) -> str:
+    """A plan in a few words: its main kernel, split count (balanced: at most) and tile, and the balanced kernel's
+    target CTAs; NA without a plan."""
+    if plan is None:
+        return "NA"
+    kernel = plan["kernels"][0].removeprefix("decode_")
+    splits = f"<={plan['num_splits']}" if plan.get("balanced") else str(plan["num_splits"])
+    return f"{kernel} {splits}x{plan['block_N']}" + (f" {plan['balanced']} CTAs" if plan.get("balanced") else "")
+
+
+def device_plan(device: str, case_id: int, *, candidate: Path | None = None, dtype: str | None = None,
+                head_dim: int | None = None, page_size: int | None = None, config: dict | None = None,
+                wave64: bool = False) -> dict:
+    """The plan the candidate would run for a case on a device of hardware.yaml (e.g. C500), resolved here from the
+    device's profile (its device_plan hook); with ``wave64`` also its kernels lowered for TileLang's HIP target and
+    compiled for an AMD wave64 GPU where a toolchain is found (kopt.wave64). "plan" None with "why" when it cannot."""
+    from kopt import paths
+    from kopt import wave64 as w64
+    from kopt.cases import load_cases, select
+
+    prof = gpu_profile(device)
     case = select(load_cases(), [case_id])[0].with_variant(dtype=dtype, head_dim=head_dim, page_size=page_size)
     shape = case.shape_dict()
     cand = Path(candidate) if candidate else paths.default_candidate()

@@ -340,7 +340,7 @@ def test_splits_grow_to_one_cta_a_unit_where_the_last_cta_merges(rk, batch, hkv,
     one CTA a unit (132 // rows) if that shortens a split's chain of tiles: case 19's shape 12 -> 24 splits of one tile
     (the merge then in a combine kernel), G 16 at 686 keys 4 -> 11, G 3 at 1422 keys 8 -> 12 splits of two tiles. Where
     it does not shorten the chain (26 tiles: 13 or 16 splits, two tiles either way) or a combine kernel already merges
-    (case 21's shape, 32 splits of G 16), the count stays; without the GQA ratio (gqa 0) the rule is the two-tile one."""
+    (case 21's shape, 32 splits of G 16), the count stays; without the GQA ratio (gqa 0) the two-tile rule holds."""
     cu = sys.modules["tl_decode_cuda"]
     assert cu.num_splits_heuristic(batch, hkv, seqlen, 64, 132, gqa=gqa) == want
 

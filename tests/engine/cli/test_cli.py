@@ -133,3 +133,34 @@ def test_doctor_plan_for_with_wave64():
         assert "compile      NA: no " in r.stdout
     else:
         assert "B code object for gfx942" in r.stdout and "stubbed" in r.stdout and "0 B scratch" in r.stdout
+
+
+def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_path):
+    """`kopt workloads --draw N --seed S --plan-for H200 --against OTHER`: each draw's plan as the candidate resolves it
+    from the H200's profile (no GPU), the other candidate's beside it, and the draws whose plans differ: here a copy of
+    the shipped kernel without the balanced kernel's small-paged rule differs exactly on the draws the shipped kernel
+    plans balanced below BAL_MIN_ALLOC_TILES. Misused flags are one line and exit 2."""
+    import json
+    import shutil
+
+    from conftest import SHIPPED
+
+    other = tmp_path / "other"
+    shutil.copytree(SHIPPED.parent, other, ignore=shutil.ignore_patterns("__pycache__"))
+    cuda = other / "tl_decode_cuda.py"
+    cuda.write_text(cuda.read_text().replace("\nBAL_MIN_PAGED_TILES = 16\n", "\nBAL_MIN_PAGED_TILES = 1 << 30\n"))
+    args = ["workloads", "--draw", "12", "--seed", "205", "--plan-for", "H200", "--candidate", str(SHIPPED)]
+    r = CliRunner().invoke(app, [*args, "--against", str(other / "run_kernel.py"), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    small_paged = [x["case"] for x in rows if x["plan_detail"]["balanced"] and x["max_len"] < 256 * 64
+                   and x["plan_detail"]["paged"]]
+    assert small_paged and [x["case"] for x in rows if x["differs"]] == small_paged
+    assert all(x["against"].startswith(("split_", "direct")) for x in rows if x["differs"])
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0 and "plans on H200" in r.stdout and "balanced <=" in r.stdout, r.output
+    for bad, says in ((["workloads", "--plan-for", "H200"], "add --draw N"),
+                      (["workloads", "--draw", "2", "--against", str(SHIPPED)], "--plan-for DEVICE"),
+                      (["workloads", "--draw", "2", "--plan-for", "X9"], "no such GPU profile")):
+        r = CliRunner().invoke(app, bad)
+        assert r.exit_code == 2 and says in r.output, (bad, r.output)
