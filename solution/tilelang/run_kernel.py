@@ -234,7 +234,8 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
     The balanced kernel splits each row by its own length, read on the device (tl_decode_cuda: the batch's
     real tiles over about ``bal_per_sm`` CTAs per unit), so its launch depends on shapes only. Default:
     balanced when no key of the uniform kernel is pinned (num_splits, eager 1, v_split 2; explicitly or by a tuned
-    row), the allocated length has at least BAL_MIN_ALLOC_TILES 64-key tiles, the batch has several rows (one row is
+    row), the allocated length has at least BAL_MIN_ALLOC_TILES 64-key tiles (or, in a paged cache, the smaller size
+    of _small_paged_or_long), the batch has several rows (one row is
     balanced by the uniform kernel: it cuts its own length into the splits), and one full-length row could use more
     splits than the uniform plan's. Tiles and CTAs per unit (unless given): 64-key tiles at BAL_CTAS_PER_SM CTAs per
     unit, or, for a contiguous cache with BAL_WIDE_GQA query heads per KV head or more, 128-key tiles at one CTA per

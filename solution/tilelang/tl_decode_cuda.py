@@ -725,8 +725,9 @@ def _last_cta_macro(T, accum: str, dtype: str, G: int, d: int, unroll: int = 0, 
     Every CTA publishes its partial O and LSE (writes, fence, barrier, then one acq_rel atomic on the
     (batch, kv head) counter by thread 0). The CTA that sees count nsplit - 1 is the last: it turns the
     G x nsplit LSE values into weights 2^(lse - lse_total) (a [G, 128] fragment, row max and row sum
-    reductions), then accumulates O = sum_s w[i, s] * O_s[i, :] over the splits, _LAST_UNROLL splits of
-    loads in flight at a time, and resets the counter to 0 for the next call (all other CTAs of this
+    reductions), then accumulates O = sum_s w[i, s] * O_s[i, :] over the splits, ``unroll`` splits of
+    loads in flight at a time (a uniform plan's merge_unroll: all of its splits where they fit; the balanced
+    kernel's _LAST_UNROLL), and resets the counter to 0 for the next call (all other CTAs of this
     (batch, kv head) have counted by then, and calls are ordered on the stream). Its fragments hold
     merge_rows(G, d, threads) rows."""
     S = _MAX_SPLITS
@@ -1020,7 +1021,10 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
     batch * kv_heads already fills the machine (>= 3/4 of the target) or the sequence is short
     (< ``min_tiles`` KV tiles: the extra combine launch costs more than it saves); at least
     ``min_tiles_per_split`` KV tiles per split, and the count is rebalanced so that no split is
-    left empty. (Tuned on an H200 with the 14 benchmark shapes.)
+    left empty. With the GQA ratio (``gqa``), where the row's last CTA merges that count (last_cta_default), the
+    count grows to one CTA a unit (num_sms // rows) if that shortens a split's chain of tiles: a small call's time is
+    its longest chain, and past one CTA a unit more splits only add each CTA's fixed work (H100, iteration 53: 6-38%
+    on every unseen draw it changes; one tile a split at 184-256 CTAs lost 4-10%).
     """
     base = batch * hkv
     n_tiles = max(1, -(-seqlen // block_N))
