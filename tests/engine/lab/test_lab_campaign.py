@@ -121,3 +121,12 @@ def test_the_h200_campaign_parses_and_its_dry_run_prints_each_command():
         assert want in names, names
     assert "bench: kopt bench --all --cold-cache --machine  [timeout 420 s]" in out.splitlines()
     assert "report: kopt report  [timeout 180 s; needs bench]" in out.splitlines()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "workflows").glob("campaign-*.yaml")))
+def test_every_shipped_campaign_parses(name):
+    """Every campaign in workflows/: each kopt step's arguments parse by kopt's own commands (the dry run), so a GPU
+    host that has minutes for it never spends them on a typo."""
+    code, out, err = run_main(["lab", "campaign", str(REPO / "workflows" / name), "--dry-run"])
+    assert_clean(code, out, err, allowed=(0,))
+    assert out.splitlines() and all(":" in line and "[timeout" in line for line in out.splitlines()), out
