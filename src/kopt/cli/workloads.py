@@ -34,6 +34,9 @@ def command(
         raise UsageError("--candidate and --against name the candidates whose plans --plan-for DEVICE shows")
     if plan_for is not None and not draw:
         raise UsageError("--plan-for shows the plans of a draw: add --draw N")
+    for flag, path in (("--candidate", candidate), ("--against", against)):
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path}: no such candidate file")
     wf = workloads.load(file)
     note = ""
     if draw:

@@ -161,6 +161,8 @@ def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_pa
     assert r.exit_code == 0 and "plans on H200" in r.stdout and "balanced <=" in r.stdout, r.output
     for bad, says in ((["workloads", "--plan-for", "H200"], "add --draw N"),
                       (["workloads", "--draw", "2", "--against", str(SHIPPED)], "--plan-for DEVICE"),
-                      (["workloads", "--draw", "2", "--plan-for", "X9"], "no such GPU profile")):
+                      (["workloads", "--draw", "2", "--plan-for", "X9"], "no such GPU profile"),
+                      (["workloads", "--draw", "2", "--plan-for", "H200", "--against", str(tmp_path / "x.py")],
+                       "no such candidate file")):
         r = CliRunner().invoke(app, bad)
         assert r.exit_code == 2 and says in r.output, (bad, r.output)
