@@ -145,8 +145,11 @@ def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_pa
 
     from conftest import SHIPPED
 
-    other = tmp_path / "other"
+    other = tmp_path / "solution" / "tilelang"  # beside its own copy of the tuning table, as in a workspace
     shutil.copytree(SHIPPED.parent, other, ignore=shutil.ignore_patterns("__pycache__"))
+    table = SHIPPED.parents[2] / "results" / "tilelang" / "tuning.csv"
+    (tmp_path / "results" / "tilelang").mkdir(parents=True)
+    shutil.copy(table, tmp_path / "results" / "tilelang" / "tuning.csv")
     cuda = other / "tl_decode_cuda.py"
     cuda.write_text(cuda.read_text().replace("\nBAL_MIN_PAGED_TILES = 16\n", "\nBAL_MIN_PAGED_TILES = 1 << 30\n"))
     args = ["workloads", "--draw", "12", "--seed", "205", "--plan-for", "H200", "--candidate", str(SHIPPED)]
