@@ -109,16 +109,20 @@ def case_plans(device: str, cases: list, candidate: Path | None = None) -> list[
     mod = load(Path(candidate) if candidate else paths.default_candidate())
     out = []
     for c in cases:
-        row = {"case": c.id, "plan": None, "why": ""}
-        if not hasattr(mod, "device_plan"):
-            row["why"] = "the candidate has no device_plan hook"
-        else:
-            try:
-                row["plan"] = mod.device_plan(c.shape_dict(), prof, None)
-            except ValueError as e:
-                row["why"] = str(e)
-        out.append(row)
+        plan, why = _hook_plan(mod, c.shape_dict(), prof, None)
+        out.append({"case": c.id, "plan": plan, "why": why})
     return out
+
+
+def _hook_plan(mod, shape: dict, profile: dict, config: dict | None) -> tuple[dict | None, str]:
+    """(the candidate's device_plan hook's dict, "") or (None, why): it has no hook, or it refuses the shape or the
+    config on that device (a ValueError: the answer, in its own words, not a crash)."""
+    if not hasattr(mod, "device_plan"):
+        return None, "the candidate has no device_plan hook"
+    try:
+        return mod.device_plan(shape, profile, config), ""
+    except ValueError as e:
+        return None, str(e)
 
 
 def plan_label(plan: dict | None) -> str:
@@ -149,14 +153,8 @@ def device_plan(device: str, case_id: int, *, candidate: Path | None = None, dty
                                               "smem_per_unit_bytes"}),
            "case": {"id": case.id, **shape}, "candidate": paths.relative(cand), "config": config, "plan": None,
            "why": "", "hopper_only": HOPPER_ONLY, "wave64": None}
-    mod = w64.load_candidate(str(cand))
-    if not hasattr(mod, "device_plan"):
-        out["why"] = "the candidate has no device_plan hook"
-        return out
-    try:
-        out["plan"] = mod.device_plan(shape, prof.model_dump(), config)
-    except ValueError as e:  # a config the device cannot run: the answer, not a crash
-        out["why"] = str(e)
+    out["plan"], out["why"] = _hook_plan(w64.load_candidate(str(cand)), shape, prof.model_dump(), config)
+    if out["plan"] is None:
         return out
     if wave64:
         out["wave64"] = w64.as_dict(w64.check_plan(str(cand), shape, prof.model_dump(), config))

@@ -220,7 +220,6 @@ def warm_cases(path: Path, cases: list, emit: Callable[[str], None], jobs: Optio
     return f"exit {done.rc}: {lines[-1] if lines else 'no message'}"[:300]
 
 
-
 def warm_each(todo: list[tuple[Path, Optional[dict]]], cases: list, who: str) -> None:
     """warm_cases for each (candidate file, config) of `todo`, side by side, the compile jobs shared out among them:
     a verdict's candidate (H200, 2026-12-05: the quick verdict spent over 300 s compiling its 40-odd kernels one at
@@ -251,6 +250,7 @@ def warm_each(todo: list[tuple[Path, Optional[dict]]], cases: list, who: str) ->
     one(*todo[0])
     for t in threads:
         t.join()
+
 
 #: How the child says why it compiled nothing (its other lines are the compilers' and libraries' own).
 _NOT = "not compiled: "
