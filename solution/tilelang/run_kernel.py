@@ -224,7 +224,7 @@ def _small_paged_or_long(max_seqlen, page_size, uniform_splits, rows, target) ->
     if tiles >= _cuda.BAL_MIN_ALLOC_TILES:
         return True
     return (page_size > 0 and tiles >= _cuda.BAL_MIN_PAGED_TILES and uniform_splits <= _cuda.BAL_MAX_UNIFORM_SPLITS
-            and 4 * rows < 3 * target)
+            and not _cuda.rows_fill(rows, target))
 
 
 def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, page_size=0,

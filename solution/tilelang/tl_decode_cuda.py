@@ -690,12 +690,16 @@ BAL_WIDE_MAX_PAGE = 16
 #: row in a batch of empty ones costs little, and the plain kernel skips the planning prologue
 BAL_MIN_ALLOC_TILES = 256
 #: balanced variant in a paged cache by default from this many 64-key tiles of allocated length, where the uniform plan
-#: splits a row at most BAL_MAX_UNIFORM_SPLITS ways
+#: splits a row at most BAL_MAX_UNIFORM_SPLITS ways (many rows: a long one is a long chain there). H100, iteration 53,
+#: draws of seeds 101-106 and 201-208: 1.01-2.17x on 16 ragged paged draws, 0.949-0.983x on 4 paged batches of equal
+#: or uniform rows; with 16 rows, which the uniform plan splits 15-16 ways, the balanced kernel lost 4-10%
 BAL_MIN_PAGED_TILES = 16
 BAL_MAX_UNIFORM_SPLITS = 4
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
 _LAST_UNROLL = 8    # splits whose partial rows the last-CTA merge loads before any is accumulated
-#: values of partial O a thread of the last CTA holds in flight in one round of the merge's loads (merge_unroll)
+#: values of partial O a thread of the last CTA holds in flight in one round of the merge's loads (merge_unroll): at 64
+#: ptxas (sm_90a) keeps every split_last plan's registers (102-146), at 128 they grow to 166-174 (H100, iteration 53:
+#: 1.009-1.012x where one round replaced two)
 MERGE_VALUES = 64
 
 
@@ -1012,6 +1016,12 @@ def fast_math_default(nvcc: bool = True) -> bool:
     return bool(nvcc)
 
 
+def rows_fill(rows: int, target: int) -> bool:
+    """Whether a batch's (row, kv head) CTAs alone fill three quarters of a grid of `target` CTAs: then neither the
+    uniform split rule nor the balanced kernel's small-call rule splits rows."""
+    return 4 * rows >= 3 * target
+
+
 def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
                          ctas_per_sm: int = 2, min_tiles: int = 8, min_tiles_per_split: int = 2, gqa: int = 0) -> int:
     """Split count in the spirit of FlashAttention's num_splits_heuristic.
@@ -1029,7 +1039,7 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
     base = batch * hkv
     n_tiles = max(1, -(-seqlen // block_N))
     target = ctas_per_sm * num_sms
-    if base * 4 >= target * 3 or n_tiles < min_tiles:
+    if rows_fill(base, target) or n_tiles < min_tiles:
         return 1
     ns = max(1, min(max_splits, n_tiles // min_tiles_per_split, round(target / base)))
     if gqa and ns > 1 and last_cta_default(gqa, ns):
