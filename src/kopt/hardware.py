@@ -311,6 +311,22 @@ def driver():
         return None
 
 
+def device_label(device: str) -> Optional[str]:
+    """The short name (device_name) the rows of `device` carry in ledgers ('cpu', 'H200'), read through the
+    driver without importing torch; None where it cannot be read."""
+    import ctypes
+
+    if is_cpu(device):
+        return "cpu"
+    cuda = driver()
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    handle, name = ctypes.c_int(0), ctypes.create_string_buffer(256)
+    if cuda is None or cuda.cuDeviceGet(ctypes.byref(handle), index) != 0 \
+            or cuda.cuDeviceGetName(name, len(name), handle) != 0:
+        return None
+    return device_name(name.value.decode(errors="replace"))
+
+
 def _driver_gpu_count() -> int:
     """CUDA devices the driver sees (honours CUDA_VISIBLE_DEVICES), through libcuda alone; 0 when there
     is no NVIDIA driver, so the caller falls back to torch. Importing torch costs seconds on some hosts;

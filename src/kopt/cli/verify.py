@@ -19,7 +19,8 @@ def command(
     candidate: options.Candidate = None,
     case: options.Case = None,
     device: options.Device = "auto",
-    parent: Optional[str] = typer.Option(None, "--parent", help="Parent candidate id (default: the current best)."),
+    parent: Optional[str] = typer.Option(None, "--parent",
+                                         help="Parent candidate id (default: the current best on this device)."),
     technique: Optional[str] = typer.Option(None, "--technique", help="What this candidate tries (e.g. split-kv)."),
     hypothesis: Optional[str] = typer.Option(None, "--hypothesis", help="The prediction being tested."),
     config: options.Config = None,
@@ -47,7 +48,8 @@ def command(
                                                help="Seed of the held-out draw (default: a fresh one, recorded); "
                                                     "the same seed draws the same shapes."),
     against: Optional[Path] = typer.Option(None, "--against", help="Reigning candidate to time on the same held-out "
-                                                                   "draws (default: the best's source from git)."),
+                                                                   "draws (default: the source from git of the "
+                                                                   "best on this device)."),
     no_pair: bool = typer.Option(False, "--no-pair", help="Do not time the reigning candidate on the held-out draws."),
     e2e: bool = typer.Option(False, "--e2e", help="Also run a small `kopt e2e` check (the candidate as a decoder's "
                                                   "attention): the verdict passes only when it passes too."),
@@ -66,7 +68,7 @@ def command(
     from kopt.eval import verdict
     from kopt.eval.bench import BenchOptions
     from kopt.eval.jobs import fresh_seed
-    from kopt.hardware import resolve_device
+    from kopt.hardware import device_label, resolve_device
     from kopt.paths import default_candidate, ledger_file
     from kopt.records import machine_line
 
@@ -84,13 +86,13 @@ def command(
     p = resolve(path or default_candidate())
     reigning = resolve(against) if against else None
     seed = fresh_seed() if heldout_seed is None else heldout_seed
-    best = _current_best(ledger_file())
+    dev = resolve_device(device)
+    best = current_best(ledger_file(), device_label(dev))
     opts = BenchOptions(device=device, cold=True, timeout_s=timeout, quick=quick_timing,
                         config=options.config_for(config, p), baseline=options.choice(baseline, BASELINE_CHOICES,
                                                                                     "--baseline"),
                         parent_id=parent or best, technique=technique, hypothesis=hypothesis, heldout_seed=seed,
                         deadline=deadline(budget, t0))
-    dev = resolve_device(device)
     n_held = (verdict.QUICK_HELDOUT if quick else cf.verify.heldout) if heldout is None else heldout
     held = verdict.heldout_draw(n_held, seed, dev)
     err = err_console()
@@ -193,11 +195,13 @@ def _time_reigning(p: Path, reigning: Optional[Path], best: Optional[str], v, he
     return rows
 
 
-def _current_best(ledger: Path) -> Optional[str]:
-    """The top-ranked candidate id of the ledger, if any."""
+def current_best(ledger: Path, device: Optional[str]) -> Optional[str]:
+    """The top-ranked candidate id among the ledger's rows measured on `device` (a verdict's parent and the
+    candidate its held-out draws are paired with: a rank over another device's times, or a CPU's, says nothing
+    about this one), if any; every row where the device's name cannot be read (None)."""
     if not ledger.exists():
         return None
     from kopt.policy import ranking
 
-    top = ranking.best(ranking.load_frame(ledger)[0])
+    top = ranking.best(ranking.load_frame(ledger, device=device)[0])
     return str(top["candidate_id"]) if top else None

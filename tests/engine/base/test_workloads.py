@@ -280,3 +280,27 @@ def test_the_peer_panel_names_each_draw_and_gives_each_group_its_geomean():
     assert "edge + perf: 2.00x (1 cases)" in text and "seed: 1.50x (1 cases)" in text
     assert "held-out: 1.00x (2 cases)" in text
     assert any("llama-3.1-70b-tp8 hq8-hkv1" in r.variant for r in p.rows)
+
+
+def test_a_verdict_pairs_with_the_best_on_its_own_device(tmp_path, monkeypatch):
+    """A verdict's parent and the candidate its held-out draws are paired with are ranked over rows of the verdict's
+    device: a CPU screen's 4x does not outrank a GPU verdict's 1.5x there."""
+    from kopt import hardware
+    from kopt.cli.verify import current_best
+    from kopt.store import ledger
+
+    path = tmp_path / "candidates.jsonl"
+    ledger.append(path, [row(4, "perf", 4.0, candidate_id="cpu000000001", device="cpu", runtime_ms=1.0,
+                             ref_runtime_ms=4.0),
+                         row(4, "perf", 1.5, candidate_id="h20000000001", device="H200", mode="verdict",
+                             runtime_ms=0.01, ref_runtime_ms=0.015),
+                         row(4, "perf", 1.2, candidate_id="h20000000002", device="H200", mode="verdict",
+                             runtime_ms=0.0125, ref_runtime_ms=0.015)])
+    assert current_best(path, "H200") == "h20000000001"
+    assert current_best(path, "cpu") == "cpu000000001"
+    assert current_best(path, "H100") is None, "no rows of that device: no best, so no pairing"
+    assert current_best(path, None) == "cpu000000001", "a device whose name cannot be read ranks every row"
+    assert current_best(tmp_path / "none.jsonl", "H200") is None
+    assert hardware.device_label("cpu") == "cpu"
+    monkeypatch.setattr(hardware, "driver", lambda: None)
+    assert hardware.device_label("cuda") is None and hardware.device_label("cuda:1") is None
