@@ -194,9 +194,9 @@ def _tiling(s: _Shape, dev, cfg: dict, threads: int) -> tuple:
                          "(block_N a multiple of 32 up to 256, threads 64/128/256)")
     cap, G = max(1, s.capacity), s.G
     block_N, ns = _cuda.choose_tiling(s.batch, s.hkv, cap, dev.units, bn, int(cfg.get("num_splits") or 0),
-                                      _cuda.widest_tile(G, s.d, dev.smem_per_unit, False, threads), G, s.d)
+                                      _cuda.widest_tile(G, s.d, dev.smem_per_unit, False, threads), G)
     bal = _balanced_splits(cfg, s.batch, s.hkv, cap, dev.units, bn, ns, G, s.page,
-                           _cuda.widest_tile(G, s.d, dev.smem_per_unit, True, threads), s.d)
+                           _cuda.widest_tile(G, s.d, dev.smem_per_unit, True, threads))
     return (block_N, ns, 0) if bal is None else bal
 
 
@@ -228,7 +228,7 @@ def _small_paged_or_long(max_seqlen, page_size, uniform_splits, rows, target) ->
 
 
 def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, page_size=0,
-                     max_tile=_cuda.MAX_TILE, d=128):
+                     max_tile=_cuda.MAX_TILE):
     """(block_N, max splits per row, target CTAs) of the work-balanced kernel, or None for the uniform one.
 
     The balanced kernel splits each row by its own length, read on the device (tl_decode_cuda: the batch's
@@ -237,8 +237,7 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
     row), the allocated length has at least BAL_MIN_ALLOC_TILES 64-key tiles (or, in a paged cache, the smaller size
     of _small_paged_or_long), the batch has several rows (one row is
     balanced by the uniform kernel: it cuts its own length into the splits), and one full-length row could use more
-    splits than the uniform plan's. Tiles and CTAs per unit (unless given): base_tile(d) tiles (64 keys at head dim
-    128, 128 at 64) at BAL_CTAS_PER_SM CTAs per
+    splits than the uniform plan's. Tiles and CTAs per unit (unless given): 64-key tiles at BAL_CTAS_PER_SM CTAs per
     unit, or, for a contiguous cache with BAL_WIDE_GQA query heads per KV head or more, 128-key tiles at one CTA per
     unit (choose_tiling's rule for CTAs that fit the units; paged caches lost with it), or, in pages of at most
     BAL_WIDE_MAX_PAGE tokens, 128-key tiles at BAL_CTAS_PER_SM. page_size: 0 for a contiguous cache. max_tile
@@ -250,9 +249,7 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
         raise ValueError("config balanced=1 with num_splits: a balanced plan splits each row by its own length "
                          "(leave num_splits out)")
     wide = gqa >= _cuda.BAL_WIDE_GQA and not page_size and 128 <= max_tile
-    base = _cuda.base_tile(d, max_tile)
-    bn = block_N or (max(base, 128) if 128 <= max_tile and (wide or 0 < page_size <= _cuda.BAL_WIDE_MAX_PAGE)
-                     else base)
+    bn = block_N or (128 if 128 <= max_tile and (wide or 0 < page_size <= _cuda.BAL_WIDE_MAX_PAGE) else 64)
     alloc_tiles = -(-max_seqlen // bn)
     per_sm = cfg.get("bal_per_sm") or (1 if wide else _cuda.BAL_CTAS_PER_SM)
     target = max(1, round(float(per_sm) * num_sms))

@@ -908,11 +908,6 @@ def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 
 LAST_CTA_MAX_ROWS = 160
 
 
-#: the bytes of K a default tile holds (choose_tiling, the balanced kernel): 64 keys at head dim 128 in 2-byte elements.
-#: A CTA's tile is one dependent DRAM round trip, so its bytes, not its keys, set what a round trip brings: at head
-#: dim 64 the same bytes are 128 keys, where a 64-key tile carried half as much for the same wait (base_tile).
-TILE_K_BYTES = 16384
-
 #: the widest one-tile range (choose_tiling): an unsplit range of 129-192 keys runs as one tile of its length
 #: rounded up to TILE_STEP keys
 WIDE_TILE = 192
@@ -1087,16 +1082,9 @@ def widest_tile(G: int, d: int, smem_per_unit: int, merge: bool = False, threads
     return fit[-1] if fit else TILE_STEP
 
 
-def base_tile(d: int, max_tile: int = MAX_TILE, dtype_bytes: int = 2) -> int:
-    """The default tile, keys: TILE_K_BYTES of K (64 keys at head dim 128, 128 at head dim 64), never under 64 keys,
-    a multiple of TILE_STEP, and at most ``max_tile`` (what a unit's shared memory holds)."""
-    keys = max(64, TILE_K_BYTES // (dtype_bytes * d) // TILE_STEP * TILE_STEP)
-    return min(keys, max_tile)
-
-
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0,
-                  max_tile: int = MAX_TILE, gqa: int = 0, d: int = 128):
-    """(block_N, num_splits): explicit values win. Otherwise base_tile(d) (64 keys at head dim 128), except, when one CTA per
+                  max_tile: int = MAX_TILE, gqa: int = 0):
+    """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
     (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
     for a longer range (> 256 keys) and one 192-key tile for a range of 129-192 keys. One CTA on a unit
     keeps more bytes in flight with bigger tiles, while several CTAs per unit want the smaller tile's
@@ -1107,12 +1095,11 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     slower still). A one-tile range's tile is its length rounded up to TILE_STEP keys (129-192 keys: 160 or 192;
     at most 32 keys: 32), so that it asks for few rows past the sequence: each such row re-reads the last key.
     ``max_tile`` (widest_tile): a wider tile than a unit's shared memory holds is never picked (64-key tiles then)."""
-    base = base_tile(d, max_tile)
-    bn = block_N or base
+    bn = block_N or min(64, max_tile)
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms, gqa=gqa)
     step = -(-max_seqlen // TILE_STEP) * TILE_STEP
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms and 128 <= max_tile:
-        bn = max(base, 128)
+        bn = 128
     elif not block_N and ns == 1 and 128 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms and step <= max_tile:
         bn = step
     elif not block_N and ns == 1 and max_seqlen <= TILE_STEP:
