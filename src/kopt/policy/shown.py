@@ -51,7 +51,8 @@ class BestByRule(BaseModel):
 
 
 class RankedFirst(BaseModel):
-    """The candidate `kopt candidates` ranks first (by uniform geomean), when it is not the shown one."""
+    """The candidate the ranking puts first (by uniform geomean, over the shown candidate's device when it is the
+    shipped one and no device is asked for), when it is not the shown one."""
 
     candidate_id: str
     geomean: Optional[float] = None
@@ -316,6 +317,8 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     if other is not None:
         s.rule_best_elsewhere = f"{other.candidate_id} (iteration {other.iteration}, on {other.device or 'NA'})"
     s.best_by_rule = _best_by_rule(ws, rows, s, points)
+    if not device and s.device and s.source == "shipped":  # ranked beside it over its own device's rows only
+        top = ranking.best(ranking.load_frame(ledger_file(ws), s.device, Loaded(rows=everything))[0])
     s.ranked_first = _ranked_first(top, s, points)
     return s
 
@@ -333,9 +336,9 @@ def _ranked_first(top: Optional[dict], s: Shown, points: list) -> Optional[Ranke
         return None
     cid = str(top["candidate_id"])
     mine = [p for p in points if p.candidate_id == cid]
-    why = (f"iteration {mine[0].iteration}, judged {mine[-1].outcome}"
-           + (f" ({mine[-1].reason})" if mine[-1].reason else "") if mine else
-           "no iteration holds it, so the rule never judged it")
+    judged = "not judged" if mine and mine[-1].outcome == "not judged" else f"judged {mine[-1].outcome}" if mine else ""
+    why = (f"iteration {mine[0].iteration}, {judged}" + (f" ({mine[-1].reason})" if mine[-1].reason else "")
+           if mine else "no iteration holds it, so the rule never judged it")
     return RankedFirst(candidate_id=cid, geomean=top.get("geomean"), basis=top.get("basis"), why=why)
 
 

@@ -96,3 +96,16 @@ def test_status_md_of_a_candidate_without_a_verdict_says_it_has_none(workspace, 
     assert "| its verdict | none yet: run `kopt verify` |" in md
     assert "| held-out draws (the number to move) | NA: no verdict yet; run `kopt verify` |" in md
     assert "predates" not in md
+
+
+def test_the_ranking_beside_the_shipped_candidate_is_over_its_own_device(workspace, shipped):  # noqa: F811
+    """A CPU screen's 4x is no rank against H200 verdicts: the first line names the first of the H200 ranking, and
+    every view says the same."""
+    _fixture(workspace, shipped)
+    ledger.append(ledger_file(workspace), [row("cpu0cpu0cpu0", c, 4.0, mode="signal", run="b-cpu", device="cpu")
+                                           for c in PERF])
+    first = kopt("status", "--no-record").stdout.splitlines()[0]
+    assert "first in the ranking by uniform geomean: cccccccccccc (2.500x, bench rows)" in first
+    assert "cpu0cpu0cpu0" not in first
+    assert kopt("candidates").stdout.splitlines()[0] == first
+    assert json.loads(kopt("status", "--json", "--no-record").stdout)["shown"]["headline"] == first
