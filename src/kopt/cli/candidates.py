@@ -48,19 +48,28 @@ def command(
 
     case = one_case(case)
     # A terminal table of hundreds of rows is unreadable (and slow to lay out): 20 unless asked.
-    rep = ranking.report(ledger_file(), top=top or (None if as_json or as_csv else TEXT_TOP), case=case,
-                         device=device)
+    n = top or (None if as_json or as_csv else TEXT_TOP)
+    rep = ranking.report(ledger_file(), top=n, case=case, device=device)
     check_device(rep.rows, device)
     if rep.skipped:
         err_console().print(f"[yellow]skipped {len(rep.skipped)} unreadable ledger line(s)[/]")
+    first = ranking.records(rep.candidates.head(1)) if case is None else []  # the ranking's first: not ranked again
+    shown = shown_candidate(workspace(), rep.rows, device=device, top=first[0] if first else None)
+    ranked_on = device
+    if device is None and shown.device and shown.source == "shipped":
+        # times of different devices never share a rank: the shipped candidate's device, as its first line says
+        from kopt.store import Loaded
+
+        ranked_on = shown.device
+        rep = ranking.report(ledger_file(), top=n, case=case, device=ranked_on,
+                             loaded=Loaded(rows=rep.rows, skipped=rep.skipped))
     table = rep.candidates.assign(lineage=[" <- ".join(rep.lineage[c]) for c in rep.candidates["candidate_id"]])
     if as_csv:
         print(table.to_csv(index=False), end="")
         return
-    first = ranking.records(rep.candidates.head(1)) if case is None else []  # the ranking's first: not ranked again
-    shown = shown_candidate(workspace(), rep.rows, device=device, top=first[0] if first else None)
     if as_json:
-        print(json.dumps({"case": case, "shown": shown.brief(), "candidates": ranking.records(table),
+        print(json.dumps({"case": case, "device": ranked_on, "shown": shown.brief(),
+                          "candidates": ranking.records(table),
                           "best_per_case": ranking.records(rep.best_per_case),
                           "skipped_lines": len(rep.skipped)}, indent=2))
         return
@@ -77,7 +86,9 @@ def command(
         con.print(line, highlight=False, soft_wrap=True)
     mark = {shown.candidate_id: MARKS.get(shown.source, ""),
             **({shown.best_by_rule.candidate_id: MARKS["rule"]} if shown.best_by_rule else {})}
-    t = Table(title=f"candidates on case {case}" if case is not None else "candidates (geomean speedup)")
+    where = f" on {ranked_on}" if ranked_on else ""
+    t = Table(title=f"candidates on case {case}{where}" if case is not None else
+              f"candidates{where} (geomean speedup)")
     spec = COLUMNS_CASE if case is not None else COLUMNS
     for _, head, fmt in spec:
         t.add_column(head, justify="left" if fmt is None else "right", min_width=12 if head == "candidate" else None)
@@ -89,6 +100,9 @@ def command(
     if case is None:
         con.print("mark: ship = the shipped candidate (shown), top = the top-ranked one (shown: no solution/), "
                   "rule = the best by the improvement rule", style="dim", highlight=False)
+    if ranked_on and not device:
+        con.print(f"ranked over rows measured on {ranked_on}, the shipped candidate's device (--device for another)",
+                  style="dim", highlight=False)
     if top is None and len(table) == TEXT_TOP:
         con.print(f"(first {TEXT_TOP}; --top N, --json or --csv for more)")
     b = Table(title="best per case (lowest runtime among correct rows)")

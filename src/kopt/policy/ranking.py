@@ -375,11 +375,11 @@ class Report:
 
 
 def report(path: Path, top: Optional[int] = None, case: Optional[int] = None,
-           device: Optional[str] = None) -> Report:
-    """The library call behind `kopt candidates`."""
+           device: Optional[str] = None, loaded=None) -> Report:
+    """The library call behind `kopt candidates`. `loaded`: the ledger already read (load_dicts), not read again."""
     from kopt.store import load_dicts
 
-    loaded = load_dicts(path)
+    loaded = loaded if loaded is not None else load_dicts(path)
     df, skipped = load_frame(path, device, loaded)
     table = case_ranking(df, case) if case is not None else rank(df)
     if top:

@@ -99,8 +99,8 @@ def test_status_md_of_a_candidate_without_a_verdict_says_it_has_none(workspace, 
 
 
 def test_the_ranking_beside_the_shipped_candidate_is_over_its_own_device(workspace, shipped):  # noqa: F811
-    """A CPU screen's 4x is no rank against H200 verdicts: the first line names the first of the H200 ranking, and
-    every view says the same."""
+    """A CPU screen's 4x is no rank against H200 verdicts: the first line names the first of the H200 ranking, every
+    view says the same, and `kopt candidates` ranks the shipped candidate's device unless --device names another."""
     _fixture(workspace, shipped)
     ledger.append(ledger_file(workspace), [row("cpu0cpu0cpu0", c, 4.0, mode="signal", run="b-cpu", device="cpu")
                                            for c in PERF])
@@ -109,3 +109,8 @@ def test_the_ranking_beside_the_shipped_candidate_is_over_its_own_device(workspa
     assert "cpu0cpu0cpu0" not in first
     assert kopt("candidates").stdout.splitlines()[0] == first
     assert json.loads(kopt("status", "--json", "--no-record").stdout)["shown"]["headline"] == first
+    table = json.loads(kopt("candidates", "--json").stdout)  # the table agrees with its first line
+    assert table["device"] == "H200" and table["candidates"][0]["candidate_id"] == "cccccccccccc"
+    assert "cpu0cpu0cpu0" not in [c["candidate_id"] for c in table["candidates"]]
+    cpu = json.loads(kopt("candidates", "--json", "--device", "cpu").stdout)
+    assert cpu["device"] == "cpu" and cpu["candidates"][0]["candidate_id"] == "cpu0cpu0cpu0"
