@@ -45,28 +45,25 @@ def command(
         raise UsageError("--json and --csv are exclusive")
     from kopt.cli.options import one_case
     from kopt.policy import check_device
+    from kopt.policy.shown import ranking_device
+    from kopt.store import load_dicts
 
     case = one_case(case)
+    loaded = load_dicts(ledger_file())
+    check_device(loaded.rows, device)
+    # times of different devices never share a rank: unless --device names one, the shipped candidate's device
+    ranked_on = ranking_device(workspace(), loaded.rows, device)
     # A terminal table of hundreds of rows is unreadable (and slow to lay out): 20 unless asked.
-    n = top or (None if as_json or as_csv else TEXT_TOP)
-    rep = ranking.report(ledger_file(), top=n, case=case, device=device)
-    check_device(rep.rows, device)
+    rep = ranking.report(ledger_file(), top=top or (None if as_json or as_csv else TEXT_TOP), case=case,
+                         device=ranked_on, loaded=loaded)
     if rep.skipped:
         err_console().print(f"[yellow]skipped {len(rep.skipped)} unreadable ledger line(s)[/]")
-    first = ranking.records(rep.candidates.head(1)) if case is None else []  # the ranking's first: not ranked again
-    shown = shown_candidate(workspace(), rep.rows, device=device, top=first[0] if first else None)
-    ranked_on = device
-    if device is None and shown.device and shown.source == "shipped":
-        # times of different devices never share a rank: the shipped candidate's device, as its first line says
-        from kopt.store import Loaded
-
-        ranked_on = shown.device
-        rep = ranking.report(ledger_file(), top=n, case=case, device=ranked_on,
-                             loaded=Loaded(rows=rep.rows, skipped=rep.skipped))
     table = rep.candidates.assign(lineage=[" <- ".join(rep.lineage[c]) for c in rep.candidates["candidate_id"]])
     if as_csv:
         print(table.to_csv(index=False), end="")
         return
+    first = ranking.records(rep.candidates.head(1)) if case is None else []  # the ranking's first: not ranked again
+    shown = shown_candidate(workspace(), rep.rows, device=device, top=first[0] if first else None)
     if as_json:
         print(json.dumps({"case": case, "device": ranked_on, "shown": shown.brief(),
                           "candidates": ranking.records(table),

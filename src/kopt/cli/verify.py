@@ -203,5 +203,5 @@ def current_best(ledger: Path, device: Optional[str]) -> Optional[str]:
         return None
     from kopt.policy import ranking
 
-    top = ranking.best(ranking.load_frame(ledger, device=device)[0])
+    top = ranking.best_on(ledger, device)
     return str(top["candidate_id"]) if top else None

@@ -322,6 +322,11 @@ def best(df) -> Optional[dict]:
     return top[0] if top else None
 
 
+def best_on(path: Path, device: Optional[str], loaded=None) -> Optional[dict]:
+    """best() over the ledger's rows measured on `device` (every row: None); `loaded` as load_frame's."""
+    return best(load_frame(path, device, loaded)[0])
+
+
 def records(df) -> list[dict]:
     """DataFrame -> JSON-ready dicts, NaN as None (printed NA)."""
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}

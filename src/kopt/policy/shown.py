@@ -51,8 +51,8 @@ class BestByRule(BaseModel):
 
 
 class RankedFirst(BaseModel):
-    """The candidate the ranking puts first (by uniform geomean, over the shown candidate's device when it is the
-    shipped one and no device is asked for), when it is not the shown one."""
+    """The candidate the ranking puts first (by uniform geomean, over ranking_device), when it is not the shown
+    one."""
 
     candidate_id: str
     geomean: Optional[float] = None
@@ -251,11 +251,34 @@ def _case_views(ws: Path, rows: list[dict], cid: str, verdict: list[dict], devic
     return out
 
 
+def _own_device(rows: list[dict], cid: str, verdict: Optional[list[dict]] = None) -> Optional[str]:
+    """The device of a candidate's latest finished verdict (`verdict` when already found), else of its newest row;
+    None without either."""
+    from kopt.policy import ranking
+
+    if verdict is None:
+        verdict = ranking.latest_finished(ranking.verdict_runs(rows, cid))
+    mine = [r for r in rows if ranking.row_cid(r) == cid and r.get("kind", "case") == "case"]
+    return ranking.verdict_device(verdict) or ranking.verdict_device(reversed(mine))
+
+
+def ranking_device(ws: Path, rows: list[dict], device: Optional[str] = None) -> Optional[str]:
+    """The device a ranking beside the shown candidate is over (times of different devices never share a rank):
+    `device` when one is asked for; else the shipped candidate's own device (its latest verdict's); None (every row)
+    without a shipped candidate or a row of it."""
+    from kopt.policy.iterations import current_candidate
+
+    if device:
+        return device
+    cid = current_candidate(Path(ws))
+    return _own_device(rows, cid) if cid else None
+
+
 def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optional[str] = None,
                     points: Optional[list] = None, top: Optional[dict] = None) -> Shown:
     """The shown candidate under the module's rule. rows: the ledger's rows when already read;
     points: the iterations (kopt.policy.iterations.trajectory) when already computed; top: the ranking's first
-    candidate (kopt.policy.ranking.best) when already computed."""
+    candidate (kopt.policy.ranking.best) over ranking_device(ws, rows, device), when already computed."""
     from kopt.paths import ledger_file
     from kopt.policy import ranking
     from kopt.policy.iterations import GENERATIONS, current_candidate, timing_generation
@@ -268,12 +291,10 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
         rows = [r for r in rows if str(r.get("device", "")).lower() == device.lower()]
     s = Shown()
     cid = current_candidate(ws)
-    if top is None:
-        df, _ = ranking.load_frame(ledger_file(ws), device, Loaded(rows=everything))  # filtered there
-        top = ranking.best(df)
     if cid:
         s.candidate_id, s.source = cid, "shipped"
     else:
+        top = top if top is not None else ranking.best_on(ledger_file(ws), device, Loaded(rows=everything))
         if not top:  # still one row per case: the tables say what is missing, they do not shrink
             from kopt.cases import load_cases
             from kopt.paths import cases_file
@@ -286,8 +307,7 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     cid = s.candidate_id
     runs = ranking.verdict_runs(rows, cid)
     verdict = ranking.latest_finished(runs)
-    mine = [r for r in rows if ranking.row_cid(r) == cid and r.get("kind", "case") == "case"]
-    s.device = device or ranking.verdict_device(verdict) or ranking.verdict_device(reversed(mine))
+    s.device = device or _own_device(rows, cid, verdict)
     if verdict:
         s.verdict_run = verdict[0].get("run_id")
         s.verdict_timing = GENERATIONS[timing_generation(verdict)]
@@ -317,8 +337,8 @@ def shown_candidate(ws: Path, rows: Optional[list[dict]] = None, device: Optiona
     if other is not None:
         s.rule_best_elsewhere = f"{other.candidate_id} (iteration {other.iteration}, on {other.device or 'NA'})"
     s.best_by_rule = _best_by_rule(ws, rows, s, points)
-    if not device and s.device and s.source == "shipped":  # ranked beside it over its own device's rows only
-        top = ranking.best(ranking.load_frame(ledger_file(ws), s.device, Loaded(rows=everything))[0])
+    if top is None:  # ranking_device's rule on what is at hand: the shipped candidate's device, else `device`
+        top = ranking.best_on(ledger_file(ws), s.device if s.source == "shipped" else device, Loaded(rows=everything))
     s.ranked_first = _ranked_first(top, s, points)
     return s
 
@@ -336,9 +356,12 @@ def _ranked_first(top: Optional[dict], s: Shown, points: list) -> Optional[Ranke
         return None
     cid = str(top["candidate_id"])
     mine = [p for p in points if p.candidate_id == cid]
-    judged = "not judged" if mine and mine[-1].outcome == "not judged" else f"judged {mine[-1].outcome}" if mine else ""
-    why = (f"iteration {mine[0].iteration}, {judged}" + (f" ({mine[-1].reason})" if mine[-1].reason else "")
-           if mine else "no iteration holds it, so the rule never judged it")
+    if mine:
+        last = mine[-1]
+        verb = last.outcome if last.outcome == "not judged" else f"judged {last.outcome}"
+        why = f"iteration {mine[0].iteration}, {verb}" + (f" ({last.reason})" if last.reason else "")
+    else:
+        why = "no iteration holds it, so the rule never judged it"
     return RankedFirst(candidate_id=cid, geomean=top.get("geomean"), basis=top.get("basis"), why=why)
 
 
