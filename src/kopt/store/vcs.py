@@ -27,6 +27,8 @@ WORKSPACE_PATHS = ("solution", "results", "ITERATIONS.md", "candidates.jsonl", "
 #: The file at the top of a lean copy of the workspace (kopt pack) naming the commit it was copied from.
 COPIED_FROM = ".kopt-commit"
 ITER_RE = re.compile(r"^\[iter (\d+)\]")
+#: the subject of the commit `kopt revert` makes (workspace.revert)
+REVERT_PREFIX = "[revert] "
 _STATE_FILES = (("MERGE_HEAD", "a merge"), ("CHERRY_PICK_HEAD", "a cherry-pick"), ("REVERT_HEAD", "a git revert"),
                 ("rebase-merge", "a rebase"), ("rebase-apply", "a rebase or git am"))
 
@@ -111,16 +113,29 @@ def next_iteration(ws: Path, fallback: int = 1) -> int:
         return fallback
 
 
+def iteration_base(repo) -> Optional[str]:
+    """The commit an iteration's changes count from: the newest `[iter N]` or `[revert]` commit reachable from HEAD
+    (a revert puts solution/ back to an earlier iteration, and the next one starts from there), else HEAD; None on an
+    unborn branch."""
+    if not repo.head.is_valid():
+        return None
+    for line in repo.git.log("--format=%H%x00%s", "HEAD").splitlines():
+        sha, _, subject = line.partition("\0")
+        if ITER_RE.match(subject) or subject.startswith(REVERT_PREFIX):
+            return sha
+    return "HEAD"
+
+
 def diff_stat(ws: Path) -> Optional[str]:
-    """`git diff --stat` of the workspace paths since the last `[iter N]` commit (HEAD when there is
-    none), working tree included: what this iteration changed, also when part of it was committed
-    on its own before measuring; plus untracked files. None outside git."""
+    """`git diff --stat` of the workspace paths since the iteration's base (iteration_base: the last `[iter N]` or
+    `[revert]` commit), working tree included: what this iteration changed, also when part of it was committed on its
+    own before measuring; plus untracked files. None outside git."""
     try:
         repo = open_repo(ws)
     except WorkspaceError:
         return None
     specs = pathspecs(repo, ws)
-    base = next(iter(iteration_commits(repo)), None) or ("HEAD" if repo.head.is_valid() else None)
+    base = iteration_base(repo)
     stat = repo.git.diff("--stat", base, "--", *specs) if base else ""
     new = repo.git.ls_files("--others", "--exclude-standard", "--", *specs).splitlines()
     lines = [stat] if stat else []

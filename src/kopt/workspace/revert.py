@@ -88,7 +88,7 @@ def restore(ws: Path, target: str = "best") -> vcs.CommitResult:
     delta.write_tree(ws, got)
     if not vcs.changed(repo, specs):
         raise WorkspaceError(f"solution/ already matches iteration {meta.iteration}: nothing to revert")
-    message = f"[revert] solution from iter {meta.iteration}" + (" (and its tuning table)" if moved else "")
+    message = f"{vcs.REVERT_PREFIX}solution from iter {meta.iteration}" + (" (and its tuning table)" if moved else "")
     refreshed, warning = refresh_for_commit(ws)  # the views name the shipped candidate: they change with it
     specs += vcs.pathspecs(repo, ws, [relative(p, ws) for p in refreshed])
     return vcs.CommitResult(meta.iteration, message, vcs.commit(repo, message, specs), path, list(refreshed),

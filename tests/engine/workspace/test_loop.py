@@ -191,6 +191,25 @@ def test_changes_count_from_the_last_iteration_commit(tmp_path, monkeypatch):
     assert "solution/tilelang/run_kernel.py" not in repo.git.diff("--stat", "HEAD")  # what HEAD alone would show
 
 
+def test_changes_after_a_revert_count_from_it(tmp_path, monkeypatch):
+    """After `kopt revert` the next entry's Changes are that iteration's edit only: the reverted kernel's lines, which
+    the [revert] commit undid, are not counted again against the last [iter N] commit."""
+    from kopt.store import vcs
+
+    ws = init_workspace(tmp_path / "rev", monkeypatch)
+    iteration(ws, 1, 1.2)
+    p = ws / "solution" / "tilelang" / "run_kernel.py"
+    p.write_text(p.read_text() + "".join(f"# iteration 2 line {i}\n" for i in range(40)))
+    verdict(ws, 1.1)
+    kopt("log", "--title", "try 2", "--hypothesis", "h", "--analysis", "a", "--next", "n")
+    kopt("commit", "-m", "try 2")
+    kopt("revert", "1")
+    assert "solution/tilelang/run_kernel.py" not in vcs.diff_stat(ws)   # the revert is the base now
+    edit_solution(ws, 3)
+    stat = vcs.diff_stat(ws)
+    assert "run_kernel.py | 2 ++" in stat, stat   # this edit's two lines, not the 40 the revert removed
+
+
 def test_bench_section_names_noisy_timings(tmp_path, monkeypatch):
     """A verdict row whose baseline (or candidate) timing was flagged noisy says so in the Bench table and
     in a line under it: a speedup resting on a noisy timing is not one to bet on."""
