@@ -215,16 +215,20 @@ def _last_cta(cfg: dict, G: int, ns: int, balanced: int) -> bool:
     return bool(int(lc))
 
 
-def _small_paged_or_long(max_seqlen, page_size, uniform_splits, rows, target) -> bool:
+def _small_paged_or_long(max_seqlen, page_size, uniform_splits, rows, target, units) -> bool:
     """Whether the balanced kernel may take a shape by its size: from BAL_MIN_ALLOC_TILES 64-key tiles of allocated
     length; or, in a paged cache (how serving engines hold ragged batches; a contiguous one holds static batches of
     near-equal rows), from BAL_MIN_PAGED_TILES, where the uniform plan splits a row at most BAL_MAX_UNIFORM_SPLITS ways
-    (many rows: a long one is a long chain there) and the rows do not fill the units alone."""
+    (many rows: a long one is a long chain there) and the rows do not fill the units alone, or, where they do, from
+    BAL_LONG_PAGED_TILES up to BAL_WAVE_ROWS_PER_UNIT rows a unit (the direct kernel's time is then its longest row)."""
     tiles = -(-max_seqlen // 64)
     if tiles >= _cuda.BAL_MIN_ALLOC_TILES:
         return True
-    return (page_size > 0 and tiles >= _cuda.BAL_MIN_PAGED_TILES and uniform_splits <= _cuda.BAL_MAX_UNIFORM_SPLITS
-            and not _cuda.rows_fill(rows, target))
+    if page_size <= 0 or tiles < _cuda.BAL_MIN_PAGED_TILES or uniform_splits > _cuda.BAL_MAX_UNIFORM_SPLITS:
+        return False
+    if not _cuda.rows_fill(rows, target):
+        return True
+    return tiles >= _cuda.BAL_LONG_PAGED_TILES and rows <= _cuda.BAL_WAVE_ROWS_PER_UNIT * units
 
 
 def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_splits, gqa=1, page_size=0,
@@ -258,7 +262,7 @@ def _balanced_splits(cfg, batch, hkv, max_seqlen, num_sms, block_N, uniform_spli
     uniform_only = pinned or int(cfg.get("eager") or 0) or int(cfg.get("v_split") or 1) > 1
     if (bal is not None and not int(bal)) or (bal is None and (
             batch < 2 or uniform_only or ns <= uniform_splits or not _small_paged_or_long(
-            max_seqlen, page_size, uniform_splits, batch * hkv, target))):
+            max_seqlen, page_size, uniform_splits, batch * hkv, target, num_sms))):
         if cfg.get("bal_per_sm") is not None:
             raise ValueError(f"config bal_per_sm={cfg['bal_per_sm']} on a plan that is not balanced (balanced=1 "
                              "makes it one)")

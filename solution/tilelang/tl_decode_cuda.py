@@ -695,6 +695,13 @@ BAL_MIN_ALLOC_TILES = 256
 #: or uniform rows; with 16 rows, which the uniform plan splits 15-16 ways, the balanced kernel lost 4-10%
 BAL_MIN_PAGED_TILES = 16
 BAL_MAX_UNIFORM_SPLITS = 4
+#: balanced variant in a paged cache also where the rows fill the units, from this many 64-key tiles of allocated
+#: length, up to BAL_WAVE_ROWS_PER_UNIT rows a unit (about two waves of the direct kernel's CTAs at head dim 128): the
+#: direct kernel's time is then its longest row's chain, and a row at the cache's length outlasts the batch's average
+#: work a slot unless the rows are near equal. H100, iteration 57: ragged draws (lognormal, few-long) 1.09-1.97x,
+#: batches of equal rows 0.967-0.999x (a row there is one split: the balanced kernel's own cost)
+BAL_LONG_PAGED_TILES = 64
+BAL_WAVE_ROWS_PER_UNIT = 8
 _MAX_SPLITS = 128   # the last-CTA merge keeps one weight per (head, split) in shared memory
 _LAST_UNROLL = 8    # splits whose partial rows the last-CTA merge loads before any is accumulated
 #: values of partial O a thread of the last CTA holds in flight in one round of the merge's loads (merge_unroll): at 64
