@@ -716,6 +716,21 @@ def test_balanced_small_paged_calls(rk, case, want):
     assert rk._balanced_splits({}, B, hkv, s, 132, 0, uniform, gqa, page) == want
 
 
+@pytest.mark.parametrize("case,want", [
+    ((256, 2, 8192, 1, 8, 32), (64, 32, 264)),   # 512 rows of up to 128 tiles in pages of 32 (20261208/1006): balanced
+    ((256, 2, 8192, 1, 8, 0), None),             # the same rows in a contiguous cache: the direct kernel
+    ((256, 2, 4032, 1, 8, 32), None),            # 63 allocated tiles: under BAL_LONG_PAGED_TILES
+    ((256, 2, 4096, 1, 8, 32), (64, 16, 264)),   # 64 allocated tiles
+    ((132, 8, 8192, 1, 4, 256), (64, 32, 264)),  # 1056 rows: BAL_WAVE_ROWS_PER_UNIT (8) rows a unit of 132
+    ((133, 8, 8192, 1, 4, 256), None),           # 1064 rows: more waves, which the block scheduler balances itself
+])
+def test_balanced_paged_rows_that_fill_the_units(rk, case, want):
+    """Iteration 57: where a paged batch's rows fill the units, the balanced kernel takes it from BAL_LONG_PAGED_TILES
+    allocated tiles up to BAL_WAVE_ROWS_PER_UNIT rows a unit (the direct kernel's time there is its longest row)."""
+    B, hkv, s, uniform, gqa, page = case
+    assert rk._balanced_splits({}, B, hkv, s, 132, 0, uniform, gqa, page) == want
+
+
 def test_balanced_tiling_given_wins_over_the_gqa_rule(rk):
     """R4's shape (G 8, contiguous): 128-key tiles at one CTA per unit by default; a given tile and CTAs per unit
     win; G 4 and pages of 32 tokens or more keep 64-key tiles at two per unit; 16-token pages take 128-key tiles at
