@@ -915,11 +915,16 @@ def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 
 LAST_CTA_MAX_ROWS = 160
 
 
-#: the widest one-tile range (choose_tiling): an unsplit range of 129-192 keys runs as one tile of its length
+#: the widest one-tile range (choose_tiling): an unsplit range of 65-192 keys runs as one tile of its length
 #: rounded up to TILE_STEP keys
 WIDE_TILE = 192
 #: one-tile ranges are rounded up to a multiple of this many keys (a T.gemm of 4 warps splits N in 4 x 8 columns)
 TILE_STEP = 32
+#: bytes of K a one-tile grid may read past 64 keys a row, for each 64-key round trip the one tile saves
+#: (choose_tiling): an eager one-tile CTA reads its whole allocated range before it knows the row's length, and rows
+#: shorter than the range pay for the rest. H100, iteration 58: 1 MiB (128 rows x 32 keys x 256 B) gained 2.5%,
+#: 2 MiB for one round trip (128 rows x 64 keys) lost 4.6%; 4-64 rows gained 6-28%
+ONE_TILE_TRIP_BYTES = 1 << 20
 
 
 #: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
@@ -1090,24 +1095,28 @@ def widest_tile(G: int, d: int, smem_per_unit: int, merge: bool = False, threads
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0,
-                  max_tile: int = MAX_TILE, gqa: int = 0):
+                  max_tile: int = MAX_TILE, gqa: int = 0, d: int = 128):
     """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
     (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
-    for a longer range (> 256 keys) and one 192-key tile for a range of 129-192 keys. One CTA on a unit
+    for a longer range (> 256 keys) and one tile for a range of 65-192 keys. One CTA on a unit
     keeps more bytes in flight with bigger tiles, while several CTAs per unit want the smaller tile's
     occupancy (H200, fp16, D 128: 168 registers and 73 KB of shared memory, 3 CTAs per SM, at 128 keys;
     126 registers and 39 KB, 4 per SM, at 64 keys: case 7's 512 CTAs take 1.29 waves with 128-key tiles
     and one with 64). A range of one 192-key tile waits for one K round trip where 64-key tiles chain
     three (H200, iteration 13: case 5, 141 keys, 5.31 -> 4.74 us; two 128-key tiles were 6.21, one of 256
-    slower still). A one-tile range's tile is its length rounded up to TILE_STEP keys (129-192 keys: 160 or 192;
-    at most 32 keys: 32), so that it asks for few rows past the sequence: each such row re-reads the last key.
+    slower still; iteration 58: a range of 65-128 keys as one tile of 96 or 128 instead of two of 64, 1.06-1.28x on 11
+    unseen draws of 4-128 rows). A one-tile range's tile is its length rounded up to TILE_STEP keys (65-128 keys: 96 or
+    128; 129-192: 160 or 192; at most 32 keys: 32), so that it asks for few rows past the sequence: each such row
+    re-reads the last key. The K rows a short row's eager tile reads past 64 keys, over the grid (d-wide, 2 bytes), stay
+    within ONE_TILE_TRIP_BYTES for each 64-key round trip the tile saves; else 64-key tiles.
     ``max_tile`` (widest_tile): a wider tile than a unit's shared memory holds is never picked (64-key tiles then)."""
     bn = block_N or min(64, max_tile)
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms, gqa=gqa)
     step = -(-max_seqlen // TILE_STEP) * TILE_STEP
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms and 128 <= max_tile:
         bn = 128
-    elif not block_N and ns == 1 and 128 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms and step <= max_tile:
+    elif (not block_N and ns == 1 and 64 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms and step <= max_tile
+          and batch * hkv * (step - 64) * d * 2 <= (-(-step // 64) - 1) * ONE_TILE_TRIP_BYTES):
         bn = step
     elif not block_N and ns == 1 and max_seqlen <= TILE_STEP:
         bn = TILE_STEP
