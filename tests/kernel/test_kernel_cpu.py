@@ -330,7 +330,7 @@ KERNEL_BUILDS = (
     [("compile", s) for s in SM90A]
     + [b for split in (True, False) for paged in (0, 64)
        for b in (("compile", {"eager": True, **eager_shape(split, paged)}), ("source", eager_shape(split, paged)))]
-    + [("compile", wide_shape(n)) for n in (32, 160, 192, 256)]
+    + [("compile", wide_shape(n)) for n in (32, 96, 160, 192, 256)]
     + [b for d in (128, 64) for b in (("lowered", {"v_split": 1, **v_split_shape(d)}),
                                       ("compile", {"v_split": 2, **v_split_shape(d)}))]
     + [(kind, {**one, **red_batch_shape(t)}) for t in (128, 64) for kind in ("compile", "barriers")
@@ -403,11 +403,13 @@ def test_eager_variant_issues_q_and_k_before_l(builds, split, paged):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("block_N,smem_kb", [(32, (16, 32)), (160, (80, 100)), (192, (96, 128)), (256, (128, 227))])
+@pytest.mark.parametrize("block_N,smem_kb", [(32, (16, 32)), (96, (48, 72)), (160, (80, 100)), (192, (96, 128)),
+                                            (256, (128, 227))])
 def test_wide_tiles_hold_a_short_range_in_one_tile(builds, block_N, smem_kb):
-    """block_N 32, 160 and 192 (the defaults for unsplit ranges of at most 32 and of 129-192 keys) and 256 (a config
-    knob): a CTA whose range fits one tile issues all its K and V loads before the first wait (one K group, one V
-    group, then the loop's first wait), with no spills, in 22 / 90 / 106 / 141 KB of shared memory."""
+    """block_N 32, 96, 160 and 192 (the defaults for unsplit ranges of at most 32, of 65-96 and of 129-192 keys) and
+    256 (a config knob): a CTA whose range fits one tile issues all its K and V loads before the first wait (one K
+    group, one V group, then the loop's first wait), with no spills, in 22 / 57 / 90 / 106 / 141 KB of shared
+    memory."""
     info = builds.get("compile", **wide_shape(block_N))["main"]
     _clean(info)
     body = info["source"].split("__launch_bounds__", 1)[1]
@@ -644,11 +646,15 @@ def test_combine_merge_arithmetic(rk, num_splits, unroll):
     ((16, 4, 129), (160, 1)),
     ((16, 4, 161), (192, 1)),
     ((16, 4, 192), (192, 1)),    # the widest range one such tile holds
-    ((16, 4, 128), (64, 1)),     # a range two 64-key tiles hold
+    ((16, 4, 128), (128, 1)),    # 64 CTAs, 65-128 keys: one tile (iteration 58), 1 MiB of K past 64 keys a row
+    ((16, 4, 96), (96, 1)),
+    ((4, 32, 94), (96, 1)),      # 128 CTAs x 32 keys x 256 B past 64 keys: 1 MiB, within ONE_TILE_TRIP_BYTES
+    ((32, 4, 110), (64, 1)),     # 128 CTAs x 64 keys x 256 B: 2 MiB for one round trip saved: two 64-key tiles
     ((16, 4, 17), (32, 1)),      # case 3: one 32-key tile, not 64 keys of which 47 re-read the last
     ((1, 4, 1), (32, 1)),        # case 1
     ((256, 8, 20), (32, 1)),     # at most 32 keys: one 32-key tile whatever the grid
     ((16, 4, 33), (64, 1)),
+    ((16, 4, 64), (64, 1)),      # one 64-key tile already
     ((64, 8, 141), (64, 1)),     # 512 CTAs: several per SM, the 64-key tile's occupancy
     ((1, 4, 8192), (64, 64)),    # case 10: split, 2 tiles a split (the tuning table pins 128 x 32)
     ((1, 4, 61519), (64, 65)),   # case 14: split, about 2 CTAs per SM (the tuning table pins 128 x 32)
@@ -656,13 +662,24 @@ def test_combine_merge_arithmetic(rk, num_splits, unroll):
 def test_default_tiling(rk, case, want):
     """The default tile: when one CTA per (batch, kv head) streams the whole range and those CTAs fit one per
     unit (132 SMs), 128 keys for a range past 256 keys and one tile of the range rounded up to 32 keys for
-    129-192 keys; one 32-key tile for a range of at most 32 keys; otherwise 64 keys. Explicit values win."""
+    65-192 keys (while the K a short row's tile reads past 64 keys stays within ONE_TILE_TRIP_BYTES a round trip
+    saved); one 32-key tile for a range of at most 32 keys; otherwise 64 keys. Explicit values win."""
     import sys
 
     cu = sys.modules["tl_decode_cuda"]
     B, hkv, s = case
     assert cu.choose_tiling(B, hkv, s, 132) == want
     assert cu.choose_tiling(B, hkv, s, 132, block_N=128, num_splits=1) == (128, 1)
+
+
+def test_one_tile_bound_counts_the_head_dim(rk):
+    """The bytes a one-tile grid reads past 64 keys a row are d-wide: 128 CTAs of 110 keys take one 128-key tile at
+    head dim 64 (1 MiB) but two 64-key tiles at 128 (2 MiB)."""
+    import sys
+
+    cu = sys.modules["tl_decode_cuda"]
+    assert cu.choose_tiling(32, 4, 110, 132, d=64) == (128, 1)
+    assert cu.choose_tiling(32, 4, 110, 132, d=128) == (64, 1)
 
 
 @needs_nvcc
