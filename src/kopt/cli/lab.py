@@ -159,8 +159,8 @@ def prewarm(
 
 @app.command("export")
 def export(
-    run_ids: list[str] = typer.Argument(..., help="run_ids of the ledger (a prefix is enough; `kopt candidates "
-                                                  "--json` lists them)."),
+    run_ids: list[str] = typer.Argument(..., help="run_ids of the ledger, space- or comma-separated (a prefix is "
+                                                  "enough; `kopt candidates --json` lists them)."),
     ledger: Optional[Path] = typer.Option(None, "--ledger", help="The ledger (default: the workspace's "
                                                                  "candidates.jsonl)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write here (default: stdout)."),
@@ -172,7 +172,8 @@ def export(
     from kopt import atomic, paths
     from kopt.lab import export_csv, export_markdown, export_rows, ragged_names
 
-    rows = export_rows(ledger or paths.ledger_file(), run_ids,
+    run_ids = [r for arg in run_ids for r in arg.split(",") if r.strip()]
+    rows = export_rows(ledger or paths.ledger_file(), [r.strip() for r in run_ids],
                        warn=lambda w: print(f"kopt: warning: {w}", file=sys.stderr))
     text = export_markdown(rows, ragged_names()) if markdown else export_csv(rows)
     if out:

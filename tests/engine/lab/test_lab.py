@@ -243,6 +243,15 @@ def test_export_writes_the_replay_column(workspace):
     cols = head.split(",")
     assert first.split(",")[cols.index("replay")] == "stream" and first.split(",")[cols.index("case")] == "1"
     refused(["lab", "export", "runA", "runB"], "no case rows for run id(s) runB")
+    refused(["lab", "export", "runA,runB"], "no case rows for run id(s) runB")  # a comma list, as --case takes
+
+
+def test_export_takes_a_comma_list_of_runs(workspace):
+    (workspace / "candidates.jsonl").write_text("\n".join(_bench_rows("runA", lambda c: 0.0031, [1])
+                                                          + _bench_rows("runB", lambda c: 0.0032, [2])) + "\n")
+    code, out, err = run_main(["lab", "export", "runA,runB"])
+    assert code == 0, err
+    assert len(out.splitlines()) == 3, out   # the header and one row of each run
 
 
 def test_export_markdown_holds_each_layout_against_contiguous(workspace):
