@@ -15,11 +15,14 @@ iteration's: a finished verdict of the best's candidate on the same device, time
 PAIR_WINDOW_S of the iteration's (the two ends of one `verifyat verify` campaign call) is compared instead,
 the closest in time, and the reason names that run. Verdicts of different sessions differ by about 1% on
 the same code (H200, iteration 31), so a pair timed together settles a gain the threshold leaves open.
-A rule on the named cases alone can be won by fitting them, so a verdict also times held-out draws from the
-workload library and the reigning candidate on the same draws (rows of mode heldout, paired_run = the
-verdict's run): an iteration the rule above calls improved whose held-out SPEEDUPs lose to the reigning
-candidate's beyond the threshold (kopt.policy.ranking.heldout_ratio < 1 - threshold) is `overfit`, not
-improved, and does not become the best. When either verdict has no ragged geomean (rows older than the
+A rule on the named cases alone can be won by fitting them, and missed by a gain on shapes they lack, so a verdict
+also times held-out draws from the workload library and the reigning candidate on the same draws (rows of mode
+heldout, paired_run = the verdict's run), and weigh_heldout reads the ratio of the two (kopt.policy.ranking.
+heldout_ratio): an iteration the rule above calls improved whose held-out SPEEDUPs lose to the reigning
+candidate's beyond the threshold (ratio < 1 - threshold) is `overfit`, not improved, and does not become the best;
+one it calls not improved because neither named geomean gains, while neither loses beyond the threshold, is
+improved when its held-out SPEEDUPs beat the reigning candidate's by the threshold (ratio >= 1 + threshold): the
+deployed shapes gain and the named cases hold. When either verdict has no ragged geomean (rows older than the
 ragged cases, or a verdict without them) the uniform rule alone decides, G >= G_best * (1 + threshold),
 and the reason says so. The first iteration with a correct verdict on a device improves by definition, and
 so does the first one timed device-only there: verdicts timed device-only are judged only against each other
@@ -78,6 +81,8 @@ class Judgement:
 
     outcome: str
     reason: str
+    #: neither named geomean lost beyond the threshold (weigh_heldout may then count a held-out gain)
+    named_held: bool = False
 
 
 def threshold(ws: Path, device: Optional[str] = None, rows: Optional[list[dict]] = None) -> float:
@@ -112,17 +117,18 @@ def judge(geomean: Optional[float], ragged: Optional[float], failed: bool, best:
                  "this verdict has no ragged geomean" if ragged is None else
                  "the previous best has no ragged geomean (older rows)")
         got = "improved" if du >= thr else "not improved"
-        return Judgement(got, f"uniform {du * 100:+.1f}%; {which}: judged by the uniform geomean alone")
+        return Judgement(got, f"uniform {du * 100:+.1f}%; {which}: judged by the uniform geomean alone",
+                         du >= -thr)
     dr = ragged / best_ragged - 1
     both = f"uniform {du * 100:+.1f}%, ragged {dr * 100:+.1f}%"
     if (du >= thr and dr >= -thr) or (dr >= thr and du >= -thr):
         gained = "both gain" if min(du, dr) >= thr else ("uniform gains" if du >= thr else "ragged gains")
-        return Judgement("improved", f"{both}: {gained} {up} or more, neither loses beyond the noise")
+        return Judgement("improved", f"{both}: {gained} {up} or more, neither loses beyond the noise", True)
     if du >= thr or dr >= thr:
         lost = "ragged" if du >= thr else "uniform"
         return Judgement("not improved", f"{both}: the {lost} geomean loses more than the -{thr * 100:.1f}% "
                                          "noise band")
-    return Judgement("not improved", f"{both}: neither gains {up}")
+    return Judgement("not improved", f"{both}: neither gains {up}", du >= -thr and dr >= -thr)
 
 
 #: Two verdicts at most this far apart (seconds) count as timed together, on one machine (a device lease is
@@ -257,9 +263,9 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
         prev, prev_r, pair = best_side(verdicts, prev_cid, m.candidate_id, dev, gen, late, prev, prev_r)
         j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
         if pair:
-            j = Judgement(j.outcome, f"{j.reason}; {pair.note()}")
-        if j.outcome == "improved" and late:
-            j = overfit(j, late, every or [], thr[dev])
+            j = Judgement(j.outcome, f"{j.reason}; {pair.note()}", j.named_held)
+        if late:
+            j = weigh_heldout(j, late, every or [], thr[dev])
         if prev is None and j.outcome == "improved" and gen != "eager" and any(k[0] == dev for k in best):
             j = Judgement("improved", f"the first verdict on this device timed {GENERATIONS[gen]}: a new baseline "
                                       "(earlier verdicts were timed another way and are not compared with it)")
@@ -271,11 +277,15 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
     return out
 
 
-def overfit(j: Judgement, late: list[dict], rows: list[dict], thr: float) -> Judgement:
-    """An improved judgement turned `overfit` when the verdict's held-out draws lose to the reigning candidate
-    timed on the same draws beyond the threshold; the reason says the held-out ratio either way."""
+def weigh_heldout(j: Judgement, late: list[dict], rows: list[dict], thr: float) -> Judgement:
+    """The named rule's judgement weighed against the verdict's held-out draws, timed beside the reigning candidate
+    on the same draws (module docstring): improved turns `overfit` when they lose beyond the threshold; not improved
+    with the named geomeans held turns improved when they gain by it; the reason says the held-out ratio either way.
+    Failed judgements, and verdicts without the reigning candidate's rows, are left as they are."""
     from kopt.policy import ranking
 
+    if j.outcome not in ("improved", "not improved"):
+        return j
     run_id = next((r.get("run_id") for r in late if r.get("run_id")), None)
     theirs = ranking.reigning_rows(rows, run_id)
     ratio = ranking.heldout_ratio(late, theirs)
@@ -283,9 +293,12 @@ def overfit(j: Judgement, late: list[dict], rows: list[dict], thr: float) -> Jud
         return j
     who = ranking.row_cid(theirs[0]) if theirs else "the reigning candidate"
     held = f"held-out {(ratio - 1) * 100:+.1f}% against {who} on the same draws"
-    if ratio < 1 - thr:
+    if j.outcome == "improved" and ratio < 1 - thr:
         return Judgement("overfit", f"{j.reason}; but {held}: the named cases gain, the deployed shapes lose")
-    return Judgement(j.outcome, f"{j.reason}; {held}")
+    if j.outcome == "not improved" and j.named_held and ratio >= 1 + thr:
+        return Judgement("improved", f"{j.reason}; but {held}: the deployed shapes gain, the named cases hold",
+                         True)
+    return Judgement(j.outcome, f"{j.reason}; {held}", j.named_held)
 
 
 #: How a verdict's perf rows were timed, oldest first, as the status and the reasons say it.
@@ -384,8 +397,7 @@ def trajectory(ws: Path, rows: list[dict], use_git: bool = True,
         g = geomeans(v)
         gm, gr = g.uniform, g.ragged
         j = judge(gm, gr, failed(v), best, best_r, thr)  # the rule `history` applies
-        if j.outcome == "improved":
-            j = overfit(j, v, rows, thr)
+        j = weigh_heldout(j, v, rows, thr)
         if j.outcome == "improved":
             best, best_r = gm, gr
         out.append(IterPoint(i, cid, gm, j.outcome, verdict_device(v), gr, j.reason, g.heldout))

@@ -114,8 +114,7 @@ def bench_section(ws: Path) -> str:
         bg, br, pair = iterations.best_side(rows, best.candidate_id, got, dev, gen, latest, best.geomean,
                                             best.geomean_ragged)
         j = iterations.judge(gm, g.ragged, False, bg, br, thr)
-        if j.outcome == "improved":
-            j = iterations.overfit(j, latest, rows, thr)
+        j = iterations.weigh_heldout(j, latest, rows, thr)
         prev = f"{bg:.3f}x" + (f" (ragged {br:.3f}x)" if br else "")
         line += (f"; previous best {prev} (iter {best.iteration}, `{best.candidate_id}`): "
                  f"{j.reason}{'; ' + pair.note() if pair else ''} -> {j.outcome} (threshold +{thr * 100:.1f}%).")
