@@ -2,7 +2,7 @@
 made once a run and, where the machine has a second core, ahead of the tests in a background process.
 
 A build costs seconds to tens of seconds of one core (lowering a balanced kernel ~10 s, nvcc ~2 s); test_kernel_cpu
-checks about forty and test_wave64 a sweep of 32 plans (~150 s). A test module lists the builds it will ask for
+checks about forty and test_wave64 a sweep of 33 plans (~150 s). A test module lists the builds it will ask for
 (KERNEL_BUILDS: (kind, keywords) pairs). When any test of such a module that uses its `builds` fixture is selected,
 conftest starts one `python tests/kernel_builds.py FOLDER` with the session, which makes them, module by module in
 the order the modules run and within a module from its last build back, each into FOLDER/<key>.pkl, while the other
