@@ -172,8 +172,8 @@ def export(
     from kopt import atomic, paths
     from kopt.lab import export_csv, export_markdown, export_rows, ragged_names
 
-    run_ids = [r for arg in run_ids for r in arg.split(",") if r.strip()]
-    rows = export_rows(ledger or paths.ledger_file(), [r.strip() for r in run_ids],
+    ids = [r.strip() for arg in run_ids for r in arg.split(",") if r.strip()]
+    rows = export_rows(ledger or paths.ledger_file(), ids,
                        warn=lambda w: print(f"kopt: warning: {w}", file=sys.stderr))
     text = export_markdown(rows, ragged_names()) if markdown else export_csv(rows)
     if out:
