@@ -171,12 +171,18 @@ def test_tile_page(kernel, cid, page, seqlens, cfg):
 def test_nan_past_the_sequence_stays_out(kernel, cid, page, block_N, eager):
     """K and V rows past each sequence hold NaN (stale or never written cache rows): the eager loads read K
     rows there before L[b] arrives, and every path must keep them out of the output (P = 0 times NaN is NaN)."""
-    import torch
-
     cfg = {"eager": eager} | ({"block_N": block_N} if block_N else {})
     c = _case(cid, seqlens="ragged", page_size=page)
     c = c.model_copy(update={"batch": max(c.batch, 3)})
     w, ref, base = _intact(c, 41)  # from the intact cache
+    _nan_past_the_sequence(w, page)
+    _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} block_N {block_N} eager {eager}")
+
+
+def _nan_past_the_sequence(w, page):
+    """NaN in every K and V row past each sequence of w (pages: through its block table)."""
+    import torch
+
     lens = w.cache_seqlens.long()
     for cache in (w.k_cache, w.v_cache):
         if page:  # position p of sequence b lives in page block_table[b, p // page], row p % page
@@ -188,7 +194,23 @@ def test_nan_past_the_sequence_stays_out(kernel, cid, page, block_N, eager):
             pos = torch.arange(cache.shape[1], device=cache.device)
             cache[pos[None, :].expand(cache.shape[0], -1) >= lens[:, None]] = float("nan")
     assert bool(torch.isnan(w.v_cache).any()), "no row past a sequence: the test would prove nothing"
-    _assert_ok(kernel, w, ref, base, cfg, f"case {cid} page {page} block_N {block_N} eager {eager}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seqlen,page,head_dim,block_N", [(90, 0, 128, 96), (100, 16, 128, 128), (120, 32, 64, 128),
+                                                          (80, 16, 64, 96), (110, 0, 64, 128)])
+def test_one_tile_short_ranges(kernel, seqlen, page, head_dim, block_N):
+    """Iteration 58: case 5's 64 rows with 65-128 allocated keys run as one tile of 96 or 128 keys (the plan says so),
+    eager, so a row shorter than the tile reads K rows past its sequence before its length arrives: with NaN there
+    and ragged lengths (some under 64 keys), the output is the reference's."""
+    c = _case(5, seqlens="ragged", page_size=page or None, head_dim=head_dim)
+    c = c.model_copy(update={"seqlen_k": seqlen})
+    w, ref, base = _intact(c, 58)
+    plan = kernel.plan_info(*w.args(), **w.kwargs(None))
+    assert (plan["kernel"], plan["block_N"], plan["eager"]) == ("decode_direct", block_N, True), plan
+    assert int(w.cache_seqlens.min()) < 64, "no row shorter than two 64-key tiles: the test would prove less"
+    _nan_past_the_sequence(w, page)
+    _assert_ok(kernel, w, ref, base, None, f"seqlen {seqlen} page {page} d {head_dim}")
 
 
 @pytest.mark.gpu
