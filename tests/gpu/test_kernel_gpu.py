@@ -167,10 +167,11 @@ def test_tile_page(kernel, cid, page, seqlens, cfg):
 @pytest.mark.parametrize("eager", [0, 1])
 @pytest.mark.parametrize("cid,page,block_N", [(4, 0, 0), (3, 0, 0), (5, 0, 0), (5, 0, 64), (5, 0, 192), (3, 0, 64),
                                               (6, 0, 0), (10, 0, 192), (3, 16, 0), (5, 64, 0), (4, 256, 0), (18, 0, 0),
-                                              (17, 16, 0)])
+                                              (17, 16, 0), (16, 32, 0)])
 def test_nan_past_the_sequence_stays_out(kernel, cid, page, block_N, eager):
     """K and V rows past each sequence hold NaN (stale or never written cache rows): the eager loads read K
-    rows there before L[b] arrives, and every path must keep them out of the output (P = 0 times NaN is NaN)."""
+    rows there before L[b] arrives, and every path must keep them out of the output (P = 0 times NaN is NaN). R2 in
+    32-token pages is iteration 57's balanced plan of rows that fill the units (with eager 1: the direct kernel)."""
     cfg = {"eager": eager} | ({"block_N": block_N} if block_N else {})
     c = _case(cid, seqlens="ragged", page_size=page)
     c = c.model_copy(update={"batch": max(c.batch, 3)})
