@@ -38,7 +38,7 @@ any, else verdict rows grouped by candidate in timestamp order, judged by the sa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -263,7 +263,7 @@ def history(ws: Path, rows: Optional[list[dict]] = None) -> list[Iteration]:
         prev, prev_r, pair = best_side(verdicts, prev_cid, m.candidate_id, dev, gen, late, prev, prev_r)
         j = judge(g.uniform, g.ragged, failed, prev, prev_r, thr[dev])
         if pair:
-            j = Judgement(j.outcome, f"{j.reason}; {pair.note()}", j.named_held)
+            j = replace(j, reason=f"{j.reason}; {pair.note()}")
         if late:
             j = weigh_heldout(j, late, every or [], thr[dev])
         if prev is None and j.outcome == "improved" and gen != "eager" and any(k[0] == dev for k in best):
@@ -298,7 +298,7 @@ def weigh_heldout(j: Judgement, late: list[dict], rows: list[dict], thr: float) 
     if j.outcome == "not improved" and j.named_held and ratio >= 1 + thr:
         return Judgement("improved", f"{j.reason}; but {held}: the deployed shapes gain, the named cases hold",
                          True)
-    return Judgement(j.outcome, f"{j.reason}; {held}", j.named_held)
+    return replace(j, reason=f"{j.reason}; {held}")
 
 
 #: How a verdict's perf rows were timed, oldest first, as the status and the reasons say it.

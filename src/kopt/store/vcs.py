@@ -88,16 +88,18 @@ def pathspecs(repo, ws: Path, names=WORKSPACE_PATHS) -> list[str]:
     return [(prefix / n).as_posix() for n in names]
 
 
-def iteration_commits(repo) -> list[str]:
-    """hexshas of the `[iter N]` commits reachable from HEAD, newest first ([] on an unborn branch)."""
+def _subjects(repo):
+    """(hexsha, subject) of the commits reachable from HEAD, newest first (none on an unborn branch)."""
     if not repo.head.is_valid():
-        return []
-    out = []
+        return
     for line in repo.git.log("--format=%H%x00%s", "HEAD").splitlines():
         sha, _, subject = line.partition("\0")
-        if ITER_RE.match(subject):
-            out.append(sha)
-    return out
+        yield sha, subject
+
+
+def iteration_commits(repo) -> list[str]:
+    """hexshas of the `[iter N]` commits reachable from HEAD, newest first ([] on an unborn branch)."""
+    return [sha for sha, subject in _subjects(repo) if ITER_RE.match(subject)]
 
 
 def iterations_done(repo) -> int:
@@ -119,11 +121,8 @@ def iteration_base(repo) -> Optional[str]:
     unborn branch."""
     if not repo.head.is_valid():
         return None
-    for line in repo.git.log("--format=%H%x00%s", "HEAD").splitlines():
-        sha, _, subject = line.partition("\0")
-        if ITER_RE.match(subject) or subject.startswith(REVERT_PREFIX):
-            return sha
-    return "HEAD"
+    return next((sha for sha, subject in _subjects(repo)
+                 if ITER_RE.match(subject) or subject.startswith(REVERT_PREFIX)), "HEAD")
 
 
 def diff_stat(ws: Path) -> Optional[str]:

@@ -143,10 +143,9 @@ def status(ws: Path, last: int = 5, record: bool = True, device: Optional[str] =
     from kopt.policy import shown_candidate
 
     points = None if device else trajectory(ws, rows, hist=hist)[0]  # the history above, not computed again
-    from kopt.policy.shown import ranking_device
-
-    same = ranking_device(ws, rows, device) == device  # else the shown line ranks over the shipped one's device
-    rep.shown = shown_candidate(ws, rows, device, points=points, top=top if same else None).brief()
+    # without --device the shown line ranks over the shipped candidate's device (shown.ranking_device), which
+    # shown_candidate finds itself: `top` above is over every row
+    rep.shown = shown_candidate(ws, rows, device, points=points, top=top if device else None).brief()
     if stagnating:
         rep.worst_case = _worst_case(ranking.latest_verdict(rows, hist[-1].candidate_id))
         if rep.worst_case is None and rep.best is not None:  # the last iteration has no verdict
