@@ -168,12 +168,7 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
                          f"{held} rows a thread holds at a warp of {dev.warp_size})")
     es = cfg.get("even_split")
     even_split = bool(int(es)) if es is not None else _cuda.even_split_default(balanced, s.page)
-    # Hopper: a row's splits merge through a thread-block cluster where they would merge in the last CTA and fit one
-    # (a config that names last_cta keeps the merge it names)
-    cluster = bool(dev.dependent_launch and split and not balanced and last_cta and ns <= _cuda.CLUSTER_MAX
-                   and cfg.get("last_cta") is None)
-    last_cta = last_cta and not cluster
-    combine = split and not last_cta and not cluster
+    combine = split and not last_cta
     p = _cuda.Plan(
         dtype=s.dtype, hq=s.hq, hkv=s.hkv, d=s.d, paged=s.paged, page_size=s.page, block_N=block_N,
         threads=threads or _cuda.default_threads(block_N, v_split, dev.warp_size), num_splits=ns,
@@ -182,7 +177,7 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
         red_once=_cuda.red_once_default(ns > 1 and not balanced, eager, dev.nvcc, dev.warp_size),
         tile_page=_cuda.tile_page_applies(s.paged, s.page, block_N, eager), even_split=even_split,
         pdl=dev.dependent_launch and combine, comb_unroll=_cuda.comb_unroll_default(ns, combine),
-        fast_math=_cuda.fast_math_default(dev.nvcc), cluster=cluster)
+        fast_math=_cuda.fast_math_default(dev.nvcc))
     need = _cuda.smem_bytes(G, s.d, p.block_N, p.v_split, p.counter, p.threads)
     if dev.smem_per_unit and need > dev.smem_per_unit:
         raise ValueError(f"block_N={p.block_N} needs about {need} bytes of shared memory a CTA at head dim {s.d}; "
@@ -297,7 +292,7 @@ class _Launch:
         self.dummy_bt = self.opart = self.lse = self.cnt = None
         if not p.paged:  # placeholder block table: the contiguous kernel never reads it
             self.dummy_bt = torch.zeros((B, 1), dtype=torch.int32, device=dev)
-        if p.split and not p.cluster:  # calls are ordered on the stream, so one plan's calls share these
+        if p.split:  # calls are ordered on the stream, so one plan's calls share these
             self.opart = torch.empty((B, p.hq, p.num_splits, p.d), dtype=torch.float32, device=dev)
             self.lse = torch.empty((B, p.hq, p.num_splits), dtype=torch.float32, device=dev)
         if p.counter:  # arrival counters of the last-CTA merge; each call leaves them at 0 again
@@ -343,7 +338,7 @@ def _run_cuda(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, co
         torch.cuda.set_device(dev)
     try:
         out = torch.empty((B, p.hq, p.d), dtype=q.dtype, device=dev)
-        if not p.split or p.cluster:
+        if not p.split:
             lc.main(q3, k, v, lens, bt, out)
         elif p.counter:
             lc.main(q3, k, v, lens, bt, lc.opart, lc.lse, lc.cnt, out)
@@ -421,7 +416,7 @@ def _plan_fields(p: _cuda.Plan) -> dict:
             "num_splits": p.num_splits, "threads": p.threads, "eager": p.eager, "last_cta": p.last_cta,
             "balanced": p.balanced, "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once,
             "pdl": p.pdl, "fast_math": p.fast_math, "tile_page": p.tile_page, "even_split": p.even_split,
-            "comb_unroll": p.comb_unroll, "paged": p.paged, "page_size": p.page_size, "cluster": p.cluster}
+            "comb_unroll": p.comb_unroll, "paged": p.paged, "page_size": p.page_size}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -141,10 +141,6 @@ class Plan:
     comb_unroll: int = 0
     #: nvcc's --use_fast_math (a compile flag: the lowered source is the same)
     fast_math: bool = False
-    #: split partials merged through a thread-block cluster (Hopper): a row's num_splits CTAs (at most CLUSTER_MAX)
-    #: push their partials into the first one's shared memory and meet at one cluster barrier; no workspace, counter
-    #: or combine kernel. The split count is then the kernel's own (a cluster's shape is fixed at compile time).
-    cluster: bool = False
 
     def __post_init__(self):
         check_plan(self)
@@ -162,7 +158,7 @@ class Plan:
     @property
     def combine(self) -> bool:
         """Whether a combine kernel merges split partials (the plans pdl applies to)."""
-        return self.split and not self.last_cta and not self.cluster
+        return self.split and not self.last_cta
 
     @property
     def counter(self) -> bool:
@@ -177,8 +173,6 @@ class Plan:
             return "decode_balanced"
         if not self.split:
             return "decode_direct"
-        if self.cluster:
-            return "decode_split_cluster"
         return "decode_split_last" if self.last_cta else "decode_split_combine"
 
     @property
@@ -191,8 +185,6 @@ class Plan:
         """What the compiled kernel depends on: the plan with its split count cut to 2 (the count is a run-time dim;
         whether there is more than one is not), or, where the row's last CTA merges a uniform split count, to the
         splits its merge loads in one round (merge_unroll)."""
-        if self.cluster:
-            return self
         if self.last_cta and not self.balanced:
             return dataclasses.replace(self, num_splits=merge_unroll(self.G, self.d, self.threads, self.num_splits))
         return dataclasses.replace(self, num_splits=min(self.num_splits, 2))
@@ -228,25 +220,22 @@ def check_plan(p: Plan) -> None:
         raise ValueError("even_split=1 on an eager plan: eager split ranges come from the allocated length (eager=0)")
     if p.pdl and not p.combine:
         raise ValueError("pdl on a plan without a combine kernel")
-    if p.cluster and (not p.split or p.balanced or p.last_cta or p.num_splits > CLUSTER_MAX):
-        raise ValueError(f"cluster merge on a plan it cannot run on (num_splits {p.num_splits}, at most {CLUSTER_MAX}; "
-                         f"balanced {p.balanced}, last_cta {p.last_cta})")
 
 
 def kernel_plan(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, threads=128,
                 split=True, scale=None, eager=False, last_cta=None, balanced=0, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, cluster=0) -> Plan:
+                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False) -> Plan:
     """A Plan from build parameters alone, for GPU-less checks (run_kernel._cuda_plan resolves the real ones):
     ``split`` stands for two splits (the kernels take the count at run time); ``last_cta`` None: the balanced
     kernel's merge in its last CTAs, a uniform split kernel's in its combine kernel."""
-    split = bool(split) or bool(balanced) or bool(cluster)
+    split = bool(split) or bool(balanced)
     merge_last = bool(balanced) if last_cta is None else bool(last_cta)
     return Plan(dtype=dtype, hq=hq, hkv=hkv, d=d, paged=bool(paged), page_size=int(page_size) if paged else 0,
-                block_N=block_N, threads=threads, num_splits=int(cluster) if cluster else 2 if split else 1,
+                block_N=block_N, threads=threads, num_splits=2 if split else 1,
                 scale=float(scale) if scale is not None else 1.0 / math.sqrt(d), balanced=int(balanced),
                 last_cta=merge_last and split, eager=bool(eager), v_split=int(v_split), red_batch=int(red_batch),
                 red_once=bool(red_once), tile_page=bool(tile_page), even_split=bool(even_split), pdl=bool(pdl),
-                comb_unroll=int(comb_unroll), cluster=bool(cluster))
+                comb_unroll=int(comb_unroll))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -487,87 +476,6 @@ def _finish_balanced(T, p: Plan):
     return finish
 
 
-def _finish_cluster(T, p: Plan):
-    """decode_split_cluster's epilogue: each CTA of a row's cluster pushes its normalised partial O and log2-sum-exp
-    into the first CTA's shared memory (distributed shared memory), all meet at one cluster barrier, and the first
-    merges the num_splits partials and writes O: no global round trip between the splits and the merge. The weights
-    go through shared memory (as in _last_cta_macro): the softmax over splits is a [block_H, CLUSTER_COLS] fragment,
-    padded with -inf, whose layout is not the accumulator's."""
-    G, d, dtype, block_H, ns, accum = p.G, p.d, p.dtype, _block_h(p.G), p.num_splits, "float32"
-    S = CLUSTER_COLS
-
-    @T.macro
-    def finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc):
-        o_w = T.alloc_shared([block_H, d], accum)
-        l_w = T.alloc_shared([block_H], accum)
-        o_all = T.alloc_shared([ns, block_H, d], accum)
-        l_all = T.alloc_shared([ns, block_H], accum)
-        w_s = T.alloc_shared([block_H, S], accum)
-        lse_f = T.alloc_fragment([block_H, S], accum)
-        lmax = T.alloc_fragment([block_H], accum)
-        lsum = T.alloc_fragment([block_H], accum)
-        o_f = T.alloc_fragment([block_H, d], accum)
-        # the buffers other CTAs write into are touched first, so that the shared-memory planner keeps them apart
-        # from o_w and l_w (it plans one CTA's program order, and remote writes land whenever their CTA reaches them)
-        for i, j in T.Parallel(block_H, d):
-            o_all[0, i, j] = 0.0
-        for i in T.Parallel(block_H):
-            l_all[0, i] = -T.infinity(accum)
-        for i, j in T.Parallel(block_H, d):
-            o_w[i, j] = T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0)
-        for i in T.Parallel(block_H):
-            l_w[i] = T.if_then_else(l_sum[i] > 0, T.log2(l_sum[i]) + m_cur[i], -T.infinity(accum))
-        # every CTA of the cluster is past its tiles before any writes into the first one's shared memory: the
-        # planner may lay o_all over the tiles' space, which it sees as dead in each CTA alone (o_all and o_w are
-        # both live at the copy, so they do not overlap)
-        T.cluster_sync()
-        T.copy_cluster(o_w, o_all[sid, 0:block_H, 0:d], dst_block=0)
-        T.copy_cluster(l_w, l_all[sid, 0:block_H], dst_block=0)
-        T.cluster_sync()
-        if sid == 0:
-            for i, s in T.Parallel(block_H, S):
-                lse_f[i, s] = T.if_then_else(s < ns, l_all[T.min(s, ns - 1), i], -T.infinity(accum))
-            T.reduce_max(lse_f, lmax, dim=1)
-            for i in T.Parallel(block_H):  # every split empty (a zero-length sequence): weights 0, output 0
-                lmax[i] = T.if_then_else(lmax[i] == -T.infinity(accum), 0.0, lmax[i])
-            for i, s in T.Parallel(block_H, S):
-                lse_f[i, s] = T.exp2(lse_f[i, s] - lmax[i])
-            T.reduce_sum(lse_f, lsum, dim=1)
-            for i, s in T.Parallel(block_H, S):
-                w_s[i, s] = T.if_then_else(lsum[i] > 0, lse_f[i, s] / lsum[i], 0.0)
-            T.fill(o_f, 0)
-            for s in T.unroll(ns):
-                for i, j in T.Parallel(block_H, d):
-                    o_f[i, j] += w_s[i, s] * o_all[s, i, j]
-            for i, j in T.Parallel(block_H, d):
-                if i < G:
-                    Out[b, h * G + i, j] = T.cast(o_f[i, j], dtype)
-
-    return finish
-
-
-def _build_split_cluster(T, p: Plan, sym: dict, pre):
-    """Uniform splits merged through a thread-block cluster of a row's num_splits CTAs (_finish_cluster): the direct
-    kernel's arguments, no workspace; the cluster's shape, and so the split count, is the kernel's own."""
-    batch, kv_shape, max_pages = sym["batch"], sym["kv_shape"], sym["max_pages"]
-    hq, hkv, d, dtype, threads, ns = p.hq, p.hkv, p.d, p.dtype, p.threads, p.num_splits
-    body = _decode_body(T, p, sym, _finish_cluster(T, p))
-
-    @T.prim_func
-    def decode_split_cluster(
-        Q: T.Tensor([batch, hq, d], dtype),
-        K: T.Tensor(kv_shape, dtype),
-        V: T.Tensor(kv_shape, dtype),
-        L: T.Tensor([batch], "int32"),
-        BT: T.Tensor([batch, max_pages], "int32"),
-        Out: T.Tensor([batch, hq, d], dtype),
-    ):
-        with T.Kernel(ns, hkv, batch, threads=threads, prelude=pre, cluster_dims=(ns, 1, 1)) as (sid, h, b):
-            body(Q, K, V, L, BT, sid, h, b, ns, Out, None, None)
-
-    return decode_split_cluster
-
-
 def _build_direct(T, p: Plan, sym: dict, pre):
     batch, kv_shape, max_pages = sym["batch"], sym["kv_shape"], sym["max_pages"]
     hq, hkv, d, dtype, threads, v_split = p.hq, p.hkv, p.d, p.dtype, p.threads, p.v_split
@@ -748,8 +656,7 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
     return decode_balanced
 
 
-_BUILDERS = {"decode_direct": _build_direct, "decode_split_cluster": _build_split_cluster,
-             "decode_split_last": _build_split_last,
+_BUILDERS = {"decode_direct": _build_direct, "decode_split_last": _build_split_last,
              "decode_split_combine": _build_split_combine, "decode_balanced": _build_balanced}
 
 
@@ -1006,10 +913,6 @@ def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 
 #: case 10, G 8 x 32 splits, +1.8 us in-kernel; case 8, G 8 x 4, and 13, G 4 x 33, faster). The same rule for the
 #: balanced kernel's rows of up to num_splits splits.
 LAST_CTA_MAX_ROWS = 160
-#: the most CTAs a cluster holds portably on Hopper (16 with a non-portable opt-in): the cluster merge's split cap
-CLUSTER_MAX = 8
-#: columns of the cluster merge's softmax over splits (CLUSTER_MAX padded: a [16, 32] fragment lowers at 128 threads)
-CLUSTER_COLS = 32
 
 
 #: the widest one-tile range (choose_tiling): an unsplit range of 65-192 keys runs as one tile of its length
