@@ -1034,6 +1034,10 @@ def rows_fill(rows: int, target: int) -> bool:
     return 4 * rows >= 3 * target
 
 
+MERGE_TILES = 4.4
+UNIT_TILES = 2.2
+
+
 def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sms: int, max_splits: int = 128,
                          ctas_per_sm: int = 2, min_tiles: int = 8, min_tiles_per_split: int = 2, gqa: int = 0) -> int:
     """Split count in the spirit of FlashAttention's num_splits_heuristic.
@@ -1061,7 +1065,13 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
         if wide > ns and -(-n_tiles // wide) < -(-n_tiles // ns):
             ns = wide
     per = -(-n_tiles // ns)
-    return max(1, -(-n_tiles // per))
+    ns = max(1, -(-n_tiles // per))
+    # a merge costs MERGE_TILES tiles of chain, and each extra CTA a unit UNIT_TILES more (the floor-bound model):
+    # split only where the split chain is shorter by more than that
+    extra = base * (ns - 1) / num_sms
+    if ns > 1 and n_tiles - per <= MERGE_TILES + UNIT_TILES * extra:
+        return 1
+    return ns
 
 
 #: shared memory a decode CTA holds beyond its tiles (smem_bytes): reduction workspaces and alignment, 1-2 KB in the
