@@ -156,7 +156,7 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
         tiles = -(-cap // block_N)
         eager = not balanced and -(-tiles // ns) <= _cuda.EAGER_MAX_TILES
     eager = bool(int(eager))
-    last_cta = _last_cta(cfg, G, ns, balanced)
+    last_cta = _last_cta(cfg, G, ns, balanced, dev.dependent_launch)
     split = ns > 1 or bool(balanced)
     vs = cfg.get("v_split")  # a row's V columns over this many CTAs, unsplit plans only
     v_split = int(vs) if vs is not None else _cuda.v_split_default(s.batch, s.hkv, ns, dev.units)
@@ -200,13 +200,13 @@ def _tiling(s: _Shape, dev, cfg: dict, threads: int) -> tuple:
     return (block_N, ns, 0) if bal is None else bal
 
 
-def _last_cta(cfg: dict, G: int, ns: int, balanced: int) -> bool:
+def _last_cta(cfg: dict, G: int, ns: int, balanced: int, dependent_launch: bool) -> bool:
     """Whether split partials merge in a row's last CTA (tl_decode_cuda.last_cta_default), else in a combine kernel
     (balanced: the rows of more than LAST_CTA_MAX_ROWS partial rows)."""
     split = ns > 1 or bool(balanced)
     lc = cfg.get("last_cta")
     if lc is None:
-        return split and _cuda.last_cta_default(G, ns)
+        return split and _cuda.last_cta_default(G, ns, bool(balanced), dependent_launch)
     if not split:
         raise ValueError(f"config last_cta={lc} on an unsplit plan (num_splits 1): there is no merge to place")
     if not int(lc) and balanced and G * ns <= _cuda.LAST_CTA_MAX_ROWS:
@@ -468,7 +468,8 @@ def configs(case: dict) -> list:
             if ns >= EVEN_MIN_SPLITS:
                 if n_tiles % ns:  # even ranges differ from ceil ranges only then
                     out.append({**pin, "eager": 0, "even_split": 1})
-                out.append({**pin, "last_cta": int(not _cuda.last_cta_default(G, ns))})
+                # both merges: which one the plan's rule picks depends on the device (last_cta_default)
+                out += [{**pin, "last_cta": 0}, {**pin, "last_cta": 1}]
     out += [{"balanced": 1, "bal_per_sm": n} for n in (1, 2, 3)] + [{"red_batch": 1}]
     return out
 

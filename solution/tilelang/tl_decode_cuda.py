@@ -932,9 +932,14 @@ ONE_TILE_TRIP_BYTES = 1 << 20
 EAGER_MAX_TILES = 8
 
 
-def last_cta_default(G: int, num_splits: int) -> bool:
+def last_cta_default(G: int, num_splits: int, balanced: bool = False, dependent_launch: bool = False) -> bool:
     """The merge in the last CTA by default: where it reads at most LAST_CTA_MAX_ROWS partial rows (and the merge's
-    weights fit: at most _MAX_SPLITS splits); else a combine kernel."""
+    weights fit: at most _MAX_SPLITS splits), on a balanced plan or a device without programmatic dependent launch;
+    else a combine kernel. With dependent launch a uniform split plan always merges in the combine kernel: it is
+    resident while the splits run, so the merge waits neither for a split's fence and arrival atomic nor for one CTA
+    reloading G x splits partial rows in series (iteration 61: floor-bound split calls 1.05-1.28x on the H200)."""
+    if dependent_launch and not balanced:
+        return False
     return G * num_splits <= LAST_CTA_MAX_ROWS and num_splits <= _MAX_SPLITS
 
 
@@ -1047,8 +1052,8 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
     batch * kv_heads already fills the machine (>= 3/4 of the target) or the sequence is short
     (< ``min_tiles`` KV tiles: the extra combine launch costs more than it saves); at least
     ``min_tiles_per_split`` KV tiles per split, and the count is rebalanced so that no split is
-    left empty. With the GQA ratio (``gqa``), where the row's last CTA merges that count (last_cta_default), the
-    count grows to one CTA a unit (num_sms // rows) if that shortens a split's chain of tiles: a small call's time is
+    left empty. With the GQA ratio (``gqa``), where the merge of that count is small (at most LAST_CTA_MAX_ROWS partial
+    rows, the bound of a last-CTA merge: last_cta_default on a device without dependent launch), the count grows to one CTA a unit (num_sms // rows) if that shortens a split's chain of tiles: a small call's time is
     its longest chain, and past one CTA a unit more splits only add each CTA's fixed work (H100, iteration 53: 6-38%
     on every unseen draw it changes; one tile a split at 184-256 CTAs lost 4-10%).
     """
