@@ -188,7 +188,8 @@ CLASSES = {
     "direct-paged256": ({"batch": 64, "seqlen_k": 2048, "kv_heads": 8, "gqa": 4, "page_size": 256}, "direct",
                         "decode_direct"),
     "eager-split": ({"batch": 1, "seqlen_k": 8192, "kv_heads": 4, "gqa": 8}, "split", "decode_split_combine"),
-    "contiguous-split": ({"batch": 1, "seqlen_k": 61519, "kv_heads": 8, "gqa": 4}, "split", "decode_split_last"),
+    # a merge of at most LAST_CTA_MAX_ROWS partial rows: the combine kernel on the H200 (dependent launch; iteration 61)
+    "contiguous-split": ({"batch": 1, "seqlen_k": 61519, "kv_heads": 8, "gqa": 4}, "split", "decode_split_combine"),
     "split-combine": ({"batch": 1, "seqlen_k": 61519, "kv_heads": 4, "gqa": 8}, "split", "decode_split_combine"),
     "balanced": ({"batch": 16, "seqlen_k": 32768, "kv_heads": 8, "gqa": 4}, "balanced", "decode_balanced"),
     "balanced-paged16": ({"batch": 4, "seqlen_k": 61519, "kv_heads": 4, "gqa": 8, "page_size": 16}, "balanced",
@@ -243,6 +244,23 @@ def test_every_key_is_used_or_refused(rk, h200, cls):
             _plan(rk, h200, _case(shape), {gone: 1})
 
 
+def test_the_merge_follows_dependent_launch(rk, h200):
+    """A uniform split plan whose merge fits the last CTA (G x splits <= LAST_CTA_MAX_ROWS) merges in the combine kernel,
+    with PDL, on a device with dependent launch, and in its last CTA on one without (the C500's path); the balanced
+    kernel merges in its last CTA on both; a config's last_cta wins on both."""
+    no_pdl = h200._replace(dependent_launch=False)
+    for shape in (CLASSES["contiguous-split"][0], {"batch": 8, "seqlen_k": 1536, "kv_heads": 4, "gqa": 8}):
+        hopper, other = _plan(rk, h200, _case(shape)), _plan(rk, no_pdl, _case(shape))
+        assert hopper.num_splits == other.num_splits > 1 and hopper.G * hopper.num_splits <= 160, (hopper, other)
+        assert (hopper.kernel, hopper.last_cta, hopper.pdl) == ("decode_split_combine", False, True), hopper
+        assert (other.kernel, other.last_cta, other.pdl) == ("decode_split_last", True, False), other
+        forced = _plan(rk, h200, _case(shape), {"last_cta": 1})
+        assert (forced.kernel, forced.pdl) == ("decode_split_last", False), forced
+    for dev in (h200, no_pdl):
+        p = _plan(rk, dev, _case(CLASSES["balanced"][0]))
+        assert (p.kernel, p.last_cta) == ("decode_balanced", True), p
+
+
 @pytest.mark.parametrize("cls,config,match", [
     ("direct", {"last_cta": 1}, "last_cta=1 on an unsplit plan"),
     ("direct-paged256", {"bal_per_sm": 2}, "bal_per_sm=2 on a plan that is not balanced"),
@@ -269,7 +287,8 @@ def test_a_key_of_the_uniform_kernel_steps_the_balanced_rule_aside(rk, h200):
     plan where the rule would balance, as a pinned split count always did; balanced=1 forces the balanced one."""
     shape = _case(CLASSES["balanced"][0])
     assert _plan(rk, h200, shape).balanced
-    assert _plan(rk, h200, shape, {"num_splits": 4}).kernel == "decode_split_last"
+    pinned = _plan(rk, h200, shape, {"num_splits": 4})
+    assert (pinned.kernel, pinned.num_splits, pinned.balanced) == ("decode_split_combine", 4, 0), pinned
     eager = _plan(rk, h200, shape, {"eager": 1})
     assert eager.eager and not eager.balanced
     assert _plan(rk, h200, _case(CLASSES["direct"][0]), {"balanced": 1}).kernel == "decode_balanced"
@@ -483,14 +502,15 @@ def _model_cases() -> dict:
 
 def test_every_model_of_the_workload_library_plans_in_every_layout_and_dtype(rk):
     """Each model of bench/workloads.yaml has an H200 plan at each of MODEL_SHAPES, contiguous and in 16, 32, 64 and
-    256-token pages, fp16 and bf16; together they use every kernel."""
+    256-token pages, fp16 and bf16; together they use every kernel a device with dependent launch plans (a uniform
+    split merges in the combine kernel there: decode_split_last is the path of devices without it)."""
     from kopt.hardware import profile
 
     h200 = profile("H200").model_dump()
     wf = _library()
     kernels = {rk.device_plan(_model_case(wf, m, batch, length, page, dt), h200)["kernel"]
                for m in wf.models for page in LAYOUTS for dt in ("fp16", "bf16") for batch, length in MODEL_SHAPES}
-    assert kernels == {"decode_direct", "decode_split_last", "decode_split_combine", "decode_balanced"}
+    assert kernels == {"decode_direct", "decode_split_combine", "decode_balanced"}
 
 
 def test_every_model_of_the_workload_library_lowers_for_sm90a():
