@@ -5,11 +5,14 @@ builders here turn it into TileLang prim_funcs over shared macros (_decode_body:
 _last_cta_macro; _combine_macro):
 
 - ``decode_direct`` (one split): grid (v_split, Hkv, B); each CTA writes O.
-- ``decode_split_last`` (uniform splits, merge in the kernel): grid (num_splits, Hkv, B); each split writes its
-  normalised partial O (fp32) and log2-sum-exp, and the last CTA of each (batch, kv head) to finish merges them
-  (an acq_rel arrival counter per (batch, kv head), reset by the merging CTA).
-- ``decode_split_combine`` (uniform splits, a combine kernel): the split kernel, then the combine kernel (one CTA
-  of d threads per (batch, query head)), both launched by one host call.
+- ``decode_split_last`` (uniform splits, merge in the kernel; by default on devices without programmatic dependent
+  launch, last_cta_default): grid (num_splits, Hkv, B); each split writes its normalised partial O (fp32) and
+  log2-sum-exp, and the last CTA of each (batch, kv head) to finish merges them (an acq_rel arrival counter per
+  (batch, kv head), reset by the merging CTA).
+- ``decode_split_combine`` (uniform splits, a combine kernel; by default on Hopper, where the combine kernel is
+  launched dependent (PDL) and resident while the splits run, and elsewhere for merges of more than
+  LAST_CTA_MAX_ROWS partial rows): the split kernel, then the combine kernel (one CTA of d threads per (batch, query
+  head)), both launched by one host call.
 - ``decode_balanced``: each row split by its own length, read on the device (below).
 
 One CTA owns all G = Hq // Hkv query heads of one KV head (padded to ``block_H`` MMA rows) and a contiguous range
@@ -911,7 +914,8 @@ def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 
 #: the merge in the last CTA (last_cta) by default when it reads at most this many partial rows (G x num_splits): one
 #: CTA per (batch, kv head) pulls them alone, so large merges are faster in the combine kernel's B x Hq CTAs (H200:
 #: case 10, G 8 x 32 splits, +1.8 us in-kernel; case 8, G 8 x 4, and 13, G 4 x 33, faster). The same rule for the
-#: balanced kernel's rows of up to num_splits splits.
+#: balanced kernel's rows of up to num_splits splits. On a device with dependent launch a uniform split plan merges in
+#: the combine kernel whatever its rows (last_cta_default; iteration 61, H200: floor-bound calls 1.05-1.28x).
 LAST_CTA_MAX_ROWS = 160
 
 
@@ -1039,6 +1043,11 @@ def rows_fill(rows: int, target: int) -> bool:
     return 4 * rows >= 3 * target
 
 
+#: what a merge costs, in tiles of a split's chain, and what each extra CTA on a unit costs: the floor-bound model
+#: (H200, the 14 held-out draws at the launch floor: t ~ 2.64 + 0.52 x chain + 2.31 x merge + 1.13 x CTAs a unit us,
+#: so a merge is 2.31 / 0.52 = 4.4 tiles and a CTA a unit 2.2). num_splits_heuristic splits only where the chain it
+#: saves exceeds them (iteration 60, H100: the six plans it changed gained 1.03-1.54x). Fitted on mostly last-CTA
+#: merges; the combine merge with dependent launch (iteration 61) is not refitted.
 MERGE_TILES = 4.4
 UNIT_TILES = 2.2
 
