@@ -245,9 +245,9 @@ def test_every_key_is_used_or_refused(rk, h200, cls):
 
 
 def test_the_merge_follows_dependent_launch(rk, h200):
-    """A uniform split plan whose merge fits the last CTA (G x splits <= LAST_CTA_MAX_ROWS) merges in the combine kernel,
-    with PDL, on a device with dependent launch, and in its last CTA on one without (the C500's path); the balanced
-    kernel merges in its last CTA on both; a config's last_cta wins on both."""
+    """A uniform split plan whose merge fits the last CTA (G x splits <= LAST_CTA_MAX_ROWS) merges in the combine
+    kernel, with PDL, on a device with dependent launch, and in its last CTA on one without (the C500's path); the
+    balanced kernel merges in its last CTA on both; a config's last_cta wins on both."""
     no_pdl = h200._replace(dependent_launch=False)
     for shape in (CLASSES["contiguous-split"][0], {"batch": 8, "seqlen_k": 1536, "kv_heads": 4, "gqa": 8}):
         hopper, other = _plan(rk, h200, _case(shape)), _plan(rk, no_pdl, _case(shape))
