@@ -35,8 +35,10 @@ import tl_device as _dev  # noqa: E402  (the device facts a plan reads: the torc
 import tuning_lookup as _tuning  # noqa: E402  (tuned configs per shape and device, results/tilelang/tuning.csv)
 
 #: the plan rule's version: a tuned row (results/tilelang/tuning.csv, column plan_version, written by the tuner from
-#: this constant) applies only to the version it was measured on; bump it when a config's meaning or a default changes
-PLAN_VERSION = 1
+#: this constant) applies only to the version it was measured on; bump it when a config's meaning or a default changes.
+#: 2: iterations 57-61 changed the defaults (the balanced kernel in paged caches, one-tile ranges, the floor model's
+#: split count, the combine merge on devices with dependent launch) while the table's rows still said 1
+PLAN_VERSION = 2
 
 #: config keys of the CUDA path, each one a plan can search (configs()); any other key is a ValueError
 _CFG_KEYS = ("block_N", "num_splits", "threads", "eager", "balanced", "bal_per_sm", "last_cta", "v_split", "red_batch",
@@ -54,7 +56,8 @@ def _check(q, k_cache, v_cache, cache_seqlens, block_table):
     if q.dim() != 4 or q.shape[1] != 1:
         raise ValueError(f"q must be [B, 1, Hq, D] (one decode token), got {tuple(q.shape)}")
     if k_cache.dim() != 4 or v_cache.dim() != 4 or k_cache.shape != v_cache.shape:
-        raise ValueError(f"k_cache/v_cache must be equal 4-d shapes, got {tuple(k_cache.shape)} / {tuple(v_cache.shape)}")
+        raise ValueError(f"k_cache/v_cache must be equal 4-d shapes, got {tuple(k_cache.shape)} / "
+                         f"{tuple(v_cache.shape)}")
     B, _, Hq, D = q.shape
     Hkv = k_cache.shape[2]
     if k_cache.shape[3] != D:
@@ -449,12 +452,12 @@ def configs(case: dict) -> list:
 
     block_N / num_splits / threads 0 mean "the plan's rule" (tl_decode_cuda.choose_tiling, default_threads). Then
     block_N 64 / 128 x num_splits 1-128 (up to the range's tiles); one split also with a row's V over two CTAs
-    (v_split 2); from EVEN_MIN_SPLITS splits on, each also with even split ranges and the eager start off (even_split
-    applies to plans that are not eager; 64 even splits of case 14's 481 tiles: 1.017x over its tuned 32) and with
-    the other merge (last_cta); the balanced kernel at 1-3 CTAs a unit; the softmax's reductions one row at a time.
+    (v_split 2); from EVEN_MIN_SPLITS splits on, each with both merges named (last_cta 0 and 1: one of them is the
+    device's default, so the bare count is not listed again) and with even split ranges and the eager start off
+    (even_split applies to plans that are not eager; 64 even splits of case 14's 481 tiles: 1.017x over its tuned 32);
+    the balanced kernel at 1-3 CTAs a unit; the softmax's reductions one row at a time.
     """
     seqlen = int(case.get("seqlen_k", 1) or 1)
-    G = int(case.get("gqa", 1) or 1)
     out = [{"block_N": 0, "num_splits": 0, "threads": 0}]
     for bn in (64, 128):
         n_tiles = -(-seqlen // bn)
@@ -462,14 +465,14 @@ def configs(case: dict) -> list:
             if ns > n_tiles:
                 continue
             pin = {"block_N": bn, "num_splits": ns, "threads": 128}
-            out.append(pin)
-            if ns == 1:
-                out.append({**pin, "v_split": 2})
-            if ns >= EVEN_MIN_SPLITS:
+            if ns < EVEN_MIN_SPLITS:
+                out.append(pin)
+            else:  # both merges, named: the bare pin would repeat the device's own (last_cta_default)
+                out += [{**pin, "last_cta": 0}, {**pin, "last_cta": 1}]
                 if n_tiles % ns:  # even ranges differ from ceil ranges only then
                     out.append({**pin, "eager": 0, "even_split": 1})
-                # both merges: which one the plan's rule picks depends on the device (last_cta_default)
-                out += [{**pin, "last_cta": 0}, {**pin, "last_cta": 1}]
+            if ns == 1:
+                out.append({**pin, "v_split": 2})
     out += [{"balanced": 1, "bal_per_sm": n} for n in (1, 2, 3)] + [{"red_batch": 1}]
     return out
 

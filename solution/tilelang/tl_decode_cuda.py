@@ -306,9 +306,10 @@ def _decode_body(T, p: Plan, sym: dict, finish):
         return b, pos
 
     def tile_pid(base, i, seqlen):
-        """The table column of row i of the tile at key `base`, clamped to the sequence's last page: base // page_size
-        + i // page_size (base is a multiple of the page or of the tile, whichever is smaller), so a thread's rows of one
-        page share one load and one page address once lowered (i // page_size folds to a constant per unrolled row)."""
+        """The table column of row i of the tile at key `base`, clamped to the sequence's last page: base //
+        page_size + i // page_size (base is a multiple of the page or of the tile, whichever is smaller), so a thread's
+        rows of one page share one load and one page address once lowered (i // page_size folds to a constant per
+        unrolled row)."""
         return T.min(base // page_size + i // page_size, (seqlen - 1) // page_size)
 
     @T.macro
@@ -958,9 +959,9 @@ def v_split_default(batch: int, hkv: int, num_splits: int, num_sms: int) -> int:
 def default_threads(block_N: int, v_split: int, warp_size: int = 32) -> int:
     """Threads of a CTA by default: two warps (64 threads at a warp of 32) for a tile of at most TILE_STEP keys on a
     few-row grid (v_split 2: one row on two CTAs), else 128 (at wave64 both are 128: two waves). The tile's QK^T is
-    then two 16 x 16 MMAs, not four of 16 x 8, and its row max and row sum cross two warps, not four. H200, iteration 22 (gain = four warps / two): case 3 3.20 -> 2.94 us (1.087),
-    case 2 1.049; with 64-key or wider tiles two warps lose (case 1's tuned 64-key tile 0.962, case 5 0.911, case 4
-    0.938, case 6 0.848)."""
+    then two 16 x 16 MMAs, not four of 16 x 8, and its row max and row sum cross two warps, not four. H200, iteration
+    22 (gain = four warps / two): case 3 3.20 -> 2.94 us (1.087), case 2 1.049; with 64-key or wider tiles two warps
+    lose (case 1's tuned 64-key tile 0.962, case 5 0.911, case 4 0.938, case 6 0.848)."""
     return max(2 * warp_size, 64) if block_N <= TILE_STEP and v_split == 2 else max(2 * warp_size, 128)
 
 
@@ -1062,8 +1063,9 @@ def num_splits_heuristic(batch: int, hkv: int, seqlen: int, block_N: int, num_sm
     (< ``min_tiles`` KV tiles: the extra combine launch costs more than it saves); at least
     ``min_tiles_per_split`` KV tiles per split, and the count is rebalanced so that no split is
     left empty. With the GQA ratio (``gqa``), where the merge of that count is small (at most LAST_CTA_MAX_ROWS partial
-    rows, the bound of a last-CTA merge: last_cta_default on a device without dependent launch), the count grows to one CTA a unit (num_sms // rows) if that shortens a split's chain of tiles: a small call's time is
-    its longest chain, and past one CTA a unit more splits only add each CTA's fixed work (H100, iteration 53: 6-38%
+    rows, the bound of a last-CTA merge: last_cta_default on a device without dependent launch), the count grows to
+    one CTA a unit (num_sms // rows) if that shortens a split's chain of tiles: a small call's time is its longest
+    chain, and past one CTA a unit more splits only add each CTA's fixed work (H100, iteration 53: 6-38%
     on every unseen draw it changes; one tile a split at 184-256 CTAs lost 4-10%).
     """
     base = batch * hkv
