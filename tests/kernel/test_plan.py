@@ -397,9 +397,10 @@ def test_a_row_of_another_plan_version_is_skipped_with_one_warning(rk, h200, tmp
     once and plans by its rule. The same row stamped with the kernel's version applies."""
     shape = _case({"batch": 1, "seqlen_k": 8192, "kv_heads": 4, "gqa": 8})
     row = {"batch": 1, "seqlen_bucket": 8192, "capacity": 8192, "config": {"block_N": 64, "num_splits": 4}}
-    default = _plan(rk, h200, shape)  # the committed table's row for this shape pins 32 splits
+    table_at(_table(tmp_path, []))
+    default = _plan(rk, h200, shape)  # the rule's plan: 64 splits of 64 keys
     table_at(_table(tmp_path, [row | {"plan_version": "0"}]))
-    with pytest.warns(RuntimeWarning, match="rows of plan version 0 skipped .this kernel's is 1"):
+    with pytest.warns(RuntimeWarning, match=f"rows of plan version 0 skipped .this kernel's is {rk.PLAN_VERSION}"):
         assert _plan(rk, h200, shape).num_splits != 4
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once
@@ -435,23 +436,26 @@ def test_a_row_applies_to_its_own_bucket_and_plan_class_only(rk, h200, tmp_path,
     assert tuned(16, 16384)  # a row measured on a balanced shape lends to balanced shapes
 
 
-def test_committed_rows_are_stamped_and_applied_to_their_own_cases(rk, h200):
-    """results/tilelang/tuning.csv's rows carry this kernel's plan version and their tuned length, hold only keys it
-    knows, and each applies to its own bench case."""
+def test_committed_rows_are_stamped_and_applied_to_their_own_cases(rk):
+    """results/tilelang/tuning.csv's rows carry this kernel's plan version (a row of an older rule is removed when the
+    version is bumped, not left to be skipped) and their tuned length, hold only keys it knows, and each applies to
+    its own bench case on its own device (the plan resolved from that device's profile)."""
     from kopt.cases import load_cases
+    from kopt.hardware import profile
     from kopt.store import tuning as table
 
     rows = table.read(REPO / "results" / "tilelang" / "tuning.csv").rows
-    assert rows and all(r.plan_version == str(rk.PLAN_VERSION) and r.capacity for r in rows)
+    assert all(r.plan_version == str(rk.PLAN_VERSION) and r.capacity for r in rows)
     assert all(set(r.config) <= set(rk._CFG_KEYS) for r in rows)
-    for c in load_cases():
-        own = [r for r in rows if (r.batch, r.seqlen_bucket, r.kv_heads, r.gqa) ==
-               (c.batch, table.bucket(c.capacity), c.kv_heads, c.gqa) and r.capacity == c.capacity]
-        if own:
-            (r,) = own
-            p = _plan(rk, h200, _case({**c.shape_dict(), "head_dim": 128, "dtype": "fp16", "page_size": None}))
-            for k in ("block_N", "num_splits"):
-                assert not r.config.get(k) or getattr(p, k) == r.config[k], (c.id, r.config, p)
+    cases = load_cases()
+    for r in rows:
+        dev = rk._dev.from_profile(profile(r.device).model_dump())
+        (c,) = [c for c in cases if (r.batch, r.seqlen_bucket, r.kv_heads, r.gqa) ==
+                (c.batch, table.bucket(c.capacity), c.kv_heads, c.gqa) and r.capacity == c.capacity]
+        p = _plan(rk, dev, _case({**c.shape_dict(), "head_dim": r.head_dim, "dtype": r.dtype,
+                                  "page_size": r.page_size or None}))
+        for k in ("block_N", "num_splits", "threads"):
+            assert not r.config.get(k) or getattr(p, k) == r.config[k], (c.id, r.config, p)
 
 
 # ------------------------------------------------------------------------------------------------ head dims, models
