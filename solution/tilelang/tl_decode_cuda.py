@@ -367,11 +367,14 @@ def _decode_body(T, p: Plan, sym: dict, finish):
                     K_shared[i, j] = K[BT[b, tile_pid(base, i, seqlen)], T.min(base + i, seqlen - 1) % page_size, h, j]
             else:
                 for i, j in T.Parallel(block_N, d):
-                    # eager: K rows are clamped to the allocated cache (valid memory, paged or not: page ids
-                    # are clamped into the pool; keys past the sequence are masked below), so the first K
-                    # tile does not wait for L[b]
-                    # (only eager K rows can pass the sequence: only they pay the page-id clamp)
-                    r0, r1 = kv_row(BT, b, T.min(base + i, (alloc_len if eager else seqlen) - 1), clamp_page=eager)
+                    # eager: the first K tile's rows are clamped to the allocated cache (valid memory, paged or
+                    # not: page ids are clamped into the pool; keys past the sequence are masked below), so it
+                    # does not wait for L[b]; from the second tile on L[b] has arrived (the range's end is
+                    # read from it), and rows past the sequence re-read its last key, as a non-eager plan's
+                    # do, instead of streaming the rest of the allocated tile (only eager K rows can pass the
+                    # sequence: only they pay the page-id clamp)
+                    lim = T.if_then_else(k == 0, alloc_len, seqlen) if eager else seqlen
+                    r0, r1 = kv_row(BT, b, T.min(base + i, lim - 1), clamp_page=eager)
                     K_shared[i, j] = K[r0, r1, h, j]
             T.clear(acc_s)
             T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
