@@ -346,6 +346,13 @@ def assert_reported_as_recorded(c: dict) -> dict:
         (d,) = [x for x in c["configs"] if x["index"] == 0]
         assert c["gain"] == pytest.approx(d["cold"]["median_ms"] / w["cold"]["median_ms"]) and c["gain_ci"] is None
     assert f["GAIN"] == f"{c['gain']:.4f}x" and float(f["DEFAULT"]) > 0 and float(f["BEST"]) > 0
+    paired = [x for x in c["configs"] if x["index"] and x["correct"] and x["paired_speedup"] and x["paired_ci"]]
+    if paired:  # the best paired finalist, kept or not, with its own figures
+        b = max(paired, key=lambda x: (x["paired_speedup"], -x["index"]))
+        assert f["FINALIST_GAIN"] == f"{b['paired_speedup']:.4f}x"
+        assert f["FINALIST_CI"] == f"{b['paired_ci'][0]:.4f}-{b['paired_ci'][1]:.4f}"
+    else:
+        assert (f["FINALIST"], f["FINALIST_GAIN"], f["FINALIST_CI"]) == ("NA", "NA", "NA")
     if c["row"] is not None:
         row = c["row"]
         assert row["config"] == c["config"] and row["gain"] == c["gain"]

@@ -119,6 +119,14 @@ class CaseTune:
             return None
         return w.paired_ci
 
+    @property
+    def finalist(self) -> Optional[ConfigResult]:
+        """The best correct finalist paired against its shard's default (highest paired speedup, then the lower
+        index), whether or not it passed the improvement rule; None when no finalist was paired. The winner when a
+        finalist won; otherwise what the default kept its place against."""
+        paired = [c for c in self.configs if c.index != 0 and c.correct and c.paired_speedup and c.paired_ci]
+        return max(paired, key=lambda c: (c.paired_speedup, -c.index)) if paired else None
+
     def times_ms(self) -> tuple[Optional[float], Optional[float]]:
         """(default, winner) cold medians: from the winner's paired rounds when its gain is the paired
         figure (gain_ci), else screened."""
@@ -131,19 +139,26 @@ class CaseTune:
     def line(self) -> str:
         """One stdout line per case, KEY:VALUE fields like the machine line: TUNE's value is STATUS's; CORRECT a bool
         (a correct winner), the count of correct configs in CONFIGS_CORRECT; CONFIG the winner as key=value pairs
-        (the JSON object in --json)."""
+        (the JSON object in --json); FINALIST, FINALIST_GAIN and FINALIST_CI the best paired finalist, its paired
+        speedup over the default and that speedup's CI, also where it did not pass the improvement rule and the
+        default was kept (NA when no finalist was paired)."""
         from kopt.records import config_token, token
 
         m, w = self.meta, self.winner
         d_ms, w_ms = self.times_ms()
         n_ok = sum(bool(c.correct) for c in self.configs)
         ci = "NA" if self.gain_ci is None else f"{self.gain_ci[0]:.4f}-{self.gain_ci[1]:.4f}"
+        f = self.finalist
+        fin = (f"FINALIST:{config_token(f.config)} FINALIST_GAIN:{f.paired_speedup:.4f}x "
+               f"FINALIST_CI:{f.paired_ci[0]:.4f}-{f.paired_ci[1]:.4f}" if f is not None else
+               "FINALIST:NA FINALIST_GAIN:NA FINALIST_CI:NA")
         why = self.not_applicable or ("" if w else (m.message or _first_failure(self.configs)))
         msg = f" MESSAGE:{token(why)[:200]}" if why else ""
         return (f"TUNE:{self.status} CASE:{self.case.id} DEVICE:{token(m.device_name)} "
                 f"CONFIGS:{len(self.configs)}/{m.n_configs} CORRECT:{w is not None} CONFIGS_CORRECT:{n_ok} "
                 f"DEFAULT:{fmt_na(d_ms)} BEST:{fmt_na(w_ms)} GAIN:{fmt_na(self.gain, '{:.4f}x')} GAIN_CI:{ci} "
-                f"CONFIG:{config_token(w.config) if w else 'NA'} TIME:{self.wall_s:.1f}s STATUS:{self.status}{msg}")
+                f"CONFIG:{config_token(w.config) if w else 'NA'} {fin} TIME:{self.wall_s:.1f}s STATUS:{self.status}"
+                f"{msg}")
 
 
 def _json(v) -> str:

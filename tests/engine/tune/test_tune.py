@@ -117,6 +117,7 @@ def test_finish_case_reports_paired_gain(tmp_path):
     assert ct.winner.index == 1 and ct.gain_ci == (1.04, 1.08) and ct.row.gain == pytest.approx(1.06)
     assert (ct.row.gain_lo, ct.row.gain_hi) == (1.04, 1.08)
     assert f["GAIN"] == "1.0600x" and f["GAIN_CI"] == "1.0400-1.0800"
+    assert (f["FINALIST"], f["FINALIST_GAIN"], f["FINALIST_CI"]) == ("i=1", "1.0600x", "1.0400-1.0800")  # the winner
     # the row's times come from the paired rounds, so runtime and gain agree
     assert ct.row.runtime_ms == pytest.approx(0.9 / 1.01)
     assert ct.row.default_runtime_ms == pytest.approx(0.9 / 1.01 * 1.06)
@@ -125,6 +126,9 @@ def test_finish_case_reports_paired_gain(tmp_path):
     ct = finish_case(cand, case, [shard], opts, parallel=False)
     f = dict(x.split(":", 1) for x in ct.line().split()[1:])
     assert ct.winner.index == 0 and ct.gain == 1.0 and ct.gain_ci is None and f["GAIN_CI"] == "NA"
+    # the default kept its place, and the line still says against what: the finalist's own paired figures
+    assert (f["CONFIG"], f["FINALIST"], f["FINALIST_GAIN"], f["FINALIST_CI"]) == \
+        ("i=0", "i=1", "1.0040x", "0.9900-1.0200")
     assert "not an improvement, default kept" in ct.note and "pairing stopped: RuntimeError" in ct.note
     assert ct.row.gain_lo is None and ct.row.runtime_ms == ct.row.default_runtime_ms == 1.0
 
@@ -244,7 +248,7 @@ def test_tune_searches_the_configs_given_beside_the_default(workspace, tmp_path)
     (c,) = json.loads(r.stdout)["cases"]
     assert [x["config"] for x in sorted(c["configs"], key=lambda x: x["index"])] == [
         {"passes": 6}, {"passes": 2}, {"passes": 3}]
-    assert "CONFIGS:3/3" in c["line"]
+    assert "CONFIGS:3/3" in c["line"] and "FINALIST:NA FINALIST_GAIN:NA FINALIST_CI:NA" in c["line"]  # none paired
 
     from conftest import REPO
 
