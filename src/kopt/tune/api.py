@@ -32,7 +32,7 @@ from kopt.candidate import short_id
 from kopt.cases import Case
 from kopt.records import Status, fmt_na
 from kopt.tune.models import ConfigResult, ShardResult
-from kopt.tune.pick import pick_winner
+from kopt.tune.pick import best_finalist, pick_winner
 from kopt.tune.shard import ShardItem, run_shard
 
 
@@ -121,11 +121,9 @@ class CaseTune:
 
     @property
     def finalist(self) -> Optional[ConfigResult]:
-        """The best correct finalist paired against its shard's default (highest paired speedup, then the lower
-        index), whether or not it passed the improvement rule; None when no finalist was paired. The winner when a
-        finalist won; otherwise what the default kept its place against."""
-        paired = [c for c in self.configs if c.index != 0 and c.correct and c.paired_speedup and c.paired_ci]
-        return max(paired, key=lambda c: (c.paired_speedup, -c.index)) if paired else None
+        """The best paired finalist (pick.best_finalist): the winner when a finalist won; otherwise what the default
+        kept its place against. None when no finalist was paired."""
+        return best_finalist(self.configs)
 
     def times_ms(self) -> tuple[Optional[float], Optional[float]]:
         """(default, winner) cold medians: from the winner's paired rounds when its gain is the paired

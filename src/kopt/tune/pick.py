@@ -66,21 +66,38 @@ def pick_winner(results: list[ConfigResult], aa_spread: Optional[float] = None) 
     if not ok:
         return None, None, None, "no correct config"
     defaults = {r.shard: r for r in ok if r.index == 0}
-    paired = [r for r in ok if r.index != 0 and r.shard in defaults and r.paired_speedup and r.paired_ci]
+    paired = _paired(ok, defaults)
     if paired:
         return _paired_winner(paired, defaults, aa_spread)
     return _unpaired_winner(ok, defaults)
 
 
+def _paired(ok: list[ConfigResult], defaults: dict) -> list[ConfigResult]:
+    """The correct finalists with paired figures against their own shard's default."""
+    return [r for r in ok if r.index != 0 and r.shard in defaults and r.paired_speedup and r.paired_ci]
+
+
+def _rank(r: ConfigResult) -> tuple:
+    """A finalist's order: the higher paired speedup, then the lower index."""
+    return r.paired_speedup, -r.index
+
+
+def best_finalist(results: list[ConfigResult]) -> Optional[ConfigResult]:
+    """The finalist pick_winner ranks first, whether or not it passed the improvement rule; None when none was
+    paired."""
+    ok = [r for r in results if r.correct and r.cold]
+    paired = _paired(ok, {r.shard: r for r in ok if r.index == 0})
+    return max(paired, key=_rank) if paired else None
+
+
 def _paired_winner(paired: list[ConfigResult], defaults: dict, aa_spread: Optional[float]) -> Pick:
     from kopt.timing.stats import is_improvement
 
-    rank = lambda r: (r.paired_speedup, -r.index)  # noqa: E731
     passing = [r for r in paired if is_improvement(r.paired_speedup, r.paired_ci, aa_spread)]
     if passing:
-        w = max(passing, key=rank)
+        w = max(passing, key=_rank)
         return w, defaults[w.shard], w.paired_speedup, ""
-    best = max(paired, key=rank)
+    best = max(paired, key=_rank)
     d, (lo, hi) = defaults[best.shard], best.paired_ci
     return d, d, 1.0, (f"best finalist {best.paired_speedup:.3f}x (CI {lo:.3f}-{hi:.3f}): "
                        "not an improvement, default kept")
