@@ -35,7 +35,8 @@ def screen(
     case: str = typer.Option(..., "--case", "-c", help=_CASE),
     configs: str = typer.Option(..., "--configs", help="';'-separated label=JSON, each paired with the case's own "
                                                        "plan; label=+JSON lays the config over that plan."),
-    page_size: int = typer.Option(0, "--page-size", help="The cases in pages of 16 | 32 | 64 | 256 (0: contiguous)."),
+    page_size: Optional[int] = typer.Option(None, "--page-size", help="The cases in pages of 16 | 32 | 64 | 256 (0: "
+                                                                      "contiguous; default: each case's own layout)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (a dev screen, not a result)."),
     hang_s: float = typer.Option(240.0, "--hang-s", min=1.0, help="A config's limit (check + timing), seconds; past "
                                                                   "it the screen prints HUNG and exits 3."),
@@ -74,15 +75,25 @@ def timeline(
 
 @app.command("readbound")
 def readbound(
-    case: str = typer.Option("4-18", "--case", "-c", help=_CASE),
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Case ids: 10,14 or 4-18 (default: 4-18; with "
+                                                                  "--heldout-seed, the whole draw)."),
     layouts: Optional[str] = typer.Option(None, "--layouts", help="Page sizes, 0 = contiguous (e.g. 0,16,256): each "
                                                                   "case's valid keys read per layout instead."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (markdown) here."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
+    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0, help="A held-out draw's seed (a "
+                                                                                   "verdict's HELDOUT_SEED): ids past "
+                                                                                   "1000 are its shapes, and the table "
+                                                                                   "ends with their geomean."),
+    heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256, help="With --heldout-seed: the draw's "
+                                                                                  "size (default: the case file's "
+                                                                                  "verify.heldout)."),
 ) -> None:
     """The fastest pure read of each case's bytes, paired with the candidate: what the case can reach (GPU)."""
+    from kopt.cli.options import heldout_size
     from kopt.errors import UsageError
     from kopt.lab import candidate_path, pick_cases, read_layouts, require_cuda, run_readbound, write_table
+    from kopt.workloads import HELDOUT_BASE
 
     sizes: list[int] = []
     if layouts is not None:
@@ -92,10 +103,14 @@ def readbound(
             sizes = [-1]
         if not sizes or any(s not in (0, 16, 32, 64, 256) for s in sizes):
             raise UsageError(f"--layouts takes page sizes of 0, 16, 32, 64, 256 like 0,16,256, got {layouts!r}")
+    n_held = heldout_size(heldout, heldout_seed)
+    if case is None:
+        case = f"{HELDOUT_BASE + 1}-{HELDOUT_BASE + n_held}" if n_held else "4-18"
     path = candidate_path(candidate)
-    cases = pick_cases(case)
+    cases = pick_cases(case, heldout=n_held, seed=heldout_seed)
     require_cuda("kopt lab readbound")
-    lines = read_layouts(path, cases, sizes, emit=_say) if sizes else run_readbound(path, cases, emit=_say)
+    lines = read_layouts(path, cases, sizes, emit=_say) if sizes else \
+        run_readbound(path, cases, emit=_say, seed=heldout_seed)
     write_table(out, lines)
 
 

@@ -18,14 +18,17 @@ def require_cuda(tool: str, hint: str = "") -> None:
         raise UsageError(why + (f" ({hint})" if hint else ""))
 
 
-def pick_cases(ids: str, page_size: int = 0) -> list:
-    """The cases of `ids` ('10,14' or '4-18') from the workspace's bench/cases.yaml, in pages of `page_size` when
-    it is not 0; bad or unknown ids are usage errors."""
-    from kopt.cases import load_cases, parse_ids, select
+def pick_cases(ids: str, page_size: Optional[int] = None, heldout: int = 0, seed: Optional[int] = None) -> list:
+    """The cases of `ids` ('10,14' or '4-18') from the workspace's bench/cases.yaml, each in its own layout, or in
+    pages of `page_size` (0: contiguous) when it is given; with a `seed`, ids past 1000 are that seed's held-out draw
+    of `heldout` shapes, as `kopt verify --heldout-seed` numbers them. Bad or unknown ids are usage errors."""
+    from kopt import workloads
+    from kopt.cases import load_cases, parse_ids
 
-    if page_size not in (0, 16, 32, 64, 256):
+    if page_size not in (None, 0, 16, 32, 64, 256):
         raise UsageError(f"--page-size must be 0 (contiguous), 16, 32, 64 or 256 (got {page_size})")
-    return [c.with_variant(page_size=page_size) for c in select(load_cases(), parse_ids(ids))]
+    cases = workloads.pick(load_cases(), parse_ids(ids), heldout, seed)
+    return cases if page_size is None else [c.with_variant(page_size=page_size) for c in cases]
 
 
 def candidate_path(path: Optional[Path] = None) -> Path:

@@ -9,7 +9,8 @@ timing and then ABBA-paired with the candidate's own plan by kopt's timer in one
 otherwise), and the same read of a head-major copy of the cache, so a gap splits into what the row stride, the grid,
 and the math and merge cost. Per case: read µs, candidate µs, the read's % of limit (the most a kernel that only
 moves the bytes reaches) and the candidate's time over the read's with its 95% CI; then the geomean of the read's %
-of limit over the perf cases, a measured bound on GEOMEAN_PCT_LIMIT. Every read's sum is checked against the data.
+of limit over the perf cases, a measured bound on GEOMEAN_PCT_LIMIT, and over the held-out draws (ids past 1000 with a
+seed), a measured bound on GEOMEAN_PCT_LIMIT_HELDOUT. Every read's sum is checked against the data.
 
 With layouts (page sizes, 0 = contiguous) each case's valid keys are instead read per layout by one program per
 (64-key tile, kv head, batch row) through the block table where paged, quick-timed beside the candidate in the same
@@ -69,9 +70,9 @@ def by_layout(path: Path, cases: list, sizes: list[int], emit: Callable[[str], N
     return lines
 
 
-def run(path: Path, cases: list, emit: Callable[[str], None] = print) -> list[str]:
-    """The read bound of each case with the candidate at `path`; one line per case to `emit`, the geomean last.
-    Returns the table (markdown)."""
+def run(path: Path, cases: list, emit: Callable[[str], None] = print, seed: Optional[int] = None) -> list[str]:
+    """The read bound of each case with the candidate at `path`; one line per case to `emit`, the geomeans last
+    (`seed`: the held-out draw's, named in the header). Returns the table (markdown)."""
     from kopt import candidate, roofline
     from kopt.lab import reads
     from kopt.lab.common import header, workloads
@@ -81,7 +82,8 @@ def run(path: Path, cases: list, emit: Callable[[str], None] = print) -> list[st
     mod = candidate.load(path)
     opts = TimingOptions.for_device("cuda")
     roof = roofline.for_device("cuda")
-    head = header(read_gbps=f"{roof.read_gbps:.0f}", floor_us=f"{roof.floor_ms * 1e3:.2f}")
+    facts = {} if seed is None else {"heldout_seed": seed}
+    head = header(read_gbps=f"{roof.read_gbps:.0f}", floor_us=f"{roof.floor_ms * 1e3:.2f}", **facts)
     emit(head)
     rows = []
     for case in cases:
@@ -114,7 +116,8 @@ def run(path: Path, cases: list, emit: Callable[[str], None] = print) -> list[st
 
 
 def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
-    """The markdown table of readbound's rows, and the geomean over the perf cases (emitted too) when there are any."""
+    """The markdown table of readbound's rows, and the geomeans (emitted too) over the perf cases and over the held-out
+    draws, each where there are any."""
     lines = ["| case | MB | limit µs | read µs | plan-shaped read µs | the same, head-major µs "
              "| candidate µs | read % of limit | candidate % of limit | candidate / read (95% CI) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -122,12 +125,15 @@ def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
         lines.append(f"| {r['case']} | {r['bytes'] / 1e6:.2f} | {r['limit_us']:.2f} | {r['read_us']:.2f} | "
                      f"{us(r['shaped_us'])} | {us(r['hm_us'])} | {r['cand_us']:.2f} | {r['read_pct']:.1f} | "
                      f"{r['cand_pct']:.1f} | {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}) |")
-    perf = [r for r in rows if r["kind"] == "perf"]
-    if perf:
-        def g(k):
-            return math.exp(sum(math.log(r[k]) for r in perf) / len(perf))
+    for kind, what in (("perf", "perf cases"), ("heldout", "held-out draws")):
+        sel = [r for r in rows if r["kind"] == kind]
+        if not sel:
+            continue
 
-        tail = (f"geomean over {len(perf)} perf cases: read % of limit {g('read_pct'):.1f}, candidate % of limit "
+        def g(k):
+            return math.exp(sum(math.log(r[k]) for r in sel) / len(sel))
+
+        tail = (f"geomean over {len(sel)} {what}: read % of limit {g('read_pct'):.1f}, candidate % of limit "
                 f"{g('cand_pct'):.1f}, candidate / read {g('ratio'):.3f}")
         emit(tail)
         lines += ["", tail]

@@ -112,6 +112,25 @@ def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean
     lines = table([row, row | {"case": 2, "read_pct": 200.0, "cand_pct": 100.0}], emit=lambda s: None)
     assert "| 1 | 2.00 | 1.00 | 2.00 | NA | NA | 4.00 | 50.0 | 25.0 | 2.000 (1.900-2.100) |" in lines
     assert lines[-1].startswith("geomean over 2 perf cases: read % of limit 100.0, candidate % of limit 50.0")
+    held = [row | {"case": 1001, "kind": "heldout", "read_pct": 80.0, "cand_pct": 40.0},
+            row | {"case": 1002, "kind": "heldout", "read_pct": 20.0, "cand_pct": 10.0}]
+    lines = table([row] + held, emit=lambda s: None)
+    assert lines[-3].startswith("geomean over 1 perf cases: read % of limit 50.0")
+    assert lines[-1].startswith("geomean over 2 held-out draws: read % of limit 40.0, candidate % of limit 20.0")
+
+
+def test_lab_cases_keep_their_own_layout_unless_a_page_size_is_given():
+    from kopt.lab import pick_cases
+
+    seed20 = pick_cases("20")[0]
+    assert seed20.variant.page_size == 256 and seed20.variant.head_dim == 64  # the seed case's own variant
+    assert pick_cases("20", page_size=0)[0].variant.page_size is None
+    assert pick_cases("10", page_size=16)[0].variant.page_size == 16
+    draws = pick_cases("4,1001-1003", heldout=12, seed=20261206)
+    assert [c.id for c in draws] == [4, 1001, 1002, 1003] and {c.kind for c in draws[1:]} == {"heldout"}
+    from kopt.workloads import draw, load
+
+    assert [c.batch for c in draws[1:]] == [c.batch for c in draw(load(), 12, 20261206)[:3]]
 
 
 # ---------------------------------------------------------------- usage errors, before any GPU work
@@ -125,6 +144,9 @@ def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean
     (["lab", "timeline", "--configs", "nolabel"], "config 'nolabel': want label=JSON"),
     (["lab", "readbound", "--layouts", "0,17"], "--layouts takes page sizes"),
     (["lab", "readbound", "--candidate", "nope.py"], "candidate file not found"),
+    (["lab", "readbound", "--heldout", "3"], "--heldout goes with --heldout-seed"),
+    (["lab", "readbound", "--case", "1003"], "case 1003 is a held-out draw: give the verdict's --heldout-seed"),
+    (["lab", "readbound", "--heldout-seed", "5", "--heldout", "2", "--case", "1003"], "is not in a draw of 2"),
     (["lab", "prewarm", "--bf16"], "--bf16 goes with --verify"),
     (["lab", "prewarm", "--heldout", "3", "--verify"], "--heldout goes with --heldout-seed"),
     (["lab", "prewarm", "--verify", "--case", "10"], "--verify and --case are exclusive"),
