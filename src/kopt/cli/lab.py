@@ -13,6 +13,17 @@ app = typer.Typer(help="Research tools: config screens, kernel timelines, read b
 
 _CASE = "Case ids: 10,14 or 4-18."
 _CANDIDATE = "Candidate file (default: the shipped solution/tilelang/run_kernel.py)."
+_SEED = "A held-out draw's seed (a verdict's HELDOUT_SEED): case ids past 1000 are its shapes."
+_HELDOUT = "With --heldout-seed: the draw's size (default: the case file's verify.heldout)."
+
+
+def _cases(case: str, page_size: Optional[int] = None, heldout: Optional[int] = None,
+           seed: Optional[int] = None) -> list:
+    """The lab's cases: ids of the case file and, with a seed, of its held-out draw (usage errors before any GPU)."""
+    from kopt.cli.options import heldout_size
+    from kopt.lab import pick_cases
+
+    return pick_cases(case, page_size, heldout=heldout_size(heldout, seed), seed=seed)
 
 
 def _say(line: str) -> None:
@@ -41,12 +52,14 @@ def screen(
     hang_s: float = typer.Option(240.0, "--hang-s", min=1.0, help="A config's limit (check + timing), seconds; past "
                                                                   "it the screen prints HUNG and exits 3."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
+    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0, help=_SEED),
+    heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256, help=_HELDOUT),
 ) -> None:
     """Pair kernel configs against the candidate's own plan, case by case, in one process (GPU)."""
-    from kopt.lab import pick_cases, require_cuda, run_screen
+    from kopt.lab import require_cuda, run_screen
 
     path, cfgs = _configs(configs, candidate)
-    cases = pick_cases(case, page_size)
+    cases = _cases(case, page_size, heldout, heldout_seed)
     require_cuda("kopt lab screen")
     run_screen(path, cases, cfgs, quick=quick, hang_s=hang_s, emit=_say)
 
@@ -60,15 +73,17 @@ def timeline(
     calls: int = typer.Option(400, "--calls", help="Calls a timeline (at least 20)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (markdown) here."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
+    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0, help=_SEED),
+    heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256, help=_HELDOUT),
 ) -> None:
     """Where a cold call's time goes between its kernels: each kernel's start and end (GPU, CUPTI)."""
     from kopt.errors import UsageError
-    from kopt.lab import TIMELINE_CONFIGS, TIMELINE_MIN_CALLS, pick_cases, require_cuda, run_timeline, write_table
+    from kopt.lab import TIMELINE_CONFIGS, TIMELINE_MIN_CALLS, require_cuda, run_timeline, write_table
 
     if calls < TIMELINE_MIN_CALLS:
         raise UsageError(f"--calls must be at least {TIMELINE_MIN_CALLS}, got {calls}")
     path, cfgs = _configs(TIMELINE_CONFIGS if configs is None else configs, candidate)
-    cases = pick_cases(case)
+    cases = _cases(case, heldout=heldout, seed=heldout_seed)
     require_cuda("kopt lab timeline")
     write_table(out, run_timeline(path, cases, cfgs, calls, emit=_say))
 
@@ -81,18 +96,14 @@ def readbound(
                                                                   "case's valid keys read per layout instead."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (markdown) here."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help=_CANDIDATE),
-    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0, help="A held-out draw's seed (a "
-                                                                                   "verdict's HELDOUT_SEED): ids past "
-                                                                                   "1000 are its shapes, and the table "
-                                                                                   "ends with their geomean."),
-    heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256, help="With --heldout-seed: the draw's "
-                                                                                  "size (default: the case file's "
-                                                                                  "verify.heldout)."),
+    heldout_seed: Optional[int] = typer.Option(None, "--heldout-seed", min=0, help=_SEED + " The table ends with "
+                                                                                         "their geomean."),
+    heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256, help=_HELDOUT),
 ) -> None:
     """The fastest pure read of each case's bytes, paired with the candidate: what the case can reach (GPU)."""
     from kopt.cli.options import heldout_size
     from kopt.errors import UsageError
-    from kopt.lab import candidate_path, pick_cases, read_layouts, require_cuda, run_readbound, write_table
+    from kopt.lab import candidate_path, read_layouts, require_cuda, run_readbound, write_table
     from kopt.workloads import HELDOUT_BASE
 
     sizes: list[int] = []
@@ -107,7 +118,7 @@ def readbound(
     if case is None:
         case = f"{HELDOUT_BASE + 1}-{HELDOUT_BASE + n_held}" if n_held else "4-18"
     path = candidate_path(candidate)
-    cases = pick_cases(case, heldout=n_held, seed=heldout_seed)
+    cases = _cases(case, heldout=heldout, seed=heldout_seed)
     require_cuda("kopt lab readbound")
     lines = read_layouts(path, cases, sizes, emit=_say) if sizes else \
         run_readbound(path, cases, emit=_say, seed=heldout_seed)
