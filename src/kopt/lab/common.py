@@ -61,3 +61,30 @@ def write_table(path: Optional[Path], lines: list[str]) -> None:
         from kopt import atomic
 
         atomic.write_text(Path(path), "\n".join(lines) + "\n")
+
+
+def plan_oracle(mod, case, profile: Optional[dict]):
+    """A callable config -> the candidate's plan of `case` on the device of `profile` (its device_plan: no compile),
+    None where the candidate refuses the config; None itself where the candidate has no device_plan or there is no
+    profile (configs are then laid over the plan whole)."""
+    if profile is None or not hasattr(mod, "device_plan"):
+        return None
+    shape = case.shape_dict()
+
+    def plan_of(cfg: dict) -> Optional[dict]:
+        try:
+            return mod.device_plan(shape, profile, cfg)
+        except ValueError:
+            return None
+
+    return plan_of
+
+
+def host_profile() -> Optional[dict]:
+    """The hardware.yaml profile of this host's CUDA device, None where none matches."""
+    from kopt.eval import device_profile
+
+    try:
+        return device_profile()
+    except UsageError:
+        return None

@@ -4,7 +4,9 @@ pins it. Pure functions: no torch, no candidate code."""
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,9 +24,44 @@ class LabConfig:
     config: dict
     over: bool = False
 
-    def full(self, resolved: dict) -> dict:
-        """The config a call gets: laid over `resolved` (the case's plan as a config) when `over`, else as given."""
-        return {**resolved, **self.config} if self.over else dict(self.config)
+    def full(self, resolved: dict, plan_of: Optional[Callable[[dict], Optional[dict]]] = None) -> dict:
+        """The config a call gets: laid over `resolved` (the case's plan as a config) when `over`, else as given;
+        with `plan_of`, laid over as much of that plan as the candidate accepts (fit_over)."""
+        if not self.over:
+            return dict(self.config)
+        return fit_over(resolved, self.config, plan_of) if plan_of else {**resolved, **self.config}
+
+
+#: fit_over drops at most this many of the plan's keys to make an overlay resolve
+FIT_MAX_DROPPED = 3
+
+
+def fit_over(resolved: dict, override: dict, plan_of: Callable[[dict], Optional[dict]]) -> dict:
+    """`override` laid over `resolved` (the case's plan as a config), keeping as much of that plan as the candidate
+    accepts. A plan reports every field, also those another plan class may not pin (a balanced plan's split count,
+    an unsplit plan's merge), and the candidate refuses a key a plan cannot use. So: the whole overlay where the
+    candidate resolves it; else the overlay without the fewest of the plan's keys (up to FIT_MAX_DROPPED) that makes
+    it resolve, choosing the one whose plan keeps the most of `resolved`'s values. `plan_of(config)`: the candidate's
+    plan of a config, None where it refuses the config. Where nothing resolves: the whole overlay, so the caller
+    reports the candidate's own error."""
+    full = {**resolved, **override}
+    if plan_of(full) is not None:
+        return full
+    mine = [k for k in resolved if k not in override]
+    for n in range(1, min(FIT_MAX_DROPPED, len(mine)) + 1):
+        best, best_kept = None, -1
+        for dropped in itertools.combinations(mine, n):
+            cfg = {k: v for k, v in full.items() if k not in dropped}
+            plan = plan_of(cfg)
+            if plan is None:
+                continue
+            got = resolved_config(plan)
+            kept = sum(got.get(k) == resolved[k] for k in mine)
+            if kept > best_kept:
+                best, best_kept = cfg, kept
+        if best is not None:
+            return best
+    return full
 
 
 def parse_configs(text: str, labelled: bool = True) -> list[LabConfig]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from kopt.eval import Kernel, builds_without_gpu, distinct
+from kopt.lab.common import plan_oracle
 from kopt.lab.configs import LabConfig, resolved_config
 
 #: The GPU test matrix's head layouts of case 10 (kv heads, gqa), each ragged, contiguous and in 256-token pages.
@@ -77,7 +78,7 @@ def kernels(mod, keys: Optional[frozenset], shapes: list, profile: dict, extra: 
                 cfgs += [allc[1], allc[-1]] if len(allc) > 1 else []
             if extra and v.seqlens.value != "ragged":
                 own = resolved_config(mod.device_plan(shape, profile, None), keys)
-                cfgs += [c.full(own) for c in extra]
+                cfgs += [c.full(own, plan_oracle(mod, case, profile)) for c in extra]
         items += [(case, cfg) for cfg in cfgs]
     return distinct(mod, items, profile)
 

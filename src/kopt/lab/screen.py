@@ -56,7 +56,7 @@ def run(path: Path, cases: list, configs: list[LabConfig], quick: bool = False, 
 
     from kopt import baselines, candidate
     from kopt.eval import check_output
-    from kopt.lab.common import header, workloads
+    from kopt.lab.common import header, host_profile, plan_oracle, workloads
     from kopt.reference import reference
     from kopt.timing import TimingOptions, rotating, time_pair
 
@@ -65,6 +65,7 @@ def run(path: Path, cases: list, configs: list[LabConfig], quick: bool = False, 
     opts = TimingOptions.for_device("cuda", quick=quick)
     page = (cases[0].variant.page_size or 0) if cases else 0
     emit(header(quick=quick, page=page))
+    profile = host_profile()
     for case in cases:
         ws = workloads(case)
         base_plan = mod.plan_info(*ws[0].args(), **ws[0].kwargs(None))
@@ -72,7 +73,7 @@ def run(path: Path, cases: list, configs: list[LabConfig], quick: bool = False, 
         default = rotating(lambda w: mod.run(*w.args(), **w.kwargs(None)), ws)
         default()
         for c in configs:
-            full = c.full(resolved)
+            full = c.full(resolved, plan_oracle(mod, case, profile))
             dog = watchdog(hang_s, f"case={case.id} config={c.label} HUNG: no result in {hang_s:g} s "
                                    f"config={json.dumps(full, sort_keys=True)}", emit)
             try:

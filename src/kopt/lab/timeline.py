@@ -85,7 +85,7 @@ def run(path: Path, cases: list, configs: list[LabConfig], calls: int = CALLS,
     import torch
 
     from kopt import candidate, hardware, roofline
-    from kopt.lab.common import header, workloads
+    from kopt.lab.common import header, host_profile, plan_oracle, workloads
     from kopt.timing import make_flush, rotating
     from kopt.workload import bytes_moved
 
@@ -99,6 +99,7 @@ def run(path: Path, cases: list, configs: list[LabConfig], calls: int = CALLS,
     lines = [head, "", "| case / call | kernel | start µs | end µs | duration µs |", "|---|---|---|---|---|"]
     tails = []
     nan = float("nan")
+    profile = host_profile()
     for case in cases:
         limit_us = roofline.limit_ms(bytes_moved(case), roof) * 1e3
         ws = workloads(case)
@@ -114,7 +115,7 @@ def run(path: Path, cases: list, configs: list[LabConfig], calls: int = CALLS,
         if nums.get("missing"):
             tail += f" calls_without_records={nums['missing']}"
         for c in configs:  # each config in place: its plan, launched as the candidate launches it
-            full = c.full(resolved_config(plan, keys))
+            full = c.full(resolved_config(plan, keys), plan_oracle(mod, case, profile))
             if same_plan(mod.plan_info(*ws[0].args(), **ws[0].kwargs(full)), plan):
                 tail += f" {c.label}=same_plan(not timed again)"  # e.g. pdl 0 where no combine kernel follows
                 continue

@@ -72,6 +72,50 @@ def test_resolved_config_is_the_plan_as_config_keys():
     assert same_plan(dict(plan), plan) and not same_plan(plan | {"pdl": False}, plan)
 
 
+def test_an_overlay_keeps_as_much_of_the_plan_as_the_candidate_accepts():
+    """fit_over with a toy candidate: a balanced plan may not pin a split count, so an overlay drops the plan's
+    num_splits and keeps the rest; a switch the candidate refuses whatever is dropped stays whole (its error is
+    reported); an overlay the candidate takes is not touched."""
+    from kopt.lab import LabConfig
+    from kopt.lab.configs import fit_over
+
+    def plan_of(cfg):
+        if cfg.get("balanced") and "num_splits" in cfg or cfg.get("per_sm") and not cfg.get("balanced"):
+            return None
+        return {"block_N": cfg.get("block_N", 64), "num_splits": cfg.get("num_splits", 9),
+                "balanced": cfg.get("balanced", 0), "threads": cfg.get("threads", 128)}
+
+    plan = {"block_N": 64, "num_splits": 4, "balanced": 0, "threads": 64}
+    assert fit_over(plan, {"balanced": 1}, plan_of) == {"block_N": 64, "balanced": 1, "threads": 64}
+    assert fit_over(plan, {"block_N": 128}, plan_of) == plan | {"block_N": 128}
+    assert fit_over(plan, {"per_sm": 2}, plan_of) == plan | {"per_sm": 2}
+    assert LabConfig("b", {"balanced": 1}, True).full(plan, plan_of) == {"block_N": 64, "balanced": 1, "threads": 64}
+
+
+def test_overlays_on_the_shipped_candidate_resolve_on_every_plan_class():
+    """The shipped candidate refuses a key a plan cannot use (num_splits on a balanced plan, last_cta on an unsplit
+    one), and its plans report every field: each overlay still resolves where the switch applies (H100 profile,
+    through device_plan: no GPU), and a switch the plan cannot take stays refused."""
+    from kopt import candidate, hardware
+    from kopt.lab import parse_configs, pick_cases, resolved_config
+    from kopt.lab.common import plan_oracle
+
+    mod = candidate.load(SHIPPED)
+    prof = hardware.profile("H100")
+    prof = prof.model_dump() if hasattr(prof, "model_dump") else prof
+    bn, bal, bps = parse_configs('bn=+{"block_N": 128};bal=+{"balanced": 1};bps=+{"bal_per_sm": 1}')
+    seen = set()
+    for case in pick_cases("1002,1006,1011", heldout=12, seed=20261207):  # balanced, direct, split + combine
+        plan_of = plan_oracle(mod, case, prof)
+        own = resolved_config(plan_of({}), candidate.config_keys(SHIPPED))
+        seen.add(plan_of({})["kernel"])
+        assert plan_of(bn.full(own, plan_of))["block_N"] == 128
+        assert plan_of(bal.full(own, plan_of))["kernel"] == "decode_balanced"
+        if not own["balanced"]:
+            assert plan_of(bps.full(own, plan_of)) is None
+    assert seen == {"decode_balanced", "decode_direct", "decode_split_combine"}
+
+
 def test_screen_watchdog_reports_a_hang_and_exits_3():
     """A config with no result in time (a hanging kernel blocks the process in a CUDA wait) is printed as HUNG and
     the process exits 3, so the next screen still runs; a cancelled watchdog does nothing."""
