@@ -134,9 +134,6 @@ class Plan:
     #: more than LAST_CTA_MAX_ROWS partial rows; the others still merge in their last CTA)
     last_cta: bool = False
     eager: bool = False
-    #: an eager plan whose first V tile also leaves before L[b] (rows past the sequence zeroed into a second V buffer
-    #: before PV): where that buffer fits the unit (run_kernel.resolve)
-    eager_v: bool = False
     v_split: int = 1
     red_batch: int = 1
     red_once: bool = False
@@ -222,8 +219,6 @@ def check_plan(p: Plan) -> None:
     if p.tile_page and not tile_page_applies(p.paged, p.page_size, p.block_N, p.eager):
         raise ValueError(f"tile_page on a plan it cannot run on (paged {p.paged}, page {p.page_size}, block_N "
                          f"{p.block_N}, eager {p.eager})")
-    if p.eager_v and not p.eager:
-        raise ValueError("eager_v=1 on a plan that is not eager: only an eager plan's first tile leaves before L[b]")
     if p.even_split and p.eager:
         raise ValueError("even_split=1 on an eager plan: eager split ranges come from the allocated length (eager=0)")
     if p.pdl and not p.combine:
@@ -232,7 +227,6 @@ def check_plan(p: Plan) -> None:
 
 def kernel_plan(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, threads=128,
                 split=True, scale=None, eager=False, last_cta=None, balanced=0, pdl=False, comb_unroll=0, v_split=1,
-                eager_v=None,
                 red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False) -> Plan:
     """A Plan from build parameters alone, for GPU-less checks (run_kernel._cuda_plan resolves the real ones):
     ``split`` stands for two splits (the kernels take the count at run time); ``last_cta`` None: the balanced
@@ -243,7 +237,6 @@ def kernel_plan(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 block_N=block_N, threads=threads, num_splits=2 if split else 1,
                 scale=float(scale) if scale is not None else 1.0 / math.sqrt(d), balanced=int(balanced),
                 last_cta=merge_last and split, eager=bool(eager), v_split=int(v_split), red_batch=int(red_batch),
-                eager_v=bool(eager) if eager_v is None else bool(eager_v),
                 red_once=bool(red_once), tile_page=bool(tile_page), even_split=bool(even_split), pdl=bool(pdl),
                 comb_unroll=int(comb_unroll))
 
@@ -298,7 +291,7 @@ def _decode_body(T, p: Plan, sym: dict, finish):
     accum = "float32"
     sm_scale = float(p.scale) * LOG2E
     alloc_len, num_blocks = sym["alloc_len"], sym["num_blocks"]
-    eager, even_split, red_batch, eager_v = p.eager, p.even_split, p.red_batch, p.eager_v
+    eager, even_split, red_batch = p.eager, p.even_split, p.red_batch
     q_loop = eager
     tile_page = p.tile_page
     num_stages = 1  # TileLang pipelines a dynamic trip count with one stage (iteration 4: two needed a fixed count)
@@ -324,7 +317,6 @@ def _decode_body(T, p: Plan, sym: dict, finish):
         Q_shared = T.alloc_shared([block_H, d], dtype)
         K_shared = T.alloc_shared([block_N, d], dtype)
         V_shared = T.alloc_shared([block_N, dv], dtype)
-        Vz_shared = T.alloc_shared([block_N, dv], dtype) if eager_v else None  # V with the rows past L zeroed
         P_shared = T.alloc_shared([block_H, block_N], dtype)
         acc_s = T.alloc_fragment([block_H, block_N], accum)
         acc_o = T.alloc_fragment([block_H, dv], accum)
@@ -409,18 +401,10 @@ def _decode_body(T, p: Plan, sym: dict, finish):
                                        vc * dv + j]
             else:
                 for i, j in T.Parallel(block_N, dv):
-                    # eager: the first V tile, like the first K tile, is addressed from the allocated cache and
-                    # leaves before L[b] arrives (its page ids clamped into the pool); from the second tile on
-                    # its rows are clamped to the sequence (eager runs one tile even for an empty sequence)
-                    vlim = T.if_then_else(k == 0, alloc_len, seqlen) if eager_v else seqlen
-                    r0, r1 = kv_row(BT, b, T.max(T.min(base + i, vlim - 1), 0), clamp_page=eager)
+                    # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
+                    r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
                     V_shared[i, j] = V[r0, r1, h, vc * dv + j]
-            if eager_v:  # rows past the sequence may hold anything, NaN included, and 0 x NaN is NaN: zero them
-                for i, j in T.Parallel(block_N, dv):
-                    Vz_shared[i, j] = T.if_then_else(base + i < seqlen, V_shared[i, j], T.cast(0, dtype))
-                T.gemm(P_shared, Vz_shared, acc_o, policy=policy)
-            else:
-                T.gemm(P_shared, V_shared, acc_o, policy=policy)
+            T.gemm(P_shared, V_shared, acc_o, policy=policy)
         finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc)
 
     return body
@@ -1117,15 +1101,14 @@ MAX_TILE = 256
 
 
 def smem_bytes(G: int, d: int, block_N: int, v_split: int = 1, merge: bool = False, threads: int = 128,
-               dtype_bytes: int = 2, eager_v: bool = False) -> int:
+               dtype_bytes: int = 2) -> int:
     """Shared memory of one decode CTA, bytes, an upper bound: the Q, K, V and P tiles (block_H x d, block_N x d,
     block_N x d / v_split, block_H x block_N) plus SMEM_SLACK, plus, with ``merge`` (last CTA or balanced), the
     merge's weights (merge_rows x _MAX_SPLITS fp32; the lowered kernels reuse the tiles' space for it, this does not
     count on that). Lowered for sm_90a and for HIP gfx942 a CTA takes 40 KB at head dim 128 and 64-key tiles, 74 KB
-    at 128-key tiles: more than a 64 KB unit holds. ``eager_v``: the second V buffer (block_N x d / v_split)."""
+    at 128-key tiles: more than a 64 KB unit holds."""
     block_H = _block_h(G)
-    v_bytes = block_N * (d // max(1, v_split)) * (2 if eager_v else 1)
-    tiles = dtype_bytes * (block_H * d + block_N * d + v_bytes + block_H * block_N)
+    tiles = dtype_bytes * (block_H * d + block_N * d + block_N * (d // max(1, v_split)) + block_H * block_N)
     return tiles + SMEM_SLACK + (merge_rows(G, d, threads) * _MAX_SPLITS * 4 + 4 if merge else 0)
 
 
