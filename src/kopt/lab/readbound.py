@@ -102,27 +102,37 @@ def run(path: Path, cases: list, emit: Callable[[str], None] = print, seed: Opti
             bn, ns = plan["block_N"], plan["num_splits"]
             shaped_ms, shaped_how, _ = roofline.fastest_read(reads.shaped_read(ws[0], bn, ns), kv, "cuda")
             hm_ms = roofline.fastest_read(reads.shaped_read(ws[0], bn, ns, head_major=True), kv, "cuda")[0]
-        row = dict(case=case.id, kind=case.kind, bytes=nbytes, limit_us=limit * 1e3, read_us=r_ms * 1e3,
+        row = dict(case=case.id, kind=case.kind, plan=plan_class(plan, limit <= roof.floor_ms),
+                   bytes=nbytes, limit_us=limit * 1e3, read_us=r_ms * 1e3,
                    cand_us=c_ms * 1e3, read_pct=100 * limit / r_ms, cand_pct=100 * limit / c_ms,
                    ratio=1 / pt.speedup, lo=1 / pt.ci[1], hi=1 / pt.ci[0], how=how,
                    shaped_us=None if shaped_ms is None else shaped_ms * 1e3, shaped_how=shaped_how,
                    hm_us=None if hm_ms is None else hm_ms * 1e3)
         rows.append(row)
         emit(f"case={case.id} bytes={nbytes} limit_us={row['limit_us']:.2f} read_us={row['read_us']:.2f} "
-             f"cand_us={row['cand_us']:.2f} read_pct_limit={row['read_pct']:.1f} cand_pct_limit={row['cand_pct']:.1f} "
+             f"cand_us={row['cand_us']:.2f} plan=\"{row['plan']}\" read_pct_limit={row['read_pct']:.1f} "
+             f"cand_pct_limit={row['cand_pct']:.1f} "
              f"cand_over_read={row['ratio']:.3f} ci={row['lo']:.3f}-{row['hi']:.3f} read=\"{how}\" "
              f"shaped_us={us(row['shaped_us'])} shaped_head_major_us={us(row['hm_us'])} shaped=\"{shaped_how}\"")
     return [head, ""] + table(rows, emit)
 
 
+def plan_class(plan: dict, at_floor: bool) -> str:
+    """A plan's class for the read bound's groups: its kernel less `decode_` ("direct", "split_combine", "split_last",
+    "balanced"; "c-target" on the CPU path), and "floor" where the case's limit is the launch floor."""
+    kernel = str(plan.get("kernel") or plan.get("path") or "NA").removeprefix("decode_")
+    return kernel + (" floor" if at_floor else "")
+
+
 def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
     """The markdown table of readbound's rows, and the geomeans (emitted too) over the perf cases and over the held-out
     draws, each where there are any."""
-    lines = ["| case | MB | limit µs | read µs | plan-shaped read µs | the same, head-major µs "
+    lines = ["| case | plan | MB | limit µs | read µs | plan-shaped read µs | the same, head-major µs "
              "| candidate µs | read % of limit | candidate % of limit | candidate / read (95% CI) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['bytes'] / 1e6:.2f} | {r['limit_us']:.2f} | {r['read_us']:.2f} | "
+        lines.append(f"| {r['case']} | {r.get('plan', 'NA')} | {r['bytes'] / 1e6:.2f} | {r['limit_us']:.2f} | "
+                     f"{r['read_us']:.2f} | "
                      f"{us(r['shaped_us'])} | {us(r['hm_us'])} | {r['cand_us']:.2f} | {r['read_pct']:.1f} | "
                      f"{r['cand_pct']:.1f} | {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}) |")
     for kind, what in (("perf", "perf cases"), ("heldout", "held-out draws")):
@@ -137,4 +147,27 @@ def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
                 f"{g('cand_pct'):.1f}, candidate / read {g('ratio'):.3f}")
         emit(tail)
         lines += ["", tail]
+        if kind == "heldout":
+            lines += by_class(sel, emit)
     return lines
+
+
+def by_class(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
+    """Held-out draws grouped by plan class (plan_class): per class the draws, the geomeans of the read's and the
+    candidate's % of limit, the candidate over the read, and the geomean over all `rows` if that class alone ran at
+    its read (where a kernel change would pay most)."""
+    def g(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+    out = ["", "| plan class | draws | read % of limit | candidate % of limit | candidate / read "
+               "| all draws' candidate % of limit with this class at its read |", "|---|---|---|---|---|---|"]
+    for cls in sorted({r.get("plan", "NA") for r in rows}):
+        sel = [r for r in rows if r.get("plan", "NA") == cls]
+        alt = g([r["read_pct"] if r.get("plan", "NA") == cls else r["cand_pct"] for r in rows])
+        line = (f"| {cls} | {len(sel)} | {g([r['read_pct'] for r in sel]):.1f} | {g([r['cand_pct'] for r in sel]):.1f} "
+                f"| {g([r['ratio'] for r in sel]):.3f} | {alt:.1f} |")
+        emit(f"class=\"{cls}\" draws={len(sel)} read_pct_limit={g([r['read_pct'] for r in sel]):.1f} "
+             f"cand_pct_limit={g([r['cand_pct'] for r in sel]):.1f} cand_over_read={g([r['ratio'] for r in sel]):.3f} "
+             f"all_at_read={alt:.1f}")
+        out.append(line)
+    return out

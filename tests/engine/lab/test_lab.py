@@ -154,13 +154,25 @@ def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean
     row = dict(case=1, kind="perf", bytes=2e6, limit_us=1.0, read_us=2.0, cand_us=4.0, read_pct=50.0, cand_pct=25.0,
                ratio=2.0, lo=1.9, hi=2.1, shaped_us=None, hm_us=None)
     lines = table([row, row | {"case": 2, "read_pct": 200.0, "cand_pct": 100.0}], emit=lambda s: None)
-    assert "| 1 | 2.00 | 1.00 | 2.00 | NA | NA | 4.00 | 50.0 | 25.0 | 2.000 (1.900-2.100) |" in lines
+    assert "| 1 | NA | 2.00 | 1.00 | 2.00 | NA | NA | 4.00 | 50.0 | 25.0 | 2.000 (1.900-2.100) |" in lines
     assert lines[-1].startswith("geomean over 2 perf cases: read % of limit 100.0, candidate % of limit 50.0")
     held = [row | {"case": 1001, "kind": "heldout", "read_pct": 80.0, "cand_pct": 40.0},
-            row | {"case": 1002, "kind": "heldout", "read_pct": 20.0, "cand_pct": 10.0}]
+            row | {"case": 1002, "kind": "heldout", "read_pct": 45.0, "cand_pct": 10.0}]
+    held = [h | {"plan": cls} for h, cls in zip(held, ("direct floor", "balanced"))]
     lines = table([row] + held, emit=lambda s: None)
-    assert lines[-3].startswith("geomean over 1 perf cases: read % of limit 50.0")
-    assert lines[-1].startswith("geomean over 2 held-out draws: read % of limit 40.0, candidate % of limit 20.0")
+    assert lines[-8].startswith("geomean over 1 perf cases: read % of limit 50.0")
+    assert lines[-6].startswith("geomean over 2 held-out draws: read % of limit 60.0, candidate % of limit 20.0")
+    # per plan class: its draws' geomeans, and all draws' geomean with that class alone at its read
+    assert lines[-2] == "| balanced | 1 | 45.0 | 10.0 | 2.000 | 42.4 |"  # sqrt(40 x 45)
+    assert lines[-1] == "| direct floor | 1 | 80.0 | 40.0 | 2.000 | 28.3 |"  # sqrt(80 x 10)
+
+
+def test_readbound_names_a_plan_by_its_kernel_and_the_floor():
+    from kopt.lab.readbound import plan_class
+
+    assert plan_class({"kernel": "decode_split_combine", "block_N": 64}, True) == "split_combine floor"
+    assert plan_class({"kernel": "decode_balanced"}, False) == "balanced"
+    assert plan_class({"path": "c-target"}, False) == "c-target"
 
 
 def test_lab_cases_keep_their_own_layout_unless_a_page_size_is_given():
