@@ -70,9 +70,21 @@ def command(
         con.print(note, highlight=False)
 
 
+def plan_fields_apart(a: Optional[dict], b: Optional[dict]) -> list[str]:
+    """The fields two plans (device_plan dicts, None where a candidate has none) do not share or hold apart, sorted:
+    a field one candidate reports and the other does not is among them; ["plan"] where only one has a plan."""
+    if a is None or b is None:
+        return [] if a is b else ["plan"]
+    return sorted(k for k in set(a) | set(b) if a.get(k, _ABSENT) != b.get(k, _ABSENT))
+
+
+_ABSENT = object()
+
+
 def _with_plans(rows: list[dict], cases: list, device: str, candidate: Optional[Path], against: Optional[Path]):
     """The draw's rows with each one's plan on `device` (a few words; its whole dict under plan_detail, JSON only),
-    and, with `against`, the other candidate's plan and whether the two differ; and the line under the table."""
+    and, with `against`, the other candidate's plan, whether the two differ and in which fields; and the line under
+    the table."""
     from kopt import paths
     from kopt.doctor import case_plans, plan_label
 
@@ -87,6 +99,7 @@ def _with_plans(rows: list[dict], cases: list, device: str, candidate: Optional[
         r["against"] = plan_label(p["plan"]) if p["plan"] else f"NA: {p['why']}"
         r["against_detail"] = p["plan"]
         r["differs"] = r["plan_detail"] != p["plan"]
+        r["fields"] = ",".join(plan_fields_apart(r["plan_detail"], p["plan"])) or "-"
     n = sum(r["differs"] for r in rows)
     name = paths.relative(Path(candidate) if candidate else paths.default_candidate())
     return rows, (f"{n} of {len(rows)} draws plan differently on {device}: {name} against {paths.relative(against)}"

@@ -135,6 +135,15 @@ def test_doctor_plan_for_with_wave64():
         assert "B code object for gfx942" in r.stdout and "stubbed" in r.stdout and "0 B scratch" in r.stdout
 
 
+def test_plan_fields_apart_names_fields_held_apart_and_fields_one_plan_lacks():
+    from kopt.cli.workloads import plan_fields_apart
+
+    assert plan_fields_apart({"a": 1, "b": 2}, {"a": 1, "b": 3}) == ["b"]
+    assert plan_fields_apart({"a": 1, "eager_v": False}, {"a": 1}) == ["eager_v"]  # one candidate lacks the field
+    assert plan_fields_apart({"a": 1}, {"a": 1}) == [] and plan_fields_apart(None, None) == []
+    assert plan_fields_apart({"a": 1}, None) == ["plan"]
+
+
 def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_path):
     """`kopt workloads --draw N --seed S --plan-for H200 --against OTHER`: each draw's plan as the candidate resolves it
     from the H200's profile (no GPU), the other candidate's beside it, and the draws whose plans differ: here a copy of
@@ -160,6 +169,9 @@ def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_pa
                    and x["plan_detail"]["paged"]]
     assert small_paged and [x["case"] for x in rows if x["differs"]] == small_paged
     assert all(x["against"].startswith(("split_", "direct")) for x in rows if x["differs"])
+    # the fields apart: the kernel and what follows from it where the plans differ, none where they do not
+    assert all("balanced" in x["fields"].split(",") and "kernels" in x["fields"] for x in rows if x["differs"])
+    assert all(x["fields"] == "-" for x in rows if not x["differs"])
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0 and "plans on H200" in r.stdout and "balanced <=" in r.stdout, r.output
     for bad, says in ((["workloads", "--plan-for", "H200"], "add --draw N"),
