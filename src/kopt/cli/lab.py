@@ -103,7 +103,7 @@ def readbound(
     """The fastest pure read of each case's bytes, paired with the candidate: what the case can reach (GPU)."""
     from kopt.cli.options import heldout_size
     from kopt.errors import UsageError
-    from kopt.lab import candidate_path, read_layouts, require_cuda, run_readbound, write_table
+    from kopt.lab import candidate_path, pick_cases, read_layouts, require_cuda, run_readbound, write_table
     from kopt.workloads import HELDOUT_BASE
 
     sizes: list[int] = []
@@ -118,7 +118,7 @@ def readbound(
     if case is None:
         case = f"{HELDOUT_BASE + 1}-{HELDOUT_BASE + n_held}" if n_held else "4-18"
     path = candidate_path(candidate)
-    cases = _cases(case, heldout=heldout, seed=heldout_seed)
+    cases = pick_cases(case, heldout=n_held, seed=heldout_seed)
     require_cuda("kopt lab readbound")
     lines = read_layouts(path, cases, sizes, emit=_say) if sizes else \
         run_readbound(path, cases, emit=_say, seed=heldout_seed)

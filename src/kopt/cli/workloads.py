@@ -70,15 +70,15 @@ def command(
         con.print(note, highlight=False)
 
 
+_ABSENT = object()
+
+
 def plan_fields_apart(a: Optional[dict], b: Optional[dict]) -> list[str]:
     """The fields two plans (device_plan dicts, None where a candidate has none) do not share or hold apart, sorted:
     a field one candidate reports and the other does not is among them; ["plan"] where only one has a plan."""
     if a is None or b is None:
         return [] if a is b else ["plan"]
     return sorted(k for k in set(a) | set(b) if a.get(k, _ABSENT) != b.get(k, _ABSENT))
-
-
-_ABSENT = object()
 
 
 def _with_plans(rows: list[dict], cases: list, device: str, candidate: Optional[Path], against: Optional[Path]):

@@ -139,12 +139,8 @@ def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
         sel = [r for r in rows if r["kind"] == kind]
         if not sel:
             continue
-
-        def g(k):
-            return math.exp(sum(math.log(r[k]) for r in sel) / len(sel))
-
-        tail = (f"geomean over {len(sel)} {what}: read % of limit {g('read_pct'):.1f}, candidate % of limit "
-                f"{g('cand_pct'):.1f}, candidate / read {g('ratio'):.3f}")
+        tail = (f"geomean over {len(sel)} {what}: read % of limit {_geomean(sel, 'read_pct'):.1f}, candidate % of "
+                f"limit {_geomean(sel, 'cand_pct'):.1f}, candidate / read {_geomean(sel, 'ratio'):.3f}")
         emit(tail)
         lines += ["", tail]
         if kind == "heldout":
@@ -156,18 +152,17 @@ def by_class(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]
     """Held-out draws grouped by plan class (plan_class): per class the draws, the geomeans of the read's and the
     candidate's % of limit, the candidate over the read, and the geomean over all `rows` if that class alone ran at
     its read (where a kernel change would pay most)."""
-    def g(xs):
-        return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
     out = ["", "| plan class | draws | read % of limit | candidate % of limit | candidate / read "
                "| all draws' candidate % of limit with this class at its read |", "|---|---|---|---|---|---|"]
     for cls in sorted({r.get("plan", "NA") for r in rows}):
         sel = [r for r in rows if r.get("plan", "NA") == cls]
-        alt = g([r["read_pct"] if r.get("plan", "NA") == cls else r["cand_pct"] for r in rows])
-        line = (f"| {cls} | {len(sel)} | {g([r['read_pct'] for r in sel]):.1f} | {g([r['cand_pct'] for r in sel]):.1f} "
-                f"| {g([r['ratio'] for r in sel]):.3f} | {alt:.1f} |")
-        emit(f"class=\"{cls}\" draws={len(sel)} read_pct_limit={g([r['read_pct'] for r in sel]):.1f} "
-             f"cand_pct_limit={g([r['cand_pct'] for r in sel]):.1f} cand_over_read={g([r['ratio'] for r in sel]):.3f} "
-             f"all_at_read={alt:.1f}")
-        out.append(line)
+        alt = _geomean([{"v": r["read_pct"] if r.get("plan", "NA") == cls else r["cand_pct"]} for r in rows], "v")
+        read, cand, ratio = (_geomean(sel, k) for k in ("read_pct", "cand_pct", "ratio"))
+        emit(f"class=\"{cls}\" draws={len(sel)} read_pct_limit={read:.1f} cand_pct_limit={cand:.1f} "
+             f"cand_over_read={ratio:.3f} all_at_read={alt:.1f}")
+        out.append(f"| {cls} | {len(sel)} | {read:.1f} | {cand:.1f} | {ratio:.3f} | {alt:.1f} |")
     return out
+
+
+def _geomean(rows: list[dict], key: str) -> float:
+    return math.exp(sum(math.log(r[key]) for r in rows) / len(rows))
