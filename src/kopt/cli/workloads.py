@@ -98,8 +98,8 @@ def _with_plans(rows: list[dict], cases: list, device: str, candidate: Optional[
     for r, p in zip(rows, theirs):
         r["against"] = plan_label(p["plan"]) if p["plan"] else f"NA: {p['why']}"
         r["against_detail"] = p["plan"]
-        r["differs"] = r["plan_detail"] != p["plan"]
-        r["fields"] = ",".join(plan_fields_apart(r["plan_detail"], p["plan"])) or "-"
+        apart = plan_fields_apart(r["plan_detail"], p["plan"])
+        r["differs"], r["fields"] = bool(apart), ",".join(apart) or "-"
     n = sum(r["differs"] for r in rows)
     name = paths.relative(Path(candidate) if candidate else paths.default_candidate())
     return rows, (f"{n} of {len(rows)} draws plan differently on {device}: {name} against {paths.relative(against)}"

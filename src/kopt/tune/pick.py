@@ -62,14 +62,19 @@ def pick_winner(results: list[ConfigResult], aa_spread: Optional[float] = None) 
     the finalist with the highest paired speedup that passes `stats.is_improvement` for this
     A/A spread; if none passes, the default stays (gain 1). Without it, the unpaired rule.
     """
-    ok = [r for r in results if r.correct and r.cold]
+    ok, defaults = _correct(results)
     if not ok:
         return None, None, None, "no correct config"
-    defaults = {r.shard: r for r in ok if r.index == 0}
     paired = _paired(ok, defaults)
     if paired:
         return _paired_winner(paired, defaults, aa_spread)
     return _unpaired_winner(ok, defaults)
+
+
+def _correct(results: list[ConfigResult]) -> tuple[list[ConfigResult], dict]:
+    """The correct, cold-timed configs, and each shard's default among them."""
+    ok = [r for r in results if r.correct and r.cold]
+    return ok, {r.shard: r for r in ok if r.index == 0}
 
 
 def _paired(ok: list[ConfigResult], defaults: dict) -> list[ConfigResult]:
@@ -85,8 +90,7 @@ def _rank(r: ConfigResult) -> tuple:
 def best_finalist(results: list[ConfigResult]) -> Optional[ConfigResult]:
     """The finalist pick_winner ranks first, whether or not it passed the improvement rule; None when none was
     paired."""
-    ok = [r for r in results if r.correct and r.cold]
-    paired = _paired(ok, {r.shard: r for r in ok if r.index == 0})
+    paired = _paired(*_correct(results))
     return max(paired, key=_rank) if paired else None
 
 
