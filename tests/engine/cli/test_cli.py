@@ -139,7 +139,10 @@ def test_plan_fields_apart_names_fields_held_apart_and_fields_one_plan_lacks():
     from kopt.cli.workloads import plan_fields_apart
 
     assert plan_fields_apart({"a": 1, "b": 2}, {"a": 1, "b": 3}) == ["b"]
-    assert plan_fields_apart({"a": 1, "eager_v": False}, {"a": 1}) == ["eager_v"]  # one candidate lacks the field
+    # a field one candidate lacks is a switch its kernel does not have: off there, apart only where the other is on
+    assert plan_fields_apart({"a": 1, "eager_v": True}, {"a": 1}) == ["eager_v"]
+    assert plan_fields_apart({"a": 1, "eager_v": False, "n": 0}, {"a": 1}) == []
+    assert plan_fields_apart({"a": 1, "n": 2}, {"a": 1}) == ["n"]
     assert plan_fields_apart({"a": 1}, {"a": 1}) == [] and plan_fields_apart(None, None) == []
     assert plan_fields_apart({"a": 1}, None) == ["plan"]
 
