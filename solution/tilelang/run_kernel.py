@@ -172,22 +172,16 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
     es = cfg.get("even_split")
     even_split = bool(int(es)) if es is not None else _cuda.even_split_default(balanced, s.page)
     combine = split and not last_cta
-    ctas = s.batch * s.hkv * max(1, ns) * v_split
-    thr = threads or _cuda.default_threads(block_N, v_split, dev.warp_size)
-    row_warps = _cuda.row_warps_default(ctas, dev.units, bool(balanced), eager, dev.warp_size) and (
-        not dev.smem_per_unit or _cuda.smem_bytes(G, s.d, block_N, v_split, bool(balanced) or (split and last_cta),
-                                                  thr, row_warps=True) <= dev.smem_per_unit)
     p = _cuda.Plan(
         dtype=s.dtype, hq=s.hq, hkv=s.hkv, d=s.d, paged=s.paged, page_size=s.page, block_N=block_N,
-        threads=thr, num_splits=ns,
+        threads=threads or _cuda.default_threads(block_N, v_split, dev.warp_size), num_splits=ns,
         scale=float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(s.d), balanced=balanced,
         last_cta=last_cta, eager=eager, v_split=v_split, red_batch=red_batch,
         red_once=_cuda.red_once_default(ns > 1 and not balanced, eager, dev.nvcc, dev.warp_size),
         tile_page=_cuda.tile_page_applies(s.paged, s.page, block_N, eager), even_split=even_split,
         pdl=dev.dependent_launch and combine, comb_unroll=_cuda.comb_unroll_default(ns, combine),
-        fast_math=_cuda.fast_math_default(dev.nvcc),
-        row_warps=row_warps)
-    need = _cuda.smem_bytes(G, s.d, p.block_N, p.v_split, p.counter, p.threads, row_warps=p.row_warps)
+        fast_math=_cuda.fast_math_default(dev.nvcc))
+    need = _cuda.smem_bytes(G, s.d, p.block_N, p.v_split, p.counter, p.threads)
     if dev.smem_per_unit and need > dev.smem_per_unit:
         raise ValueError(f"block_N={p.block_N} needs about {need} bytes of shared memory a CTA at head dim {s.d}; "
                          f"{dev.name} has {dev.smem_per_unit} a unit")
@@ -397,8 +391,7 @@ def device_plan(case: dict, device: dict, config=None) -> dict:
     kernels it launches, its shared memory a CTA (tl_decode_cuda.smem_bytes) and the device facts it read."""
     p, dev = _profile_plan(case, device, config)
     return {**_plan_fields(p), "kernels": [p.kernel],
-            "smem_bytes": _cuda.smem_bytes(p.G, p.d, p.block_N, p.v_split, p.counter, p.threads,
-                                           row_warps=p.row_warps),
+            "smem_bytes": _cuda.smem_bytes(p.G, p.d, p.block_N, p.v_split, p.counter, p.threads),
             "device": dev.name, "backend": dev.backend, "arch": dev.arch, "units": dev.units,
             "warp_size": dev.warp_size, "smem_per_unit": dev.smem_per_unit, "l2_bytes": dev.l2_bytes}
 
@@ -426,7 +419,7 @@ def _plan_fields(p: _cuda.Plan) -> dict:
             "num_splits": p.num_splits, "threads": p.threads, "eager": p.eager, "last_cta": p.last_cta,
             "balanced": p.balanced, "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once,
             "pdl": p.pdl, "fast_math": p.fast_math, "tile_page": p.tile_page, "even_split": p.even_split,
-            "comb_unroll": p.comb_unroll, "row_warps": p.row_warps, "paged": p.paged, "page_size": p.page_size}
+            "comb_unroll": p.comb_unroll, "paged": p.paged, "page_size": p.page_size}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -144,9 +144,6 @@ class Plan:
     comb_unroll: int = 0
     #: nvcc's --use_fast_math (a compile flag: the lowered source is the same)
     fast_math: bool = False
-    #: the warps split the tile's query-head rows (padded to 16 a warp), not its keys: a row's max and sum stay inside
-    #: one warp, with no reduction through shared memory a tile, for 4x the MMA issue a warp (row_warps_default)
-    row_warps: bool = False
 
     def __post_init__(self):
         check_plan(self)
@@ -155,11 +152,6 @@ class Plan:
     def G(self) -> int:
         """Query heads per KV head."""
         return self.hq // self.hkv
-
-    @property
-    def block_H(self) -> int:
-        """Query-head rows of a tile: G padded to 16, or, with row_warps, to 16 a warp."""
-        return block_rows(self.G, self.threads, self.row_warps)
 
     @property
     def split(self) -> bool:
@@ -256,11 +248,6 @@ def _block_h(G: int) -> int:
     return max(16, ((G + 15) // 16) * 16)
 
 
-def block_rows(G: int, threads: int, row_warps: bool = False) -> int:
-    """A tile's query-head rows: G padded to 16 (the MMA's M), or with row_warps to 16 for each warp of 32 threads."""
-    return max(_block_h(G), 16 * (threads // 32)) if row_warps else _block_h(G)
-
-
 def _symbols(T, p: Plan) -> dict:
     """The prim_funcs' dynamic dims and the cache's shape: batch, max_pages, num_splits, kv_shape, alloc_len (the
     longest sequence the cache holds), num_blocks (paged) or seqlen_k."""
@@ -300,7 +287,7 @@ def _decode_body(T, p: Plan, sym: dict, finish):
     every tile (a quick verdict's 34 kernels lowered in 174 s, now 102 s, on a CPU host; the balanced tile loop 573
     PTX instructions, now 352)."""
     G, d, dtype, block_N, paged, page_size = p.G, p.d, p.dtype, p.block_N, p.paged, p.page_size
-    block_H = p.block_H
+    block_H = _block_h(G)
     accum = "float32"
     sm_scale = float(p.scale) * LOG2E
     alloc_len, num_blocks = sym["alloc_len"], sym["num_blocks"]
@@ -309,7 +296,7 @@ def _decode_body(T, p: Plan, sym: dict, finish):
     tile_page = p.tile_page
     num_stages = 1  # TileLang pipelines a dynamic trip count with one stage (iteration 4: two needed a fixed count)
     dv = d // p.v_split
-    policy = T.GemmWarpPolicy.FullRow if p.row_warps else T.GemmWarpPolicy.FullCol
+    policy = T.GemmWarpPolicy.FullCol
 
     def kv_row(BT, b, pos, clamp_page=False):
         if paged and clamp_page:  # a table entry past the sequence may be anything: clamp it into the pool
@@ -425,7 +412,7 @@ def _decode_body(T, p: Plan, sym: dict, finish):
 
 def _write_partial(T, p: Plan):
     """Epilogue piece: a split's normalised partial O and its log2-sum-exp to the workspaces."""
-    G, d, block_H, accum = p.G, p.d, p.block_H, "float32"
+    G, d, block_H, accum = p.G, p.d, _block_h(p.G), "float32"
 
     @T.macro
     def write_partial(acc_o, l_sum, m_cur, Opart, LSE, h, b, sid):
@@ -441,7 +428,7 @@ def _write_partial(T, p: Plan):
 
 def _finish_direct(T, p: Plan):
     """decode_direct's epilogue: O (its vc-th of v_split column blocks) written directly."""
-    G, dtype, block_H, dv = p.G, p.dtype, p.block_H, p.d // p.v_split
+    G, dtype, block_H, dv = p.G, p.dtype, _block_h(p.G), p.d // p.v_split
 
     @T.macro
     def finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc):
@@ -473,7 +460,7 @@ def _finish_balanced(T, p: Plan):
     """decode_balanced's epilogue: a row of one split writes O itself; the others write their partials and merge in
     the row's last CTA, except (a combine kernel follows) rows of more than LAST_CTA_MAX_ROWS partial rows; idle pool
     CTAs write nothing."""
-    G, d, dtype, block_H = p.G, p.d, p.dtype, p.block_H
+    G, d, dtype, block_H = p.G, p.d, p.dtype, _block_h(p.G)
     write_partial = _write_partial(T, p)
     merge_last = _last_cta_macro(T, "float32", dtype, G, d, _LAST_UNROLL, p.threads)
     bal_combine = p.combine
@@ -948,21 +935,6 @@ TILE_STEP = 32
 ONE_TILE_TRIP_BYTES = 1 << 20
 
 
-#: CTAs a unit at most for the warps to split a tile's rows (row_warps_default): such a CTA holds 188 registers a
-#: thread at 128 threads (ptxas, sm_90a, a head-dim-128 64-key direct plan; 124 with the keys split), so a unit holds
-#: two of them, not four
-ROW_WARPS_MAX_CTAS_PER_UNIT = 2
-
-
-def row_warps_default(ctas: int, units: int, balanced: bool, eager: bool, warp_size: int = 32) -> bool:
-    """The warps split a tile's query-head rows, not its keys, on a latency-bound plan: eager (each CTA streams at
-    most EAGER_MAX_TILES tiles, so its time is its chain of round trips and per-tile steps, not its bytes), not
-    balanced, its grid at most ROW_WARPS_MAX_CTAS_PER_UNIT CTAs a unit (their registers still fit), on a device of
-    32-thread warps. A tile's row max and row sum then reduce inside one warp, with no pass through shared memory and
-    its barriers (lowered: no AllReduce over 128 threads), for 4x the MMA issue a warp on padded rows."""
-    return eager and not balanced and warp_size == 32 and 0 < units and ctas <= ROW_WARPS_MAX_CTAS_PER_UNIT * units
-
-
 #: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
 #: saves part of one DRAM latency per CTA, and costs a 4 KB L2 read of Q per further tile.
 EAGER_MAX_TILES = 8
@@ -1129,13 +1101,13 @@ MAX_TILE = 256
 
 
 def smem_bytes(G: int, d: int, block_N: int, v_split: int = 1, merge: bool = False, threads: int = 128,
-               dtype_bytes: int = 2, row_warps: bool = False) -> int:
+               dtype_bytes: int = 2) -> int:
     """Shared memory of one decode CTA, bytes, an upper bound: the Q, K, V and P tiles (block_H x d, block_N x d,
     block_N x d / v_split, block_H x block_N) plus SMEM_SLACK, plus, with ``merge`` (last CTA or balanced), the
     merge's weights (merge_rows x _MAX_SPLITS fp32; the lowered kernels reuse the tiles' space for it, this does not
     count on that). Lowered for sm_90a and for HIP gfx942 a CTA takes 40 KB at head dim 128 and 64-key tiles, 74 KB
-    at 128-key tiles: more than a 64 KB unit holds. ``row_warps``: Q and P in 16 rows a warp (block_rows)."""
-    block_H = block_rows(G, threads, row_warps)
+    at 128-key tiles: more than a 64 KB unit holds."""
+    block_H = _block_h(G)
     tiles = dtype_bytes * (block_H * d + block_N * d + block_N * (d // max(1, v_split)) + block_H * block_N)
     return tiles + SMEM_SLACK + (merge_rows(G, d, threads) * _MAX_SPLITS * 4 + 4 if merge else 0)
 
