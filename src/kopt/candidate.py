@@ -15,7 +15,13 @@ REQUIRED_PARAMS = ("q", "k_cache", "v_cache", "cache_seqlens")
 
 
 def resolve(path: Path | str) -> Path:
-    """The candidate file as an absolute path; a missing file is a usage error (exit 2)."""
+    """The candidate file as an absolute path; a missing file is a usage error (exit 2). `REV:PATH` (git's spelling,
+    e.g. next/row-warps:solution/tilelang/run_kernel.py) where no such file exists is the candidate as commit REV of
+    the workspace's repository holds it (at_revision)."""
+    if is_revision(path):
+        from kopt.paths import workspace
+
+        return at_revision(str(path), workspace())
     p = Path(path).expanduser().resolve()
     if p.is_dir():
         raise UsageError(f"candidate is a folder, not a file: {path} (give its run_kernel.py)")
@@ -24,6 +30,59 @@ def resolve(path: Path | str) -> Path:
     if p.suffix != ".py":
         raise UsageError(f"candidate must be a .py file: {path}")
     return p
+
+
+def is_revision(spec: Path | str) -> bool:
+    """Whether a candidate spec is `REV:PATH.py` (a commit's candidate) rather than a file: it has a colon, names a
+    .py file and no file of that name exists."""
+    s = str(spec)
+    return ":" in s and s.endswith(".py") and not Path(s).expanduser().exists()
+
+
+def at_revision(spec: str, root: Path) -> Path:
+    """The candidate file PATH as commit REV holds it (`spec` = "REV:PATH", PATH from the repository's top), with the
+    rest of its folder beside it: the folder is exported once into kopt's cache (revisions/<commit>/), so every
+    command reads the same files and the candidate id is that commit's. A REV that is not a commit of the repository
+    at `root`, or a commit without PATH, is a usage error."""
+    import io
+    import os
+    import shutil
+    import subprocess
+    import tarfile
+    import tempfile
+
+    from kopt.paths import cache_home
+
+    rev, _, rel = spec.partition(":")
+    rel = rel.lstrip("/")
+
+    def git(*args, **kw):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False, **kw)
+
+    sha = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", text=True).stdout.strip()
+    if not rev or not sha:
+        raise UsageError(f"candidate {spec}: {rev!r} is not a commit of the repository at {root}")
+    if not rel or git("cat-file", "-e", f"{sha}:{rel}").returncode != 0:
+        raise UsageError(f"candidate {spec}: commit {sha[:12]} has no file {rel!r}")
+    dest = cache_home() / "revisions" / sha
+    out = dest / rel
+    if not out.is_file():
+        folder = str(Path(rel).parent)
+        tar = git("archive", "--format=tar", sha, "--", folder)
+        if tar.returncode != 0:
+            raise UsageError(f"candidate {spec}: git archive failed: {tar.stderr.decode(errors='replace').strip()}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=dest.parent))
+        try:
+            with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as tf:
+                tf.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            if dest.exists():  # another export of this commit (another folder of it): add this folder's files
+                shutil.copytree(tmp, dest, dirs_exist_ok=True)
+            else:
+                os.replace(tmp, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out.resolve()
 
 
 def sources(path: Path) -> list[Path]:

@@ -19,7 +19,8 @@ def command(
     candidate: options.Candidate = None,
     peers: Optional[str] = typer.Option(None, "--peers", help="Comma-separated subset of "
                                                               "fa2,fa2-paged,fa3,flashinfer,torch (default: all), "
-                                                              "and candidate files (a .py path: an earlier "
+                                                              "and candidate files (a .py path, or REV:PATH.py "
+                                                              "as a commit or branch holds it: an earlier "
                                                               "candidate, its own plan, timed as a peer)."),
     device: options.Device = "auto",
     dtype: Optional[str] = VariantOpts.dtype,

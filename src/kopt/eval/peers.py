@@ -24,20 +24,21 @@ def output_file(peer: str) -> str:
 
 
 def check_names(names: list[str]) -> list[str]:
-    """Named peers in panel order, then candidate files (`*.py`, as absolute paths); an unknown name or a file that
-    is not there is a usage error."""
+    """Named peers in panel order, then candidate files (`*.py`, or `REV:PATH.py`, a commit's candidate; as absolute
+    paths); an unknown name, a file that is not there or a revision without the file is a usage error."""
     from kopt.baselines import PEERS, is_candidate_file
+    from kopt.candidate import is_revision, resolve
     from kopt.errors import UsageError
 
     files = [n for n in names if is_candidate_file(n)]
-    missing = [f for f in files if not Path(f).is_file()]
+    missing = [f for f in files if not is_revision(f) and not Path(f).is_file()]
     if missing:
         raise UsageError(f"peer candidate file {missing[0]} not found")
     bad = [n for n in names if n not in PEERS and n not in files]
     if bad or not names:
         raise UsageError(f"unknown peer {bad[0] if bad else '(none)'!r}; use some of {', '.join(PEERS)}, or a "
-                         "candidate file (a .py path)")
-    return [p for p in PEERS if p in names] + list(dict.fromkeys(str(Path(f).resolve()) for f in files))
+                         "candidate file (a .py path, or REV:PATH.py at a commit)")
+    return [p for p in PEERS if p in names] + list(dict.fromkeys(str(resolve(f)) for f in files))
 
 
 # ---------------------------------------------------------------- in the evaluation child

@@ -389,6 +389,41 @@ def test_an_earlier_candidate_file_is_timed_as_a_peer(workspace, tmp_path):
     assert r.exit_code == 2 and "peer candidate file" in str(r.exception) + r.output
 
 
+def test_a_commits_candidate_is_timed_as_a_peer(workspace, tmp_path, monkeypatch):
+    """--peers REV:PATH.py: the candidate as a commit of the workspace's repository holds it (its folder exported into
+    kopt's cache), timed like a candidate file; a revision that is not a commit, or a commit without the file, is a
+    usage error (exit 2) before any work."""
+    import subprocess
+
+    from conftest import TUNE_CANDIDATE
+    from kopt.candidate import candidate_id
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    old = workspace / "old" / "run_kernel.py"
+    old.parent.mkdir()
+    old.write_text(TUNE_CANDIDATE % "False")
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(workspace), "-c", "user.email=t@t", "-c", "user.name=t", *a], check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", "old/run_kernel.py")
+    git("commit", "-qm", "old")
+    committed = candidate_id(old)
+    old.write_text("def run(:\n")  # the working copy no longer imports: the commit's file must be the one timed
+    r = kopt("peers", "--device", "cpu", "--case", "2", "--quick", "--no-record", "--json",
+             "--peers", "torch,HEAD:old/run_kernel.py", "--candidate", CANDIDATES / "torch_honest.py")
+    assert r.exit_code == 0, r.output
+    peers = json.loads(r.stdout)["rows"][0]["peers"]
+    assert [p["peer"] for p in peers] == ["torch", f"cand-{committed}"]
+    assert peers[1]["correct"] and peers[1]["na"] is None
+    for spec, msg in (("nope:old/run_kernel.py", "is not a commit"), ("HEAD:new/run_kernel.py", "has no file")):
+        r = kopt("peers", "--device", "cpu", "--case", "2", "--peers", f"torch,{spec}")
+        assert r.exit_code == 2 and msg in str(r.exception) + r.output
+    assert not (workspace / "candidates.jsonl").exists()
+
+
 def test_the_panel_is_the_newest_run_of_peer_kernels_not_an_ab_run():
     from kopt.report import panel
 
