@@ -40,49 +40,19 @@ def is_revision(spec: Path | str) -> bool:
 
 
 def at_revision(spec: str, root: Path) -> Path:
-    """The candidate file PATH as commit REV holds it (`spec` = "REV:PATH", PATH from the repository's top), with the
-    rest of its folder beside it: the folder is exported once into kopt's cache (revisions/<commit>/), so every
-    command reads the same files and the candidate id is that commit's. A REV that is not a commit of the repository
-    at `root`, or a commit without PATH, is a usage error."""
-    import io
-    import os
-    import shutil
-    import subprocess
-    import tarfile
-    import tempfile
-
+    """The candidate file PATH as commit REV holds it (`spec` = "REV:PATH", PATH from the repository's top), with its
+    folder and the commit's tuning tables beside it, exported once into kopt's cache (revisions/<commit>/), so every
+    command reads the same files and the candidate id is that commit's (kopt.store.vcs.export_revision). A REV that
+    is not a commit of the repository at `root`, or a commit without PATH, is a usage error."""
+    from kopt.errors import WorkspaceError
     from kopt.paths import cache_home
+    from kopt.store.vcs import export_revision
 
     rev, _, rel = spec.partition(":")
-    rel = rel.lstrip("/")
-
-    def git(*args, **kw):
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False, **kw)
-
-    sha = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", text=True).stdout.strip()
-    if not rev or not sha:
-        raise UsageError(f"candidate {spec}: {rev!r} is not a commit of the repository at {root}")
-    if not rel or git("cat-file", "-e", f"{sha}:{rel}").returncode != 0:
-        raise UsageError(f"candidate {spec}: commit {sha[:12]} has no file {rel!r}")
-    dest = cache_home() / "revisions" / sha
-    out = dest / rel
-    if not out.is_file():
-        folder = str(Path(rel).parent)
-        tar = git("archive", "--format=tar", sha, "--", folder)
-        if tar.returncode != 0:
-            raise UsageError(f"candidate {spec}: git archive failed: {tar.stderr.decode(errors='replace').strip()}")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=dest.parent))
-        try:
-            with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as tf:
-                tf.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
-            if dest.exists():  # another export of this commit (another folder of it): add this folder's files
-                shutil.copytree(tmp, dest, dirs_exist_ok=True)
-            else:
-                os.replace(tmp, dest)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out.resolve()
+    try:
+        return export_revision(root, rev, rel.lstrip("/"), cache_home() / "revisions")
+    except WorkspaceError as e:
+        raise UsageError(f"candidate {spec}: {e}") from None
 
 
 def sources(path: Path) -> list[Path]:

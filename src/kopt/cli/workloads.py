@@ -19,10 +19,12 @@ def command(
         None, "--plan-for", help="With --draw: a device of hardware.yaml (e.g. H200, C500); add the plan the candidate "
                                  "resolves for each draw there, from the device's profile (no GPU needed)."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help="With --plan-for: the candidate file (default "
-                                                                        "solution/tilelang/run_kernel.py)."),
-    against: Optional[Path] = typer.Option(None, "--against", help="With --plan-for: a second candidate file; add its "
-                                                                    "plans and mark the draws whose plans differ "
-                                                                    "(the draws an A/B of the two must time)."),
+                                                                        "solution/tilelang/run_kernel.py), or "
+                                                                        "REV:PATH.py at a commit or branch."),
+    against: Optional[Path] = typer.Option(None, "--against", help="With --plan-for: a second candidate file (or "
+                                                                    "REV:PATH.py); add its plans and mark the draws "
+                                                                    "whose plans differ (the draws an A/B of the two "
+                                                                    "must time)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List the model shapes held-out draws come from, or show a draw (and, with --plan-for, each draw's plan)."""
@@ -34,8 +36,10 @@ def command(
         raise UsageError("--candidate and --against name the candidates whose plans --plan-for DEVICE shows")
     if plan_for is not None and not draw:
         raise UsageError("--plan-for shows the plans of a draw: add --draw N")
+    from kopt.candidate import is_revision
+
     for flag, path in (("--candidate", candidate), ("--against", against)):
-        if path is not None and not path.is_file():
+        if path is not None and not is_revision(path) and not path.is_file():
             raise UsageError(f"{flag} {path}: no such candidate file")
     wf = workloads.load(file)
     note = ""
@@ -107,6 +111,11 @@ def _with_plans(rows: list[dict], cases: list, device: str, candidate: Optional[
         apart = plan_fields_apart(r["plan_detail"], p["plan"])
         r["differs"], r["fields"] = bool(apart), ",".join(apart) or "-"
     n = sum(r["differs"] for r in rows)
-    name = paths.relative(Path(candidate) if candidate else paths.default_candidate())
-    return rows, (f"{n} of {len(rows)} draws plan differently on {device}: {name} against {paths.relative(against)}"
+    from kopt.candidate import is_revision
+
+    def shown(p):  # a revision as given (REV:PATH), a file relative to the workspace
+        return str(p) if is_revision(p) else paths.relative(p)
+
+    name = shown(candidate or paths.default_candidate())
+    return rows, (f"{n} of {len(rows)} draws plan differently on {device}: {name} against {shown(against)}"
                   + (f" (cases {','.join(str(r['case']) for r in rows if r['differs'])})" if n else ""))

@@ -209,10 +209,6 @@ def export_candidate(ws: Path, cid: str, dst: Path, rel: str = "solution/tilelan
     (with the sibling modules it imports) hashes to `cid`, written under dst with that commit's tuning
     tables (results/*/tuning.csv, which the candidate reads two folders above its own); the path of its
     file there, or None when no such commit is found (outside git too)."""
-    import io
-    import subprocess
-    import tarfile
-
     try:
         repo = open_repo(ws)
     except WorkspaceError:
@@ -225,14 +221,64 @@ def export_candidate(ws: Path, cid: str, dst: Path, rel: str = "solution/tilelan
         out = Path(dst) / sha[:12]
         names = [n for n in repo.git.ls_tree("-r", "--name-only", sha, "--", sol, res).splitlines()
                  if n.startswith(sol + "/") or n.endswith("/tuning.csv")]
-        tar = subprocess.run(["git", "archive", "--format=tar", sha, "--", *names], cwd=root, capture_output=True)
-        if tar.returncode != 0:
+        if not _archive(root, sha, names, out):
             continue
-        with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
-            t.extractall(out, filter="data")
         prefix = Path(sol).parent  # the workspace's folder inside the repository
         path = out / prefix / rel
         if path.is_file() and candidate_hash(path)[1] == cid:
             return path
         shutil.rmtree(out, ignore_errors=True)
     return None
+
+
+def _archive(root: Path, sha: str, names: list[str], out: Path) -> bool:
+    """Files `names` (paths from the repository's top) as commit `sha` holds them, written under `out`; False where
+    git cannot archive them."""
+    import io
+    import subprocess
+    import tarfile
+
+    tar = subprocess.run(["git", "archive", "--format=tar", sha, "--", *names], cwd=root, capture_output=True)
+    if tar.returncode != 0:
+        return False
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as t:
+        t.extractall(out, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return True
+
+
+def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
+    """The file `rel` (a path from the repository's top) as revision `rev` (a commit, branch or tag) of the workspace's
+    repository holds it, with the rest of its folder and that commit's tuning tables (results/*/tuning.csv, which a
+    candidate reads two folders above its own), exported once under cache/<commit>/; the file's path there.
+    WorkspaceError: `rev` is not a commit, or it has no `rel`."""
+    import tempfile
+
+    repo = open_repo(ws)
+    root = Path(repo.working_tree_dir)
+    try:
+        sha = repo.git.rev_parse("--verify", "--quiet", f"{rev}^{{commit}}").strip() if rev else ""
+    except Exception:  # git's own error: not a revision
+        sha = ""
+    if not sha:
+        raise WorkspaceError(f"{rev!r} is not a commit of the repository at {root}")
+    names = repo.git.ls_tree("-r", "--name-only", sha).splitlines()
+    if rel not in names:
+        raise WorkspaceError(f"commit {sha[:12]} has no file {rel!r}")
+    out = Path(cache) / sha
+    if (out / rel).is_file():
+        return (out / rel).resolve()
+    folder = Path(rel).parent.as_posix()
+    (res,) = pathspecs(repo, ws, ["results"])
+    take = [n for n in names if n.startswith(folder + "/") or (n.startswith(res + "/") and n.endswith("/tuning.csv"))]
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=cache))
+    try:
+        if not _archive(root, sha, take, tmp):
+            raise WorkspaceError(f"git archive of {sha[:12]} failed")
+        if out.exists():  # an earlier export of another folder of this commit: add this one's files
+            shutil.copytree(tmp, out, dirs_exist_ok=True)
+        else:
+            os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return (out / rel).resolve()

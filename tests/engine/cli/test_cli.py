@@ -147,7 +147,7 @@ def test_plan_fields_apart_names_fields_held_apart_and_fields_one_plan_lacks():
     assert plan_fields_apart({"a": 1}, None) == ["plan"]
 
 
-def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_path):
+def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_path, monkeypatch):
     """`kopt workloads --draw N --seed S --plan-for H200 --against OTHER`: each draw's plan as the candidate resolves it
     from the H200's profile (no GPU), the other candidate's beside it, and the draws whose plans differ: here a copy of
     the shipped kernel without the balanced kernel's small-paged rule differs exactly on the draws the shipped kernel
@@ -175,6 +175,26 @@ def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_pa
     # the fields apart: the kernel and what follows from it where the plans differ, none where they do not
     assert all("balanced" in x["fields"].split(",") and "kernels" in x["fields"] for x in rows if x["differs"])
     assert all(x["fields"] == "-" for x in rows if not x["differs"])
+    # the same candidate as a commit holds it (REV:PATH): the working copy reverted to the shipped kernel's, the
+    # commit's plans still differ on the same draws, and the line names the revision as given
+    import subprocess
+
+    def git(*a):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.email=t@t", "-c", "user.name=t", *a], check=True,
+                       capture_output=True)
+
+    git("init", "-q")
+    git("add", "solution", "results")
+    git("commit", "-qm", "other")
+    shutil.copy(SHIPPED.parent / "tl_decode_cuda.py", cuda)
+    monkeypatch.setenv("KOPT_WORKSPACE", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    r = CliRunner().invoke(app, [*args, "--against", "HEAD:solution/tilelang/run_kernel.py"])
+    assert r.exit_code == 0, r.output
+    line = " ".join(r.stdout.split())
+    assert f"against HEAD:solution/tilelang/run_kernel.py (cases {','.join(map(str, small_paged))})" in line, line
+    r = CliRunner().invoke(app, [*args, "--against", "HEAD~3:solution/tilelang/run_kernel.py"])
+    assert r.exit_code == 2 and "is not a commit" in r.output
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0 and "plans on H200" in r.stdout and "balanced <=" in r.stdout, r.output
     for bad, says in ((["workloads", "--plan-for", "H200"], "add --draw N"),
