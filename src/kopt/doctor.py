@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 from kopt.baselines.base import dist_version
 
@@ -112,6 +113,23 @@ def case_plans(device: str, cases: list, candidate: Path | None = None) -> list[
         plan, why = _hook_plan(mod, c.shape_dict(), prof, None)
         out.append({"case": c.id, "plan": plan, "why": why})
     return out
+
+
+_ABSENT = object()
+
+
+def plan_fields_apart(a: Optional[dict], b: Optional[dict]) -> list[str]:
+    """The fields two plans (device_plan dicts, None where a candidate has none) hold apart, sorted; ["plan"] where
+    only one has a plan. A field one candidate does not report is a switch its kernel lacks: it reads as off there, so
+    it is apart only where the other plan turns it on (not False, 0 or None)."""
+    if a is None or b is None:
+        return [] if a is b else ["plan"]
+
+    def get(p, k):
+        v = p.get(k, _ABSENT)
+        return None if v is _ABSENT or v in (False, 0, None) else v
+
+    return sorted(k for k in set(a) | set(b) if (a[k] != b[k] if k in a and k in b else get(a, k) != get(b, k)))
 
 
 def _hook_plan(mod, shape: dict, profile: dict, config: dict | None) -> tuple[dict | None, str]:

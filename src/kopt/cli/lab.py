@@ -125,6 +125,74 @@ def readbound(
     write_table(out, lines)
 
 
+@app.command("ab")
+def ab(
+    candidate: Path = typer.Option(..., "--candidate", help="The new candidate file, or REV:PATH.py (a commit's or "
+                                                            "branch's)."),
+    against: Path = typer.Option(..., "--against", help="The old candidate (file or REV:PATH.py), timed as a peer."),
+    case: Optional[str] = typer.Option(None, "--case", "-c", help="Named case ids to consider: 10,14 or 4-18 "
+                                                                  "(default: every named case)."),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="Held-out draws to consider, by seed: 20261206,20261207 "
+                                                              "(a verdict's HELDOUT_SEED)."),
+    heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256, help="The draws' size (default: the case "
+                                                                                  "file's verify.heldout)."),
+    plan_for: Optional[str] = typer.Option(None, "--plan-for", help="Whose plans decide what changed: a device of "
+                                                                    "hardware.yaml (default: this host's GPU)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only list the cases that change and the plan fields that "
+                                                          "move (no GPU)."),
+    peers: Optional[str] = typer.Option(None, "--peers", help="Also time these peers (e.g. fa2)."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (a dev screen, not a result)."),
+    no_record: bool = typer.Option(False, "--no-record", help="No ledger rows, no files under results/."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder of the CSVs and tables, one per group (default "
+                                                           "results/<backend>/ab-<device>-<date>/)."),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
+) -> None:
+    """The A/B of a kernel change on the cases it touches: the named cases and held-out draws whose plans the two
+    candidates resolve differently, each timed paired against the old candidate (GPU); one AB line each, then a
+    summary line (new over old: above 1 the new candidate is faster)."""
+    from kopt.candidate import resolve
+    from kopt.cases import load_cases
+    from kopt.cli.options import heldout_size
+    from kopt.errors import UsageError
+    from kopt.eval import BenchOptions
+    from kopt.eval.peers import check_names
+    from kopt.lab import AbGroup, ab_select, ab_selection_lines, pick_cases, require_cuda, run_ab
+    from kopt.workloads import HELDOUT_BASE
+
+    try:
+        seed_list = [int(s) for s in seeds.split(",")] if seeds else []
+    except ValueError:
+        raise UsageError(f"--seeds takes seeds like 20261206,20261207, got {seeds!r}") from None
+    if any(s < 0 for s in seed_list):
+        raise UsageError(f"--seeds are not negative, got {seeds!r}")
+    new, old = resolve(candidate), resolve(against)
+    extra = check_names([p.strip() for p in peers.split(",")]) if peers else []
+    if any(p.endswith(".py") for p in extra):
+        raise UsageError("--peers takes named peers (e.g. fa2); the old candidate is --against")
+    if not dry_run:
+        require_cuda("kopt lab ab", "--dry-run lists the cases that change on any machine")
+    if plan_for is None:
+        if dry_run:
+            raise UsageError("--dry-run needs --plan-for DEVICE (a device of hardware.yaml, e.g. H200)")
+        from kopt.eval import device_profile
+
+        plan_for = device_profile()["name"]
+    n_held = heldout_size(heldout, seed_list[0] if seed_list else None)
+    named = case or ",".join(str(c.id) for c in load_cases())
+    groups = [AbGroup(None, pick_cases(named))] if case or not seed_list else []
+    groups += [AbGroup(s, pick_cases(f"{HELDOUT_BASE + 1}-{HELDOUT_BASE + n_held}", heldout=n_held, seed=s))
+               for s in seed_list]
+    groups = ab_select(new, old, groups, plan_for)
+    for line in ab_selection_lines(groups, plan_for):
+        _say(line)
+    if dry_run:
+        return
+    opts = BenchOptions(device="cuda", timeout_s=timeout, record=not no_record, quick=quick)
+    _, ok = run_ab(new, old, groups, opts, extra, out, _say)
+    if not ok:
+        raise typer.Exit(1)
+
+
 @app.command("prewarm")
 def prewarm(
     jobs: int = typer.Option(0, "--jobs", min=0, help="Worker processes (default: the CPUs less two, at least one)."),

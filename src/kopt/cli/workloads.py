@@ -74,29 +74,12 @@ def command(
         con.print(note, highlight=False)
 
 
-_ABSENT = object()
-
-
-def plan_fields_apart(a: Optional[dict], b: Optional[dict]) -> list[str]:
-    """The fields two plans (device_plan dicts, None where a candidate has none) hold apart, sorted; ["plan"] where
-    only one has a plan. A field one candidate does not report is a switch its kernel lacks: it reads as off there, so
-    it is apart only where the other plan turns it on (not False, 0 or None)."""
-    if a is None or b is None:
-        return [] if a is b else ["plan"]
-
-    def get(p, k):
-        v = p.get(k, _ABSENT)
-        return None if v is _ABSENT or v in (False, 0, None) else v
-
-    return sorted(k for k in set(a) | set(b) if (a[k] != b[k] if k in a and k in b else get(a, k) != get(b, k)))
-
-
 def _with_plans(rows: list[dict], cases: list, device: str, candidate: Optional[Path], against: Optional[Path]):
     """The draw's rows with each one's plan on `device` (a few words; its whole dict under plan_detail, JSON only),
     and, with `against`, the other candidate's plan, whether the two differ and in which fields; and the line under
     the table."""
     from kopt import paths
-    from kopt.doctor import case_plans, plan_label
+    from kopt.doctor import case_plans, plan_fields_apart, plan_label
 
     mine = case_plans(device, cases, candidate)
     for r, p in zip(rows, mine):

@@ -12,6 +12,8 @@ device_plan), for what an engineer measures again; `kopt lab ...` runs them.
 - `flashinfer`: the `flashinfer` peer checked against the reference and under graph replay (GPU); the build of
                 kopt's C library of FlashInfer's decode (nvcc, no GPU).
 - `campaign`  : a declarative file of named kopt steps, run in order with a log each, packed for `kopt import`.
+- `ab`        : the A/B of a kernel change on the named cases and held-out draws whose plans it changes (plans on
+                any machine; the timing paired on a GPU).
 - `common`    : what the GPU studies share (the CUDA check, cases, candidate, header line, table file).
 
 Modules import torch, Triton and the candidate inside their functions: importing kopt.lab is light.
@@ -35,6 +37,8 @@ _FACE = {
     "load_campaign": ("campaign", "load"), "select_steps": ("campaign", "select"), "dry_run": ("campaign", "dry_run"),
     "run_campaign": ("campaign", "run"), "campaign_summary": ("campaign", "summary"),
     "CampaignFile": ("campaign", "CampaignFile"), "CampaignResult": ("campaign", "CampaignResult"),
+    "AbGroup": ("ab", "Group"), "ab_select": ("ab", "select"), "ab_selection_lines": ("ab", "selection_lines"),
+    "run_ab": ("ab", "run"),
     "Step": ("campaign", "Step"), "StepResult": ("campaign", "StepResult"), "StepStatus": ("campaign", "StepStatus"),
 }
 __all__ = sorted(_FACE)

@@ -136,7 +136,7 @@ def test_doctor_plan_for_with_wave64():
 
 
 def test_plan_fields_apart_names_fields_held_apart_and_fields_one_plan_lacks():
-    from kopt.cli.workloads import plan_fields_apart
+    from kopt.doctor import plan_fields_apart
 
     assert plan_fields_apart({"a": 1, "b": 2}, {"a": 1, "b": 3}) == ["b"]
     # a field one candidate lacks is a switch its kernel does not have: off there, apart only where the other is on

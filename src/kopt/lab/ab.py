@@ -1,0 +1,120 @@
+"""`kopt lab ab`: the A/B of a kernel change on the cases it touches. The named cases and held-out draws whose plans
+the two candidates resolve differently on a device (their device_plan hooks: no compile, no GPU) are the ones timed;
+each is timed paired (ABBA, one child) with the old candidate as a peer, and the run ends with one summary line."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+
+@dataclass
+class Group:
+    """The cases of one draw: the named cases (seed None) or a held-out seed's, each with the plan fields the two
+    candidates hold apart ("" where they agree)."""
+
+    seed: Optional[int]
+    cases: list
+    fields: dict = field(default_factory=dict)
+
+    @property
+    def changed(self) -> list:
+        """The cases whose plans differ: the ones an A/B must time."""
+        return [c for c in self.cases if self.fields.get(c.id)]
+
+    @property
+    def label(self) -> str:
+        return "named" if self.seed is None else str(self.seed)
+
+
+def select(new: Path, old: Path, groups: list[Group], device: str) -> list[Group]:
+    """Each group with its cases' plan fields apart between `new` and `old` on `device` (a hardware.yaml GPU name)."""
+    from kopt.doctor import case_plans, plan_fields_apart
+
+    for g in groups:
+        mine, theirs = case_plans(device, g.cases, new), case_plans(device, g.cases, old)
+        g.fields = {c.id: ",".join(plan_fields_apart(a["plan"], b["plan"])) for c, a, b in zip(g.cases, mine, theirs)}
+    return groups
+
+
+def selection_lines(groups: list[Group], device: str) -> list[str]:
+    """What a dry run prints: per group the cases that change and the fields that move, then the count."""
+    out = []
+    for g in groups:
+        ch = g.changed
+        out.append(f"{g.label}: {len(ch)} of {len(g.cases)} cases plan differently on {device}"
+                   + (f": {','.join(str(c.id) for c in ch)}" if ch else ""))
+        out += [f"  {c.id}: {g.fields[c.id]}" for c in ch]
+    n = sum(len(g.changed) for g in groups)
+    out.append(f"AB_PLAN: CASES:{n} OF:{sum(len(g.cases) for g in groups)} DEVICE:{device}")
+    return out
+
+
+def case_line(seed: Optional[int], row, old_peer: str, fields: str) -> tuple[str, Optional[float]]:
+    """(the line of one timed case, new-over-old ratio or None): NA with the reason where the pair did not time."""
+    p = next((x for x in row.peers if x.peer == old_peer), None)
+    where = f"case={row.case} seed={seed if seed is not None else 'named'}"
+    if not (row.compiled and row.correct):
+        return f"AB {where} NA: the new candidate {'is wrong' if row.compiled else 'did not compile'}", None
+    if p is None or p.na or not p.speedup:
+        return f"AB {where} NA: the old candidate {p.na if p and p.na else 'did not time'}", None
+    if p.correct is False:
+        return f"AB {where} NA: the old candidate is wrong here", None
+    ci = f"{p.speedup_ci[0]:.3f}-{p.speedup_ci[1]:.3f}" if p.speedup_ci else "NA"
+    return (f"AB {where} new_ms={p.timing.median_ms:.4f} old_ms={p.ref_timing.median_ms:.4f} "
+            f"new_vs_old={p.speedup:.3f}x ci={ci} fields={fields}", p.speedup)
+
+
+def summary_line(ratios: list[tuple[str, Optional[float]]]) -> str:
+    """`AB: CASES:n TIMED:k GEOMEAN:x MIN:x (where) MAX:x`: new over old (> 1: the new candidate is faster), over the
+    cases that timed; NA where none did."""
+    got = [(w, r) for w, r in ratios if r]
+    if not got:
+        return f"AB: CASES:{len(ratios)} TIMED:0 GEOMEAN:NA MIN:NA MAX:NA"
+    geo = math.exp(sum(math.log(r) for _, r in got) / len(got))
+    lo, hi = min(got, key=lambda x: x[1]), max(got, key=lambda x: x[1])
+    return (f"AB: CASES:{len(ratios)} TIMED:{len(got)} GEOMEAN:{geo:.3f}x MIN:{lo[1]:.3f}x ({lo[0]}) "
+            f"MAX:{hi[1]:.3f}x ({hi[0]})")
+
+
+def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: Optional[Path],
+        emit: Callable[[str], None]) -> tuple[list[str], bool]:
+    """Time each group's changed cases: the new candidate against the old one (and `peers`), paired in one child per
+    group (kopt.eval.bench.evaluate_peers, rows in the ledger unless opts.record is off), its CSV and table under
+    `out` (default results/<backend>/ab-<device>-<date>/<group>.csv). Returns (the lines, every row correct)."""
+    from dataclasses import replace
+
+    from kopt import paths
+    from kopt.baselines import CANDIDATE_PEER
+    from kopt.candidate import candidate_id
+    from kopt.eval import bench
+    from kopt.report import panel
+
+    old_peer = f"{CANDIDATE_PEER}{candidate_id(old)}"
+    lines: list[str] = []
+    ratios: list[tuple[str, Optional[float]]] = []
+    ok = True
+    for g in groups:
+        cases = g.changed
+        if not cases:
+            continue
+        rows = bench.evaluate_peers(new, cases, replace(opts, heldout_seed=g.seed), [str(old), *peers])
+        for r in rows:
+            line, ratio = case_line(g.seed, r, old_peer, g.fields.get(r.case, ""))
+            emit(line)
+            lines.append(line)
+            ratios.append((f"{g.label}/{r.case}", ratio))
+            ok = ok and bool(r.compiled and r.correct)
+        if opts.record and rows:
+            dicts = [r.model_dump(mode="json") for r in rows]
+            p = panel.build(dicts, {c.id: c.kind for c in cases})
+            backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
+            folder = Path(out) if out else paths.workspace() / "results" / backend / f"ab-{p.slug}-{p.date}"
+            for f in panel.write_results(rows, cases, paths.workspace(), folder / f"{g.label}.csv"):
+                emit(f"wrote {paths.relative(f)}")
+    last = summary_line(ratios)
+    emit(last)
+    return lines + [last], ok

@@ -1,0 +1,127 @@
+"""`kopt lab ab`: which cases an A/B of two candidates must time (their plans on a device, no GPU), the lines of a timed
+run, and its usage errors."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import SHIPPED, assert_clean, run_main
+
+
+def _other(tmp_path):
+    """A copy of the shipped kernel (with its tuning table two folders up) without the balanced kernel's small-paged
+    rule: it plans differently exactly on the draws the shipped kernel plans balanced below BAL_MIN_PAGED_TILES."""
+    other = tmp_path / "solution" / "tilelang"
+    shutil.copytree(SHIPPED.parent, other, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "results" / "tilelang").mkdir(parents=True)
+    shutil.copy(SHIPPED.parents[2] / "results" / "tilelang" / "tuning.csv", tmp_path / "results" / "tilelang")
+    cuda = other / "tl_decode_cuda.py"
+    cuda.write_text(cuda.read_text().replace("\nBAL_MIN_PAGED_TILES = 16\n", "\nBAL_MIN_PAGED_TILES = 1 << 30\n"))
+    return other / "run_kernel.py"
+
+
+def test_a_dry_run_lists_the_cases_whose_plans_differ(tmp_path):
+    """--dry-run --plan-for H200: per group (the named cases, each seed's draw) the cases whose plans differ and the
+    fields that move, then AB_PLAN with the count; the same cases `kopt workloads --against` marks."""
+    from kopt.cases import load_cases
+    from kopt.doctor import case_plans
+    from kopt.lab import pick_cases
+
+    other = _other(tmp_path)
+    code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(other), "--seeds", "205,206",
+                               "--case", "1-21", "--plan-for", "H200", "--dry-run"])
+    assert_clean(code, out, err, allowed=(0,))
+    want = {}
+    for seed, ids in ((None, "1-21"), (205, "1001-1012"), (206, "1001-1012")):
+        cases = pick_cases(ids, heldout=12 if seed else 0, seed=seed)
+        want[seed] = [c.id for c, p in zip(cases, case_plans("H200", cases, SHIPPED))
+                      if p["plan"]["balanced"] and p["plan"]["paged"] and c.shape_dict().get("page_size")
+                      and p["plan"]["kernels"] != case_plans("H200", [c], other)[0]["plan"]["kernels"]]
+    lines = out.splitlines()
+    for seed, label in ((None, "named"), (205, "205"), (206, "206")):
+        head = next(x for x in lines if x.startswith(f"{label}: "))
+        ids = want[seed]
+        assert head.endswith(f"{len(ids)} of {21 if seed is None else 12} cases plan differently on H200"
+                             + (f": {','.join(map(str, ids))}" if ids else "")), (head, ids)
+    assert sum(map(len, want.values())) > 0
+    assert lines[-1] == f"AB_PLAN: CASES:{sum(map(len, want.values()))} OF:45 DEVICE:H200"
+    assert all("balanced" in x for x in lines if x.startswith("  "))  # the fields that move name the kernel's switch
+    assert len(load_cases()) >= 21
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--seeds", "x"], "--seeds takes seeds"),
+    (["--seeds", "205", "--dry-run"], "--dry-run needs --plan-for"),
+    (["--seeds", "205", "--plan-for", "X9", "--dry-run"], "no such GPU profile"),
+    (["--seeds", "205", "--peers", "fa9"], "unknown peer"),
+    (["--case", "99", "--plan-for", "H200", "--dry-run"], "99"),
+])
+def test_lab_ab_usage_errors(argv, says, tmp_path):
+    code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), *argv])
+    assert_clean(code, out, err, allowed=(2,))
+    assert says in err and out == "", err
+
+
+def test_lab_ab_times_on_a_gpu_only(monkeypatch):
+    from kopt import hardware
+
+    monkeypatch.setattr(hardware, "cuda_missing", lambda tool: f"{tool} needs a CUDA device")
+    code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), "--case", "2"])
+    assert_clean(code, out, err, allowed=(2,))
+    assert "kopt lab ab needs a CUDA device" in err and "--dry-run lists" in err
+
+
+def test_the_ab_lines_and_the_summary():
+    """A timed case's line carries both times and new over old with its CI; a wrong new candidate, an old one that did
+    not run and an old one that was wrong are NA with the reason, never a ratio; the summary's geomean, min and max
+    are over the cases that timed."""
+    from kopt.lab.ab import case_line, summary_line
+    from kopt.records import CaseResult
+
+    base = {"row_id": "x", "mode": "peers", "kind": "case", "run_id": "r", "device": "H200", "candidate_id": "new",
+            "status": "ok", "compiled": True, "correct": True, "runtime_ms": 0.01}
+
+    def timing(ms):
+        return {"method": "cupti", "median_ms": ms, "q1_ms": ms, "q3_ms": ms, "min_ms": ms, "n": 9, "rel_iqr": 0.0}
+
+    def peer_entry(name, ms, sp, na=None, correct=True):  # the peer's ms, new over it sp
+        if na:
+            return {"peer": name, "ref": name, "na": na}
+        return {"peer": name, "ref": name, "correct": correct, "timing": timing(ms / sp), "ref_timing": timing(ms),
+                "speedup": sp, "speedup_ci": [sp * 0.99, sp * 1.01]}
+
+    def row(case, peers, **kw):
+        return CaseResult.model_validate({**base, "case": case, "peers": peers, **kw})
+
+    old = "cand-old"
+    line, r = case_line(205, row(1003, [peer_entry("fa2", 0.02, 2.0), peer_entry(old, 0.008, 0.8)]), old, "a,b")
+    assert r == 0.8 and line.startswith("AB case=1003 seed=205 new_ms=0.0100 old_ms=0.0080 new_vs_old=0.800x "
+                                        "ci=0.792-0.808 fields=a,b")
+    line, r = case_line(None, row(5, [peer_entry(old, 0.012, 1.2)]), old, "x")
+    assert r == 1.2 and "seed=named" in line
+    for rw, why in ((row(6, [peer_entry(old, 0.01, 1.0)], correct=False), "the new candidate is wrong"),
+                    (row(7, [peer_entry(old, 0, 0, na="does not import")]), "does not import"),
+                    (row(8, [peer_entry(old, 0.01, 1.0, correct=False)]), "the old candidate is wrong"),
+                    (row(9, [peer_entry("fa2", 0.02, 2.0)]), "did not time")):
+        line, r = case_line(205, rw, old, "")
+        assert r is None and "NA" in line and why in line, line
+    s = summary_line([("205/1003", 0.8), ("named/5", 1.25), ("205/6", None)])
+    assert s == "AB: CASES:3 TIMED:2 GEOMEAN:1.000x MIN:0.800x (205/1003) MAX:1.250x (named/5)"
+    assert summary_line([("x", None)]) == "AB: CASES:1 TIMED:0 GEOMEAN:NA MIN:NA MAX:NA"
+
+
+@pytest.mark.gpu
+def test_lab_ab_times_the_changed_cases_paired(tmp_path, workspace):
+    """On a GPU: the cases that change are timed paired, each row correct, one AB line each and the summary, and the
+    group's CSV written under --out (no timing is asserted)."""
+    other = _other(tmp_path / "o")
+    code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(other), "--seeds", "205",
+                               "--quick", "--out", str(tmp_path / "ab")])
+    assert_clean(code, out, err, allowed=(0,))
+    timed = [x for x in out.splitlines() if x.startswith("AB case=")]
+    plan = next(x for x in out.splitlines() if x.startswith("AB_PLAN:"))
+    assert timed and all("new_vs_old=" in x for x in timed)
+    assert f"CASES:{len(timed)} " in plan and out.splitlines()[-1].startswith(f"AB: CASES:{len(timed)} TIMED:")
+    assert (tmp_path / "ab" / "205.csv").is_file()
