@@ -131,7 +131,8 @@ def ab(
                                                             "branch's)."),
     against: Path = typer.Option(..., "--against", help="The old candidate (file or REV:PATH.py), timed as a peer."),
     case: Optional[str] = typer.Option(None, "--case", "-c", help="Named case ids to consider: 10,14 or 4-18 "
-                                                                  "(default: every named case)."),
+                                                                  "(default: every named case, or none with "
+                                                                  "--seeds)."),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="Held-out draws to consider, by seed: 20261206,20261207 "
                                                               "(a verdict's HELDOUT_SEED)."),
     heldout: Optional[int] = typer.Option(None, "--heldout", min=1, max=256, help="The draws' size (default: the case "

@@ -5,6 +5,7 @@ each is timed paired (ABBA, one child) with the old candidate as a peer, and the
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,13 +102,17 @@ def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: 
         cases = g.changed
         if not cases:
             continue
-        rows = bench.evaluate_peers(new, cases, replace(opts, heldout_seed=g.seed), [str(old), *peers])
-        for r in rows:
+        print(f"timing {len(cases)} case(s) of {g.label}, paired...", file=sys.stderr, flush=True)  # progress
+
+        def on_result(r, g=g):  # each case's line as soon as it is timed
+            nonlocal ok
             line, ratio = case_line(g.seed, r, old_peer, g.fields.get(r.case, ""))
             emit(line)
             lines.append(line)
             ratios.append((f"{g.label}/{r.case}", ratio))
             ok = ok and bool(r.compiled and r.correct)
+
+        rows = bench.evaluate_peers(new, cases, replace(opts, heldout_seed=g.seed), [str(old), *peers], on_result)
         if opts.record and rows:
             dicts = [r.model_dump(mode="json") for r in rows]
             p = panel.build(dicts, {c.id: c.kind for c in cases})
