@@ -15,13 +15,8 @@ REQUIRED_PARAMS = ("q", "k_cache", "v_cache", "cache_seqlens")
 
 
 def resolve(path: Path | str) -> Path:
-    """The candidate file as an absolute path; a missing file is a usage error (exit 2). `REV:PATH` (git's spelling,
-    e.g. next/row-warps:solution/tilelang/run_kernel.py) where no such file exists is the candidate as commit REV of
-    the workspace's repository holds it (at_revision)."""
-    if is_revision(path):
-        from kopt.paths import workspace
-
-        return at_revision(str(path), workspace())
+    """The candidate file as an absolute path; a missing file is a usage error (exit 2). A `REV:PATH` spec (a
+    commit's candidate) is kopt.store's resolve_candidate, which exports it and then comes here."""
     p = Path(path).expanduser().resolve()
     if p.is_dir():
         raise UsageError(f"candidate is a folder, not a file: {path} (give its run_kernel.py)")
@@ -37,22 +32,6 @@ def is_revision(spec: Path | str) -> bool:
     .py file and no file of that name exists."""
     s = str(spec)
     return ":" in s and s.endswith(".py") and not Path(s).expanduser().exists()
-
-
-def at_revision(spec: str, root: Path) -> Path:
-    """The candidate file PATH as commit REV holds it (`spec` = "REV:PATH", PATH from the repository's top), with its
-    folder and the commit's tuning tables beside it, exported once into kopt's cache (revisions/<commit>/), so every
-    command reads the same files and the candidate id is that commit's (kopt.store.vcs.export_revision). A REV that
-    is not a commit of the repository at `root`, or a commit without PATH, is a usage error."""
-    from kopt.errors import WorkspaceError
-    from kopt.paths import cache_home
-    from kopt.store.vcs import export_revision
-
-    rev, _, rel = spec.partition(":")
-    try:
-        return export_revision(root, rev, rel.lstrip("/"), cache_home() / "revisions")
-    except WorkspaceError as e:
-        raise UsageError(f"candidate {spec}: {e}") from None
 
 
 def sources(path: Path) -> list[Path]:

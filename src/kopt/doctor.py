@@ -104,10 +104,11 @@ def case_plans(device: str, cases: list, candidate: Path | None = None) -> list[
     reason where there is none (no hook; a shape the kernel refuses, in its own words)}. The candidate is loaded with
     its own sibling modules (kopt.candidate.load), so two candidates of the same file names plan side by side."""
     from kopt import paths
-    from kopt.candidate import load, resolve
+    from kopt.candidate import load
+    from kopt.store import resolve_candidate
 
     prof = gpu_profile(device).model_dump()
-    mod = load(resolve(candidate if candidate else paths.default_candidate()))
+    mod = load(resolve_candidate(candidate if candidate else paths.default_candidate()))
     out = []
     for c in cases:
         plan, why = _hook_plan(mod, c.shape_dict(), prof, None)

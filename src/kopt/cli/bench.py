@@ -61,11 +61,11 @@ def command(
 ) -> None:
     """Compile, check and time a candidate against flash_attn_with_kvcache on one or more cases."""
     from kopt.baselines import BASELINE_CHOICES
-    from kopt.candidate import resolve
     from kopt.cli.output import deadline, emit_results
     from kopt.eval.bench import BenchOptions, evaluate
     from kopt.paths import default_candidate
     from kopt.records import FLUSH_KINDS, REPLAYS
+    from kopt.store import resolve_candidate as resolve
 
     t0 = time.perf_counter()
     options.output_mode(machine, as_json)

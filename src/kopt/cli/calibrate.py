@@ -23,11 +23,11 @@ def command(
 
     One `AA:` line per run (SPEEDUP of a function over itself: 1 is no noise), then `CALIBRATION:<device> SPREAD:...`.
     """
-    from kopt.candidate import resolve
     from kopt.eval import calibrate
     from kopt.eval.bench import BenchOptions
     from kopt.paths import default_candidate, relative
     from kopt.records import fmt_na, token
+    from kopt.store import resolve_candidate as resolve
     from kopt.store.calibration import calibration_file
     from kopt.timing.stats import min_effect
 

@@ -44,9 +44,9 @@ def command(
     """Decode N tokens greedily with the baseline and with the candidate as the decode attention of a Llama decoder
     (random weights): tokens the same, logit gaps (kopt's tolerance rule), step latency, attention share."""
     from kopt import e2e
-    from kopt.candidate import resolve
     from kopt.cli.common import err_console
     from kopt.paths import default_candidate
+    from kopt.store import resolve_candidate as resolve
 
     o = e2e.options(model, device, layers=layers, batch=batch, prompt_len=prompt_len, tokens=tokens,
                     page_size=page_size, dtype=options.choice(dtype, ("fp16", "bf16"), "--dtype"), seed=seed,

@@ -151,13 +151,13 @@ def ab(
     """The A/B of a kernel change on the cases it touches: the named cases and held-out draws whose plans the two
     candidates resolve differently, each timed paired against the old candidate (GPU); one AB line each, then a
     summary line (new over old: above 1 the new candidate is faster)."""
-    from kopt.candidate import resolve
     from kopt.cases import load_cases
     from kopt.cli.options import heldout_size
     from kopt.errors import UsageError
     from kopt.eval import BenchOptions
     from kopt.eval.peers import check_names
     from kopt.lab import AbGroup, ab_select, ab_selection_lines, pick_cases, require_cuda, run_ab
+    from kopt.store import resolve_candidate as resolve
     from kopt.workloads import HELDOUT_BASE
 
     try:

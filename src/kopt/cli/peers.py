@@ -43,13 +43,13 @@ def command(
                                                                                    "shape."),
 ) -> None:
     """Time the candidate against every available peer (FA2, FA2 paged-256, FA3, FlashInfer, torch SDPA), per case."""
-    from kopt.candidate import resolve
     from kopt.cli.common import err_console
     from kopt.eval import bench
     from kopt.eval.peers import check_names
     from kopt.paths import default_candidate, workspace
     from kopt.records import machine_line
     from kopt.report import panel
+    from kopt.store import resolve_candidate as resolve
 
     t0 = time.perf_counter()
     cases = [] if heldout and not (case or all_) else \

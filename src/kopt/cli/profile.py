@@ -32,13 +32,13 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="One JSON object (summary.json) on stdout."),
 ) -> None:
     """Profile one case of a candidate; raw reports, summary.md and summary.json go to results/<backend>/profiling/."""
-    from kopt.candidate import resolve
     from kopt.cli.common import err_console, out_console
     from kopt.errors import UsageError
     from kopt.paths import default_candidate
     from kopt.profile.diagnosis import pattern_titles
     from kopt.profile.render import diagnosis_table
     from kopt.profile.runner import ProfileOptions, profile
+    from kopt.store import resolve_candidate as resolve
 
     if case is None:
         raise UsageError("choose the case to profile with --case N (e.g. --case 10)")

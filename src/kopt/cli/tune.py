@@ -55,10 +55,10 @@ def command(
     """Per case: compile, check and quick-time every config of configs(case), pair the fastest against the
     default; upsert the winner (a paired improvement over the default, else the default)."""
     from kopt import tune
-    from kopt.candidate import resolve
     from kopt.errors import UsageError
     from kopt.executor import pool
     from kopt.paths import default_candidate
+    from kopt.store import resolve_candidate as resolve
     from kopt.timing.stats import geomean
 
     t0 = time.perf_counter()

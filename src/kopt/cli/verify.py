@@ -61,7 +61,6 @@ def command(
     workload library (and the reigning candidate on the same draws); record verdict rows."""
     from kopt import executor as executors
     from kopt.baselines import BASELINE_CHOICES
-    from kopt.candidate import resolve
     from kopt.cases import load_file, parse_ids, select
     from kopt.cli.common import err_console
     from kopt.cli.output import deadline, progress_line
@@ -71,6 +70,7 @@ def command(
     from kopt.hardware import device_label, resolve_device
     from kopt.paths import default_candidate, ledger_file
     from kopt.records import machine_line
+    from kopt.store import resolve_candidate as resolve
 
     t0 = time.perf_counter()
     options.output_mode(machine, as_json)

@@ -27,8 +27,9 @@ def check_names(names: list[str]) -> list[str]:
     """Named peers in panel order, then candidate files (`*.py`, or `REV:PATH.py`, a commit's candidate; as absolute
     paths); an unknown name, a file that is not there or a revision without the file is a usage error."""
     from kopt.baselines import PEERS, is_candidate_file
-    from kopt.candidate import is_revision, resolve
+    from kopt.candidate import is_revision
     from kopt.errors import UsageError
+    from kopt.store import resolve_candidate
 
     files = [n for n in names if is_candidate_file(n)]
     missing = [f for f in files if not is_revision(f) and not Path(f).is_file()]
@@ -38,7 +39,7 @@ def check_names(names: list[str]) -> list[str]:
     if bad or not names:
         raise UsageError(f"unknown peer {bad[0] if bad else '(none)'!r}; use some of {', '.join(PEERS)}, or a "
                          "candidate file (a .py path, or REV:PATH.py at a commit)")
-    return [p for p in PEERS if p in names] + list(dict.fromkeys(str(resolve(f)) for f in files))
+    return [p for p in PEERS if p in names] + list(dict.fromkeys(str(resolve_candidate(f)) for f in files))
 
 
 # ---------------------------------------------------------------- in the evaluation child

@@ -32,10 +32,12 @@ def pick_cases(ids: str, page_size: Optional[int] = None, heldout: int = 0, seed
 
 
 def candidate_path(path: Optional[Path] = None) -> Path:
-    """The candidate file (a usage error when it is missing), by default the workspace's shipped one."""
-    from kopt import candidate, paths
+    """The candidate file (a usage error when it is missing; REV:PATH, a commit's), by default the workspace's
+    shipped one."""
+    from kopt import paths
+    from kopt.store import resolve_candidate
 
-    return candidate.resolve(path if path is not None else paths.default_candidate())
+    return resolve_candidate(path if path is not None else paths.default_candidate())
 
 
 def header(**facts) -> str:

@@ -4,7 +4,8 @@
                   lock, tolerant loads, `kopt import` (another copy's rows it lacks, by row id), compaction.
 - `lean`        : the ledger's lean line format: a run's shared fields once, each row only its own.
 - `journal`     : ITERATIONS.md as a document: parse, render, append an entry.
-- `vcs`         : git (GitPython, lazily): iteration numbers, `[iter N]` commits, a candidate from git.
+- `vcs`         : git (GitPython, lazily): iteration numbers, `[iter N]` commits, a candidate from git (by id, or
+                  as `REV:PATH`: resolve_candidate).
 - `trajectory`  : trajectory/ snapshots: the iteration's files whole or as a delta, restored byte for byte.
 - `delta`       : file sets as line deltas of each other, exact to the byte.
 - `calibration` : results/calibration-<device>.json: the device's A/A spread (`kopt calibrate`).
@@ -14,7 +15,7 @@
 
 #: The face: the calls other stages make most, by the module that holds each.
 _FACE = {"Loaded": "ledger", "append": "ledger", "load": "ledger", "load_dicts": "ledger",
-         "candidate_hash": "vcs", "head_short": "vcs", "copy_results": "results_copy"}
+         "candidate_hash": "vcs", "head_short": "vcs", "resolve_candidate": "vcs", "copy_results": "results_copy"}
 
 __all__ = sorted(_FACE)
 

@@ -282,3 +282,22 @@ def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return (out / rel).resolve()
+
+
+def resolve_candidate(spec: Path | str, ws: Optional[Path] = None) -> Path:
+    """A candidate spec as a file: a path (kopt.candidate.resolve), or `REV:PATH` (git's spelling, e.g.
+    next/row-warps:solution/tilelang/run_kernel.py; PATH from the repository's top) where no such file exists: the
+    file as commit REV of the workspace's repository holds it, with its folder and the commit's tuning tables beside
+    it, exported once into kopt's cache (revisions/<commit>/), so its candidate id is that commit's. A REV that is not
+    a commit, or a commit without PATH, is a usage error."""
+    from kopt import paths
+    from kopt.candidate import is_revision, resolve
+    from kopt.errors import UsageError
+
+    if not is_revision(spec):
+        return resolve(spec)
+    rev, _, rel = str(spec).partition(":")
+    try:
+        return resolve(export_revision(ws or paths.workspace(), rev, rel.lstrip("/"), paths.cache_home() / "revisions"))
+    except WorkspaceError as e:
+        raise UsageError(f"candidate {spec}: {e}") from None
