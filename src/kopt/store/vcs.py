@@ -253,11 +253,13 @@ def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
     WorkspaceError: `rev` is not a commit, or it has no `rel`."""
     import tempfile
 
+    from git import GitCommandError
+
     repo = open_repo(ws)
     root = Path(repo.working_tree_dir)
     try:
         sha = repo.git.rev_parse("--verify", "--quiet", f"{rev}^{{commit}}").strip() if rev else ""
-    except Exception:  # git's own error: not a revision
+    except GitCommandError:  # not a revision
         sha = ""
     if not sha:
         raise WorkspaceError(f"{rev!r} is not a commit of the repository at {root}")
@@ -275,10 +277,10 @@ def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
     try:
         if not _archive(root, sha, take, tmp):
             raise WorkspaceError(f"git archive of {sha[:12]} failed")
-        if out.exists():  # an earlier export of another folder of this commit: add this one's files
-            shutil.copytree(tmp, out, dirs_exist_ok=True)
-        else:
+        try:
             os.replace(tmp, out)
+        except OSError:  # an export of this commit is there (another folder of it, or another process's): add to it
+            shutil.copytree(tmp, out, dirs_exist_ok=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return (out / rel).resolve()
