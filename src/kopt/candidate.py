@@ -6,6 +6,8 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -186,6 +188,30 @@ def load(path: Path) -> ModuleType:
         raise CandidateLoadError(f"import of {path.name} failed: {type(e).__name__}: {e}") from None
     check_contract(mod)
     return mod
+
+
+@contextmanager
+def loaded(path: Path) -> Iterator[ModuleType]:
+    """The candidate module (load) for the duration of a with-block, after which this process's imports are as they
+    were: its folder leaves sys.path, its own modules leave sys.modules, and the modules of those names that it put
+    aside (another candidate's `tl_decode_cuda`) come back. For asking one candidate after another a question in a
+    process that goes on (the plans of two candidates side by side), where a later plain import of a sibling name
+    must not find this one's."""
+    folder = Path(path).parent.resolve()
+    names = [f.stem for f in folder.glob("*.py")]
+    aside = {n: sys.modules[n] for n in names if n in sys.modules}
+    path_before = list(sys.path)
+    mod = load(path)
+    try:
+        yield mod
+    finally:
+        for n in names:
+            file = getattr(sys.modules.get(n), "__file__", None)
+            if file and Path(file).resolve().parent == folder:
+                del sys.modules[n]
+        sys.modules.update(aside)
+        sys.modules.pop(mod.__name__, None)
+        sys.path[:] = path_before
 
 
 def check_contract(mod: ModuleType) -> None:

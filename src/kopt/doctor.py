@@ -102,17 +102,18 @@ def case_plans(device: str, cases: list, candidate: Path | None = None) -> list[
     """The plan a candidate resolves for each case (named or a held-out draw) on a device of hardware.yaml, from the
     device's profile, with no GPU: per case {"case": id, "plan": its device_plan hook's dict, or None, "why": the
     reason where there is none (no hook; a shape the kernel refuses, in its own words)}. The candidate is loaded with
-    its own sibling modules (kopt.candidate.load), so two candidates of the same file names plan side by side."""
+    its own sibling modules (kopt.candidate.loaded), so two candidates of the same file names plan side by side, and
+    the process's imports are as they were after."""
     from kopt import paths
-    from kopt.candidate import load
+    from kopt.candidate import loaded
     from kopt.store import resolve_candidate
 
     prof = gpu_profile(device).model_dump()
-    mod = load(resolve_candidate(candidate if candidate else paths.default_candidate()))
     out = []
-    for c in cases:
-        plan, why = _hook_plan(mod, c.shape_dict(), prof, None)
-        out.append({"case": c.id, "plan": plan, "why": why})
+    with loaded(resolve_candidate(candidate if candidate else paths.default_candidate())) as mod:
+        for c in cases:
+            plan, why = _hook_plan(mod, c.shape_dict(), prof, None)
+            out.append({"case": c.id, "plan": plan, "why": why})
     return out
 
 

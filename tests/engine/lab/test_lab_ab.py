@@ -49,6 +49,11 @@ def test_a_dry_run_lists_the_cases_whose_plans_differ(tmp_path):
     assert lines[-1] == f"AB_PLAN: CASES:{sum(map(len, want.values()))} OF:45 DEVICE:H200"
     assert all("balanced" in x for x in lines if x.startswith("  "))  # the fields that move name the kernel's switch
     assert len(load_cases()) >= 21
+    # the process's imports are as they were: no module of the other copy is left for a later plain import to find
+    import sys
+
+    assert not [n for n, m in list(sys.modules.items())
+                if str(getattr(m, "__file__", "") or "").startswith(str(tmp_path))]
 
 
 @pytest.mark.parametrize("argv, says", [
