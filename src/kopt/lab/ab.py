@@ -113,13 +113,20 @@ def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: 
             ok = ok and bool(r.compiled and r.correct)
 
         rows = bench.evaluate_peers(new, cases, replace(opts, heldout_seed=g.seed), [str(old), *peers], on_result)
+        for c in cases:  # a case the run never reported (its child stopped): NA, counted, never left out
+            if all(r.case != c.id for r in rows):
+                line = f"AB case={c.id} seed={g.label} NA: no row came back (the run stopped before it)"
+                emit(line)
+                lines.append(line)
+                ratios.append((f"{g.label}/{c.id}", None))
+                ok = False
         if opts.record and rows:
             dicts = [r.model_dump(mode="json") for r in rows]
             p = panel.build(dicts, {c.id: c.kind for c in cases})
             backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
             folder = Path(out) if out else paths.workspace() / "results" / backend / f"ab-{p.slug}-{p.date}"
             for f in panel.write_results(rows, cases, paths.workspace(), folder / f"{g.label}.csv"):
-                emit(f"wrote {paths.relative(f)}")
+                print(f"wrote {paths.relative(f)}", file=sys.stderr, flush=True)
     last = summary_line(ratios)
     emit(last)
     return lines + [last], ok

@@ -117,6 +117,45 @@ def test_the_ab_lines_and_the_summary():
     assert summary_line([("x", None)]) == "AB: CASES:1 TIMED:0 GEOMEAN:NA MIN:NA MAX:NA"
 
 
+def test_a_case_the_run_never_reports_is_na_and_counted(monkeypatch, tmp_path):
+    """run(): each changed case's line as its row arrives; a case whose row never comes back (the child stopped) is
+    an NA line, counted in the summary, and the run is not ok; unchanged cases are never timed."""
+    from kopt.candidate import candidate_id
+    from kopt.cases import load_cases
+    from kopt.eval import BenchOptions, bench
+    from kopt.lab.ab import Group, run
+    from kopt.records import CaseResult
+
+    old = tmp_path / "old" / "run_kernel.py"
+    old.parent.mkdir()
+    old.write_text("def run(q, k_cache, v_cache, cache_seqlens):\n    return q\n")
+    c2, c3, c4 = (c for c in load_cases() if c.id in (2, 3, 4))
+    asked = []
+
+    def fake(new, cases, opts, peers, on_result):
+        asked.append(([c.id for c in cases], opts.heldout_seed, peers))
+        t = {"method": "cupti", "median_ms": 0.01, "q1_ms": 0.01, "q3_ms": 0.01, "min_ms": 0.01, "n": 9,
+             "rel_iqr": 0.0}
+        peer = {"peer": f"cand-{candidate_id(old)}", "ref": "x", "correct": True, "timing": t,
+                "ref_timing": {**t, "median_ms": 0.02}, "speedup": 2.0, "speedup_ci": [1.9, 2.1]}
+        row = CaseResult.model_validate({"row_id": "x", "mode": "peers", "kind": "case", "run_id": "r",
+                                         "device": "H200", "candidate_id": "new", "status": "ok", "compiled": True,
+                                         "correct": True, "case": cases[0].id, "peers": [peer]})
+        on_result(row)
+        return [row]
+
+    monkeypatch.setattr(bench, "evaluate_peers", fake)
+
+    g = Group(None, [c2, c3, c4], {2: "block_N", 3: "", 4: "eager"})
+    got = []
+    lines, ok = run(SHIPPED, old, [g], BenchOptions(record=False), [], None, got.append)
+    assert asked == [([2, 4], None, [str(old)])]  # case 3's plan is the same: not timed
+    assert not ok and got == lines
+    assert lines[0].startswith("AB case=2 seed=named new_ms=") and "new_vs_old=2.000x" in lines[0]
+    assert lines[1] == "AB case=4 seed=named NA: no row came back (the run stopped before it)"
+    assert lines[-1] == "AB: CASES:2 TIMED:1 GEOMEAN:2.000x MIN:2.000x (named/2) MAX:2.000x (named/2)"
+
+
 @pytest.mark.gpu
 def test_lab_ab_times_the_changed_cases_paired(tmp_path, workspace):
     """On a GPU: the cases that change are timed paired, each row correct, one AB line each and the summary, and the
