@@ -112,7 +112,7 @@ def case_plans(device: str, cases: list, candidate: Path | None = None) -> list[
     out = []
     with loaded(resolve_candidate(candidate if candidate else paths.default_candidate())) as mod:
         for c in cases:
-            plan, why = _hook_plan(mod, c.shape_dict(), prof, None)
+            plan, why = hook_plan(mod, c.shape_dict(), prof, None)
             out.append({"case": c.id, "plan": plan, "why": why})
     return out
 
@@ -134,7 +134,7 @@ def plan_fields_apart(a: Optional[dict], b: Optional[dict]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if (a[k] != b[k] if k in a and k in b else get(a, k) != get(b, k)))
 
 
-def _hook_plan(mod, shape: dict, profile: dict, config: dict | None) -> tuple[dict | None, str]:
+def hook_plan(mod, shape: dict, profile: dict, config: dict | None) -> tuple[dict | None, str]:
     """(the candidate's device_plan hook's dict, "") or (None, why): it has no hook, or it refuses the shape or the
     config on that device (a ValueError: the answer, in its own words, not a crash)."""
     if not hasattr(mod, "device_plan"):
@@ -173,7 +173,7 @@ def device_plan(device: str, case_id: int, *, candidate: Path | None = None, dty
                                               "smem_per_unit_bytes"}),
            "case": {"id": case.id, **shape}, "candidate": paths.relative(cand), "config": config, "plan": None,
            "why": "", "hopper_only": HOPPER_ONLY, "wave64": None}
-    out["plan"], out["why"] = _hook_plan(w64.load_candidate(str(cand)), shape, prof.model_dump(), config)
+    out["plan"], out["why"] = hook_plan(w64.load_candidate(str(cand)), shape, prof.model_dump(), config)
     if out["plan"] is None:
         return out
     if wave64:

@@ -157,6 +157,11 @@ def draw(wf: WorkloadFile, n: int, seed: int, cpu: bool = False) -> list[Case]:
     return out
 
 
+def draw_ids(n: int) -> str:
+    """The case ids of a whole draw of `n` held-out shapes, as --case takes them ("1001-1012")."""
+    return f"{HELDOUT_BASE + 1}-{HELDOUT_BASE + n}"
+
+
 def pick(named: list[Case], ids: list[int], heldout: int, seed: Optional[int], cpu: bool = False) -> list[Case]:
     """Cases `ids` of the named cases or, with a seed, of that seed's `heldout` draws (ids HELDOUT_BASE + 1 ..,
     as `kopt verify --heldout N --heldout-seed S` numbers them). A held-out id without a seed, or past the draw, is

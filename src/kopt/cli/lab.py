@@ -104,7 +104,7 @@ def readbound(
     from kopt.cli.options import heldout_size
     from kopt.errors import UsageError
     from kopt.lab import candidate_path, pick_cases, read_layouts, require_cuda, run_readbound, write_table
-    from kopt.workloads import HELDOUT_BASE
+    from kopt.workloads import draw_ids
 
     sizes: list[int] = []
     if layouts is not None:
@@ -116,7 +116,7 @@ def readbound(
             raise UsageError(f"--layouts takes page sizes of 0, 16, 32, 64, 256 like 0,16,256, got {layouts!r}")
     n_held = heldout_size(heldout, heldout_seed)
     if case is None:
-        case = f"{HELDOUT_BASE + 1}-{HELDOUT_BASE + n_held}" if n_held else "4-18"
+        case = draw_ids(n_held) if n_held else "4-18"
     path = candidate_path(candidate)
     cases = pick_cases(case, heldout=n_held, seed=heldout_seed)
     require_cuda("kopt lab readbound")
@@ -158,7 +158,7 @@ def ab(
     from kopt.eval.peers import check_names
     from kopt.lab import AbGroup, ab_select, ab_selection_lines, pick_cases, require_cuda, run_ab
     from kopt.store import resolve_candidate as resolve
-    from kopt.workloads import HELDOUT_BASE
+    from kopt.workloads import draw_ids
 
     try:
         seed_list = [int(s) for s in seeds.split(",")] if seeds else []
@@ -179,10 +179,9 @@ def ab(
 
         plan_for = device_profile()["name"]
     n_held = heldout_size(heldout, seed_list[0] if seed_list else None)
-    named = case or ",".join(str(c.id) for c in load_cases())
-    groups = [AbGroup(None, pick_cases(named))] if case or not seed_list else []
-    groups += [AbGroup(s, pick_cases(f"{HELDOUT_BASE + 1}-{HELDOUT_BASE + n_held}", heldout=n_held, seed=s))
-               for s in seed_list]
+    groups = [AbGroup(None, pick_cases(case or ",".join(str(c.id) for c in load_cases())))] \
+        if case or not seed_list else []
+    groups += [AbGroup(s, pick_cases(draw_ids(n_held), heldout=n_held, seed=s)) for s in seed_list]
     groups = ab_select(new, old, groups, plan_for)
     for line in ab_selection_lines(groups, plan_for):
         _say(line)

@@ -69,17 +69,12 @@ def plan_oracle(mod, case, profile: Optional[dict]):
     """A callable config -> the candidate's plan of `case` on the device of `profile` (its device_plan: no compile),
     None where the candidate refuses the config; None itself where the candidate has no device_plan or there is no
     profile (configs are then laid over the plan whole)."""
+    from kopt.doctor import hook_plan
+
     if profile is None or not hasattr(mod, "device_plan"):
         return None
     shape = case.shape_dict()
-
-    def plan_of(cfg: dict) -> Optional[dict]:
-        try:
-            return mod.device_plan(shape, profile, cfg)
-        except ValueError:
-            return None
-
-    return plan_of
+    return lambda cfg: hook_plan(mod, shape, profile, cfg)[0]
 
 
 def host_profile() -> Optional[dict]:

@@ -263,12 +263,12 @@ def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
         sha = ""
     if not sha:
         raise WorkspaceError(f"{rev!r} is not a commit of the repository at {root}")
+    out = Path(cache) / sha
+    if (out / rel).is_file():  # exported before: the commit's tree is not listed again
+        return (out / rel).resolve()
     names = repo.git.ls_tree("-r", "--name-only", sha).splitlines()
     if rel not in names:
         raise WorkspaceError(f"commit {sha[:12]} has no file {rel!r}")
-    out = Path(cache) / sha
-    if (out / rel).is_file():
-        return (out / rel).resolve()
     folder = Path(rel).parent.as_posix()
     (res,) = pathspecs(repo, ws, ["results"])
     take = [n for n in names if n.startswith(folder + "/") or (n.startswith(res + "/") and n.endswith("/tuning.csv"))]
