@@ -139,6 +139,9 @@ def ab(
                                                                                   "file's verify.heldout)."),
     plan_for: Optional[str] = typer.Option(None, "--plan-for", help="Whose plans decide what changed: a device of "
                                                                     "hardware.yaml (default: this host's GPU)."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help="A change to this kernel's code that moves no plan "
+                                                                "(e.g. decode_balanced): the cases whose plans run "
+                                                                "it are timed too."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list the cases that change and the plan fields that "
                                                           "move (no GPU)."),
     peers: Optional[str] = typer.Option(None, "--peers", help="Also time these peers (e.g. fa2)."),
@@ -182,7 +185,11 @@ def ab(
     groups = [AbGroup(None, pick_cases(case or ",".join(str(c.id) for c in load_cases())))] \
         if case or not seed_list else []
     groups += [AbGroup(s, pick_cases(draw_ids(n_held), heldout=n_held, seed=s)) for s in seed_list]
-    groups = ab_select(new, old, groups, plan_for)
+    groups = ab_select(new, old, groups, plan_for, kernel)
+    seen = sorted({k for g in groups for ks in g.kernels.values() for k in ks})
+    if kernel is not None and kernel not in seen:
+        raise UsageError(f"--kernel {kernel}: no case considered here runs it on {plan_for}; their plans run "
+                         f"{', '.join(seen) or 'no kernel'}")
     for line in ab_selection_lines(groups, plan_for):
         _say(line)
     if dry_run:

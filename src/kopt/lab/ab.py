@@ -20,6 +20,8 @@ class Group:
     seed: Optional[int]
     cases: list
     fields: dict = field(default_factory=dict)
+    #: the kernels each case's new plan launches (select fills it)
+    kernels: dict = field(default_factory=dict)
 
     @property
     def changed(self) -> list:
@@ -31,22 +33,30 @@ class Group:
         return "named" if self.seed is None else str(self.seed)
 
 
-def select(new: Path, old: Path, groups: list[Group], device: str) -> list[Group]:
-    """Each group with its cases' plan fields apart between `new` and `old` on `device` (a hardware.yaml GPU name)."""
+def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optional[str] = None) -> list[Group]:
+    """Each group with its cases' plan fields apart between `new` and `old` on `device` (a hardware.yaml GPU name).
+    `kernel` (a kernel the change edits without moving any plan, e.g. decode_balanced): a case whose new plan runs
+    that kernel is changed too, marked ``kernel=NAME`` where no plan field moves."""
     from kopt.doctor import case_plans, plan_fields_apart
 
     for g in groups:
         mine, theirs = case_plans(device, g.cases, new), case_plans(device, g.cases, old)
-        g.fields = {c.id: ",".join(plan_fields_apart(a["plan"], b["plan"])) for c, a, b in zip(g.cases, mine, theirs)}
+        g.fields, g.kernels = {}, {}
+        for c, a, b in zip(g.cases, mine, theirs):
+            apart = ",".join(plan_fields_apart(a["plan"], b["plan"]))
+            g.kernels[c.id] = list((a["plan"] or {}).get("kernels") or ())
+            runs = kernel is not None and kernel in g.kernels[c.id]
+            g.fields[c.id] = apart or (f"kernel={kernel}" if runs else "")
     return groups
 
 
 def selection_lines(groups: list[Group], device: str) -> list[str]:
-    """What a dry run prints: per group the cases that change and the fields that move, then the count."""
+    """What a dry run prints: per group the cases that change and the fields that move (or the kernel they run,
+    --kernel), then the count."""
     out = []
     for g in groups:
         ch = g.changed
-        out.append(f"{g.label}: {len(ch)} of {len(g.cases)} cases plan differently on {device}"
+        out.append(f"{g.label}: {len(ch)} of {len(g.cases)} cases to time on {device}"
                    + (f": {','.join(str(c.id) for c in ch)}" if ch else ""))
         out += [f"  {c.id}: {g.fields[c.id]}" for c in ch]
     n = sum(len(g.changed) for g in groups)

@@ -43,7 +43,7 @@ def test_a_dry_run_lists_the_cases_whose_plans_differ(tmp_path):
     for seed, label in ((None, "named"), (205, "205"), (206, "206")):
         head = next(x for x in lines if x.startswith(f"{label}: "))
         ids = want[seed]
-        assert head.endswith(f"{len(ids)} of {21 if seed is None else 12} cases plan differently on H200"
+        assert head.endswith(f"{len(ids)} of {21 if seed is None else 12} cases to time on H200"
                              + (f": {','.join(map(str, ids))}" if ids else "")), (head, ids)
     assert sum(map(len, want.values())) > 0
     assert lines[-1] == f"AB_PLAN: CASES:{sum(map(len, want.values()))} OF:45 DEVICE:H200"
@@ -54,6 +54,33 @@ def test_a_dry_run_lists_the_cases_whose_plans_differ(tmp_path):
 
     assert not [n for n, m in list(sys.modules.items())
                 if str(getattr(m, "__file__", "") or "").startswith(str(tmp_path))]
+
+
+def test_kernel_marks_the_cases_that_run_an_edited_kernel():
+    """--kernel NAME: a change to one kernel's code moves no plan (the candidate against itself here), yet every case
+    whose plan runs that kernel is to be timed, marked kernel=NAME; a kernel no case runs is a usage error naming
+    the ones they do run."""
+    from kopt.doctor import case_plans
+    from kopt.lab import pick_cases
+
+    code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), "--seeds",
+                               "205,206", "--plan-for", "H200", "--kernel", "decode_balanced", "--dry-run"])
+    assert_clean(code, out, err, allowed=(0,))
+    want = {s: [c.id for c, p in zip(cs, case_plans("H200", cs, SHIPPED)) if "decode_balanced" in p["plan"]["kernels"]]
+            for s, cs in ((s, pick_cases("1001-1012", heldout=12, seed=s)) for s in (205, 206))}
+    lines = out.splitlines()
+    for seed, ids in want.items():
+        head = next(x for x in lines if x.startswith(f"{seed}: "))
+        assert head.endswith(f"{len(ids)} of 12 cases to time on H200" + (f": {','.join(map(str, ids))}" if ids
+                                                                           else "")), (head, ids)
+    n = sum(map(len, want.values()))
+    assert n > 0 and lines[-1] == f"AB_PLAN: CASES:{n} OF:24 DEVICE:H200"
+    assert [x for x in lines if x.startswith("  ")] == [f"  {i}: kernel=decode_balanced" for ids in want.values()
+                                                         for i in ids]
+    code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), "--seeds", "205",
+                               "--plan-for", "H200", "--kernel", "decode_nothing", "--dry-run"])
+    assert_clean(code, out, err, allowed=(2,))
+    assert "--kernel decode_nothing" in err and "decode_direct" in err and out == ""
 
 
 @pytest.mark.parametrize("argv, says", [
