@@ -619,6 +619,7 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             rs = T.alloc_var("int32")
             part = T.alloc_fragment([threads], "int32")
             e_s = T.alloc_shared([threads], "int32")
+            f_s = T.alloc_shared([2], "int32")
             tot_f = T.alloc_fragment([1], "int32")
             split_tiles(L, part, tot_f)
             tot = tot_f[0]
@@ -627,19 +628,26 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             rb = y
             rs = 0
             if y >= batch:
-                rb = -1
+                # pool block j = y - batch: row b's extra splits take the pool slots [P(b), P(b + 1)). A thread a
+                # row: its extra splits (row_splits less one, 0 past the batch), their inclusive prefix sum in
+                # shared memory (T.cumsum, a warp's shuffles), and the one row whose slots hold j names itself
+                # in f_s; ceil(batch / threads) rounds, not a serial walk of batch steps
+                for i in T.Parallel(2):
+                    f_s[i] = -1
                 acc = 0
                 for j in T.serial(T.ceildiv(batch, threads)):
-                    # a row's extra splits (row_splits less one), a thread a row; then the prefix walk over them
-                    # in shared memory
                     for t in T.Parallel(threads):
-                        e_s[t] = row_splits(L[T.min(j * threads + t, batch - 1)], w) - 1
-                    for t in T.serial(T.min(threads, batch - j * threads)):
-                        if rb < 0:
-                            if y - batch < acc + e_s[t]:
-                                rb = j * threads + t
-                                rs = y - batch - acc + 1
-                        acc += e_s[t]
+                        e_s[t] = T.if_then_else(j * threads + t < batch,
+                                                row_splits(L[T.min(j * threads + t, batch - 1)], w) - 1, 0)
+                    T.cumsum(e_s, dim=0)
+                    for t in T.Parallel(threads):
+                        lo = acc + T.if_then_else(t > 0, e_s[T.max(t - 1, 0)], 0)
+                        if lo <= y - batch and y - batch < acc + e_s[t]:
+                            f_s[0] = j * threads + t
+                            f_s[1] = y - batch - lo + 1
+                    acc += e_s[threads - 1]
+                rb = f_s[0]
+                rs = f_s[1]
             bb = T.alloc_var("int32")
             ns = T.alloc_var("int32")
             sd = T.alloc_var("int32")  # registers, not expressions inlined into the body (_decode_body)
