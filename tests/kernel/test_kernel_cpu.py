@@ -694,10 +694,12 @@ def test_balanced_variant_plans_on_the_device(builds, paged):
     assert len(_defs(src)) == 1
     # the text is the point: the plan is computed on the device, which no CPU run can show: the batch's tiles summed
     # from a thread a row in passes of the CTA's threads and one reduction; the pool blocks' extra splits a thread a
-    # row in shared memory, walked by every thread; an atomic counter for the merge
+    # row in shared memory, their prefix sum a warp's scan, and the one row whose pool slots hold the block names
+    # itself; an atomic counter for the merge
     assert re.search(r"for \(int \w+ = 0; \w+ < \(\(batch \+ \d+\) >> \d+\);", src)
-    assert "tl::AllReduce<tl::SumOp" in src and "((int*)e_s)[t]" in src and "AtomicAddRet(" in src
+    assert "tl::AllReduce<tl::SumOp" in src and "tl::CumSum1D<128" in src and "AtomicAddRet(" in src
     assert not re.search(r"for \(int \w+ = 0; \w+ < batch;", src)  # no serial loop over the batch's lengths
+    assert not re.search(r"for \(int \w+ = 0; \w+ < min\(128, \(batch", src)  # nor a row at a time in a pass
 
 
 @pytest.mark.parametrize("case,want", [
