@@ -325,11 +325,8 @@ def _decode_body(T, p: Plan, sym: dict, finish):
         m_use = T.alloc_fragment([block_H], accum)
         m_ref = m_use if eager else m_cur
         r_scale = T.alloc_fragment([block_H], accum)
+        r_sum = T.alloc_fragment([block_H], accum)
         l_sum = T.alloc_fragment([block_H], accum)
-        # each thread's share of the rows' exp sums, in acc_s's layout: rescaled and added to per tile, and summed
-        # across the CTA's threads once, after the last tile (FA2's deferred row sum), so a tile's softmax crosses
-        # the warps once (its max), not twice
-        acc_l = T.alloc_fragment([block_H, block_N], accum)
 
         seqlen = L[b]
         n_tiles = T.ceildiv(seqlen, block_N)
@@ -354,7 +351,7 @@ def _decode_body(T, p: Plan, sym: dict, finish):
             for i, j in T.Parallel(block_H, d):
                 Q_shared[i, j] = T.if_then_else(i < G, Q[b, h * G + T.min(i, G - 1), j], T.cast(0, dtype))
         T.fill(acc_o, 0)
-        T.fill(acc_l, 0)
+        T.fill(l_sum, 0)
         T.fill(m_cur, -T.infinity(accum))
         tp = tile_page and not eager  # eager rows may pass the sequence: they keep the per-row clamped page
 
@@ -392,8 +389,9 @@ def _decode_body(T, p: Plan, sym: dict, finish):
                 r_scale[i] = T.exp2(m_prev[i] - m_ref[i])
             for i, j in T.Parallel(block_H, block_N):
                 acc_s[i, j] = T.exp2(acc_s[i, j] - m_ref[i])
-            for i, j in T.Parallel(block_H, block_N):
-                acc_l[i, j] = acc_l[i, j] * r_scale[i] + acc_s[i, j]
+            T.reduce_sum(acc_s, r_sum, dim=1, batch=red_batch)
+            for i in T.Parallel(block_H):
+                l_sum[i] = l_sum[i] * r_scale[i] + r_sum[i]
             T.copy(acc_s, P_shared)
             for i, j in T.Parallel(block_H, dv):
                 acc_o[i, j] *= r_scale[i]
@@ -407,7 +405,6 @@ def _decode_body(T, p: Plan, sym: dict, finish):
                     r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=eager)
                     V_shared[i, j] = V[r0, r1, h, vc * dv + j]
             T.gemm(P_shared, V_shared, acc_o, policy=policy)
-        T.reduce_sum(acc_l, l_sum, dim=1, batch=red_batch)
         finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc)
 
     return body
