@@ -4,7 +4,8 @@
 Iteration numbering rule (one rule, used by `kopt log`, `kopt commit` and `kopt status`):
 N = 1 + the number of commits reachable from HEAD whose subject starts with `[iter `.
 Git history is the source of truth and kopt never rewrites it, so numbers are stable; `[revert]`
-and hand-made commits do not count. Outside a git repository `kopt log` falls back to
+and hand-made commits do not count, and two commits that start with one `[iter N]` are refused
+(iterations_done), never counted twice. Outside a git repository `kopt log` falls back to
 "last ITERATIONS.md entry + 1".
 
 Only the workspace paths are ever staged, and commits are made with an explicit pathspec
@@ -103,16 +104,29 @@ def iteration_commits(repo) -> list[str]:
 
 
 def iterations_done(repo) -> int:
-    """Number of `[iter ` commits reachable from HEAD (0 on an unborn branch)."""
-    return len(iteration_commits(repo))
+    """Number of `[iter ` commits reachable from HEAD (0 on an unborn branch). Two of them with one number are a
+    WorkspaceError: a commit of other files whose subject starts with `[iter N]` would shift every later number by
+    one (the count is the rule), so it is named instead of counted."""
+    seen: dict = {}
+    for sha, subject in _subjects(repo):
+        m = ITER_RE.match(subject)
+        if m:
+            seen.setdefault(int(m.group(1)), []).append(sha[:7])
+    twice = {n: shas for n, shas in seen.items() if len(shas) > 1}
+    if twice:
+        n, shas = min(twice.items())
+        raise WorkspaceError(f"commits {' and '.join(shas)} both start with [iter {n}]: only `kopt commit` writes "
+                             f"that prefix; reword the other one (git commit --amend, or git rebase -i)")
+    return sum(len(shas) for shas in seen.values())
 
 
 def next_iteration(ws: Path, fallback: int = 1) -> int:
     """The number of the iteration being worked on (see the module rule); `fallback` outside git."""
     try:
-        return iterations_done(open_repo(ws)) + 1
+        repo = open_repo(ws)
     except WorkspaceError:
         return fallback
+    return iterations_done(repo) + 1
 
 
 def iteration_base(repo) -> Optional[str]:

@@ -309,3 +309,29 @@ def test_commit_stores_the_ledger_lean(ws):
     assert (ws / "candidates.jsonl").read_text().count("h" * 200) == 1
     assert ledger.load_dicts(ws / "candidates.jsonl").rows == before
     assert "candidates.jsonl" in git.Repo(ws).git.show("--name-only", "--format=", "HEAD").splitlines()
+
+
+def test_a_second_commit_of_one_iteration_number_is_named_not_counted(ws):
+    """A commit of other files whose subject starts with `[iter N]` (a hand-made `[iter 1] tests: ...`) would make
+    the next iteration N + 2, its entry and commit a number off: `kopt log` and `kopt commit` refuse instead (exit 2,
+    one line naming both commits), and nothing is logged or committed."""
+    import git
+
+    repo = git.Repo(ws)
+    edit(ws)
+    assert kopt("commit", "-m", "first").exit_code == 0
+    (ws / "notes.txt").write_text("tests of iteration 1\n")
+    repo.index.add(["notes.txt"])
+    repo.index.commit("[iter 1] tests: by hand")
+    journal = (ws / "ITERATIONS.md").read_text()
+    head = repo.head.commit.hexsha
+    for argv in (["log", "--title", "t", "--hypothesis", "h"], ["commit", "-m", "second"]):
+        edit(ws)
+        code, err = failure(kopt(*argv))
+        assert code == 2 and err.count("\n") == 1, err
+        assert "[iter 1]" in err and head[:7] in err and "reword" in err, err
+        assert (ws / "ITERATIONS.md").read_text() == journal and repo.head.commit.hexsha == head
+    repo.git.commit("--amend", "-m", "iteration 1's tests, by hand")
+    res = kopt("log", "--title", "t", "--hypothesis", "h")
+    assert res.exit_code == 0, (res.stdout, res.exception)
+    assert "## Iteration 2 — t" in (ws / "ITERATIONS.md").read_text()
