@@ -3,6 +3,7 @@ export, the FlashInfer check and GPU campaigns. Every input is checked before an
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -144,6 +145,9 @@ def ab(
                                                                 "it are timed too."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list the cases that change and the plan fields that "
                                                           "move (no GPU)."),
+    registers: bool = typer.Option(False, "--registers", help="In the list, each case's kernel of both candidates "
+                                                              "compiled for the device's arch (nvcc, no GPU): "
+                                                              "registers and CTAs a unit, old -> new."),
     peers: Optional[str] = typer.Option(None, "--peers", help="Also time these peers (e.g. fa2)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer timing samples (a dev screen, not a result)."),
     no_record: bool = typer.Option(False, "--no-record", help="No ledger rows, no files under results/."),
@@ -190,7 +194,18 @@ def ab(
     if kernel is not None and kernel not in seen:
         raise UsageError(f"--kernel {kernel}: no case considered here runs it on {plan_for}; their plans run "
                          f"{', '.join(seen) or 'no kernel'}")
-    for line in ab_selection_lines(groups, plan_for):
+    res = None
+    if registers:
+        from kopt.lab import ab_resources as resources
+
+        res = {}
+        for g in groups:
+            if g.changed:
+                print(f"compiling {len(g.changed)} case(s) of {g.label} for {plan_for}, both candidates...",
+                      file=sys.stderr, flush=True)  # progress: a compile is seconds a kernel
+                mine, theirs = resources(new, g.changed, plan_for), resources(old, g.changed, plan_for)
+                res.update({(g.label, c.id): (mine[c.id], theirs[c.id]) for c in g.changed})
+    for line in ab_selection_lines(groups, plan_for, res):
         _say(line)
     if dry_run:
         return

@@ -50,15 +50,79 @@ def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optio
     return groups
 
 
-def selection_lines(groups: list[Group], device: str) -> list[str]:
+@dataclass(frozen=True)
+class Resources:
+    """One candidate's kernel for one case as ptxas sees it on the device's arch (kopt.occupancy), or why not."""
+
+    kernel: str = ""
+    registers: int = 0
+    spill_bytes: int = 0
+    ctas: int = 0
+    bound: str = ""
+    na: str = ""
+
+
+def resources(candidate: Path, cases: list, device: str) -> dict:
+    """case id -> Resources of the kernel the candidate's plan runs for it on `device` (a hardware.yaml GPU): its
+    lower_plan hook's source compiled by nvcc for the device's arch (no GPU), the CTAs of it a unit leaves room for.
+    NA with the reason where the candidate cannot lower it or nvcc fails; one compile a distinct source."""
+    from kopt import occupancy
+    from kopt.candidate import loaded
+    from kopt.doctor import gpu_profile
+    from kopt.store import resolve_candidate
+
+    prof = gpu_profile(device).model_dump()
+    arch, smem_unit = prof["arch"], prof.get("smem_per_unit_bytes")
+    compiled: dict = {}
+    out = {}
+    with loaded(resolve_candidate(candidate)) as mod:
+        for c in cases:
+            if not hasattr(mod, "lower_plan"):
+                out[c.id] = Resources(na="the candidate has no lower_plan hook")
+                continue
+            try:
+                got = mod.lower_plan(c.shape_dict(), prof, arch)
+                main, plan = got["kernels"]["main"], got["plan"]
+                src = main["source"]
+                if src not in compiled:
+                    compiled[src] = occupancy.compile_source(src, arch)
+                name = f"{plan['kernels'][0]}_kernel"
+                k = next((x for x in compiled[src] if x.name == name), compiled[src][0])
+                n, what = occupancy.ctas_a_unit(k.registers, int(plan["threads"]), int(main["dyn_smem_bytes"]), arch,
+                                                smem_unit)
+                out[c.id] = Resources(k.name.removesuffix("_kernel"), k.registers, k.spill_bytes, n, what)
+            except Exception as e:  # noqa: BLE001 (a kernel that does not lower or compile is this line's NA)
+                lines = str(e).strip().splitlines()
+                out[c.id] = Resources(na=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:200])
+    return out
+
+
+def resources_line(new: Resources, old: Resources) -> str:
+    """`registers OLD -> NEW, CTAs a unit OLD -> NEW (bound: what)`, flagged where the new kernel leaves a unit
+    fewer CTAs or spills; NA with the reason where either side has none."""
+    if new.na or old.na:
+        return f"registers NA ({new.na or old.na})"
+    line = (f"registers {old.registers} -> {new.registers}, CTAs a unit {old.ctas} -> {new.ctas} "
+            f"(bound: {new.bound})")
+    if new.ctas < old.ctas:
+        line += ", FEWER CTAS A UNIT"
+    if new.spill_bytes > old.spill_bytes:
+        line += f", SPILLS {old.spill_bytes} -> {new.spill_bytes} B"
+    return line
+
+
+def selection_lines(groups: list[Group], device: str, res: Optional[dict] = None) -> list[str]:
     """What a dry run prints: per group the cases that change and the fields that move (or the kernel they run,
-    --kernel), then the count."""
+    --kernel), with `res` ((group label, case id) -> (new, old) Resources, --registers) each case's registers and
+    CTAs a unit, old -> new; then the count."""
     out = []
     for g in groups:
         ch = g.changed
         out.append(f"{g.label}: {len(ch)} of {len(g.cases)} cases to time on {device}"
                    + (f": {','.join(str(c.id) for c in ch)}" if ch else ""))
-        out += [f"  {c.id}: {g.fields[c.id]}" for c in ch]
+        for c in ch:
+            pair = (res or {}).get((g.label, c.id))
+            out.append(f"  {c.id}: {g.fields[c.id]}" + (f"; {resources_line(*pair)}" if pair else ""))
     n = sum(len(g.changed) for g in groups)
     out.append(f"AB_PLAN: CASES:{n} OF:{sum(len(g.cases) for g in groups)} DEVICE:{device}")
     return out

@@ -3,6 +3,7 @@ run, and its usage errors."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -196,3 +197,51 @@ def test_lab_ab_times_the_changed_cases_paired(tmp_path, workspace):
     assert timed and all("new_vs_old=" in x for x in timed)
     assert f"CASES:{len(timed)} " in plan and out.splitlines()[-1].startswith(f"AB: CASES:{len(timed)} TIMED:")
     assert (tmp_path / "ab" / "205.csv").is_file()
+
+
+def test_ptxas_report_and_ctas_a_unit():
+    """kopt.occupancy reads ptxas' -v report per entry function and counts the CTAs a unit leaves room for: 128
+    threads at 124 registers fit 4 on an sm_90 unit, at 136 only 3 (registers are allocated a warp at a time in blocks
+    of 256); shared memory binds where it is the scarcer; an arch without a table row is a ValueError."""
+    from kopt.occupancy import CudaKernel, ctas_a_unit, parse_ptxas
+
+    log = ("ptxas info    : Compiling entry function 'decode_split_combine_kernel' for 'sm_90a'\n"
+           "    0 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\nptxas info    : Used 124 registers\n"
+           "ptxas info    : Compiling entry function 'decode_split_combine_kernel_1' for 'sm_90a'\n"
+           "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\nptxas info    : Used 40 registers\n")
+    assert parse_ptxas(log) == [CudaKernel("decode_split_combine_kernel", 124, 12),
+                                CudaKernel("decode_split_combine_kernel_1", 40, 0)]
+    assert ctas_a_unit(124, 128, 40960, "sm_90a", 233472) == (4, "registers")
+    assert ctas_a_unit(136, 128, 40960, "sm_90a", 233472) == (3, "registers")
+    assert ctas_a_unit(64, 128, 100 * 1024, "sm_90", 233472) == (2, "shared memory")
+    assert ctas_a_unit(16, 32, 1024, "sm_90", None) == (32, "CTAs")
+    assert ctas_a_unit(16, 1024, 1024, "sm_90", None) == (2, "threads")
+    with pytest.raises(ValueError, match="sm_70"):
+        ctas_a_unit(64, 128, 0, "sm_70", None)
+
+
+def test_the_registers_line_flags_a_lost_cta():
+    """--registers: old -> new registers and CTAs a unit; a unit's lost CTA and new spills are flagged; NA with the
+    reason where either side has no compile."""
+    from kopt.lab.ab import Resources, resources_line
+
+    old, new = Resources("decode_direct", 124, 0, 4, "registers"), Resources("decode_direct", 136, 0, 3, "registers")
+    assert resources_line(new, old) == ("registers 124 -> 136, CTAs a unit 4 -> 3 (bound: registers), "
+                                        "FEWER CTAS A UNIT")
+    assert resources_line(old, new) == "registers 136 -> 124, CTAs a unit 3 -> 4 (bound: registers)"
+    spilled = Resources("decode_direct", 255, 64, 2, "registers")
+    assert resources_line(spilled, old).endswith("FEWER CTAS A UNIT, SPILLS 0 -> 64 B")
+    assert resources_line(Resources(na="RuntimeError: nvcc failed"), old) == "registers NA (RuntimeError: nvcc failed)"
+
+
+def test_a_dry_run_with_registers_compiles_both_candidates():
+    """--dry-run --registers on a machine with nvcc: each listed case's kernel of both candidates compiled for the
+    device's arch; the same kernel on both sides reads the same registers and CTAs a unit, unflagged."""
+    code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), "--case", "7",
+                               "--plan-for", "H200", "--kernel", "decode_direct", "--dry-run", "--registers"])
+    assert_clean(code, out, err, allowed=(0,))
+    line = next(x for x in out.splitlines() if x.startswith("  7: "))
+    m = re.fullmatch(r"  7: kernel=decode_direct; registers (\d+) -> (\d+), CTAs a unit (\d+) -> (\d+) "
+                     r"\(bound: [a-zA-Z ]+\)", line)
+    assert m and m.group(1) == m.group(2) and m.group(3) == m.group(4) and int(m.group(3)) >= 1, line
+    assert "compiling 1 case(s) of named for H200" in err and "ptxas info" not in out + err

@@ -1,0 +1,104 @@
+"""A plan's CUDA kernels as ptxas sees them, with no GPU: each kernel's registers and spills (nvcc -Xptxas -v on the
+candidate's lowered source, its lower_plan hook) and how many of its CTAs fit on one unit (the arch's register file,
+thread and CTA limits, the device profile's shared memory a unit). `kopt lab ab --registers` prints both for the two
+candidates of an A/B, so a change that costs a unit a CTA is seen before it is timed.
+
+The limits are the CUDA occupancy calculator's for each compute capability; a unit keeps 1 KB of shared memory a CTA
+for the system, and registers are allocated a warp at a time in blocks of 256."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    """One compute capability's per-unit limits."""
+
+    registers: int
+    threads: int
+    ctas: int
+    reg_block: int = 256
+    smem_reserved: int = 1024
+
+
+#: per compute capability (the arch's digits): sm_80 (A100), sm_86/89 (consumer Ampere/Ada), sm_90 (H100, H200)
+LIMITS = {"80": ArchLimits(65536, 2048, 32), "86": ArchLimits(65536, 1536, 16), "89": ArchLimits(65536, 1536, 24),
+          "90": ArchLimits(65536, 2048, 32)}
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    """One entry function of a compiled source."""
+
+    name: str
+    registers: int
+    spill_bytes: int
+
+
+def _digits(arch: str) -> str:
+    m = re.fullmatch(r"sm_(\d+)a?", arch)
+    if not m:
+        raise ValueError(f"not a CUDA arch: {arch!r} (e.g. sm_90a)")
+    return m.group(1)
+
+
+def parse_ptxas(log: str) -> list[CudaKernel]:
+    """The entry functions of a `ptxas -v` log, in order: name, registers, spill stores + loads."""
+    out = []
+    for block in re.split(r"Compiling entry function '", log)[1:]:
+        name = block.split("'", 1)[0]
+        regs = re.search(r"Used (\d+) registers", block)
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", block)
+        out.append(CudaKernel(name, int(regs.group(1)) if regs else 0,
+                              int(spill.group(1)) + int(spill.group(2)) if spill else 0))
+    return out
+
+
+def compile_source(source: str, arch: str) -> list[CudaKernel]:
+    """nvcc (TileLang's helper and include paths) compiles a lowered CUDA source to a cubin for `arch`; ptxas' -v
+    report per entry function. nvcc's own error (a RuntimeError) where it fails."""
+    import tilelang
+    from tilelang.contrib import nvcc
+
+    sm = _digits(arch) + ("a" if arch.endswith("a") else "")
+    records: list[str] = []
+
+    class _Grab(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    grab, log = _Grab(level=logging.INFO), tilelang.logger
+    level, handlers, propagate = log.level, list(log.handlers), log.propagate
+    log.handlers[:] = [grab]  # the report is read here, not printed: TileLang's own handlers are set aside
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    try:
+        nvcc.compile_cuda(source, "cubin", ["-gencode", f"arch=compute_{sm},code=sm_{sm}"],
+                          options=nvcc.default_compile_options(["-std=c++20", "-w", "-Xptxas", "-v"]), verbose=True)
+    finally:
+        log.handlers[:] = handlers
+        log.propagate = propagate
+        log.setLevel(level)
+    return parse_ptxas("\n".join(records))
+
+
+def ctas_a_unit(registers: int, threads: int, smem_bytes: int, arch: str,
+                smem_per_unit: Optional[int]) -> tuple[int, str]:
+    """How many CTAs of `threads` threads, `registers` a thread and `smem_bytes` of shared memory fit on one unit of
+    `arch`, and the limit that binds ("registers", "shared memory", "threads" or "CTAs"). A ValueError for an arch
+    without a table row."""
+    lim = LIMITS.get(_digits(arch))
+    if lim is None:
+        raise ValueError(f"no occupancy limits for {arch} (known: {', '.join('sm_' + k for k in LIMITS)})")
+    warps = -(-threads // 32)
+    per_warp = -(-registers * 32 // lim.reg_block) * lim.reg_block
+    bounds = {"registers": lim.registers // max(per_warp * warps, 1), "threads": lim.threads // threads,
+              "CTAs": lim.ctas}
+    if smem_per_unit:
+        bounds["shared memory"] = smem_per_unit // (smem_bytes + lim.smem_reserved)
+    what = min(bounds, key=lambda k: bounds[k])
+    return bounds[what], what
