@@ -1,6 +1,8 @@
 """`kopt lab ab`: the A/B of a kernel change on the cases it touches. The named cases and held-out draws whose plans
 the two candidates resolve differently on a device (their device_plan hooks: no compile, no GPU) are the ones timed;
-each is timed paired (ABBA, one child) with the old candidate as a peer, and the run ends with one summary line."""
+each is timed paired (ABBA, one child) with the old candidate as a peer, and the run ends with one summary line.
+An edit of one kernel's code moves no plan: `kernel` adds the cases whose plans run it. `resources` compiles each
+listed case's kernel of a candidate for the device's arch (no GPU), for its registers and CTAs a unit."""
 
 from __future__ import annotations
 
