@@ -141,7 +141,8 @@ def ab(
     plan_for: Optional[str] = typer.Option(None, "--plan-for", help="Whose plans decide what changed: a device of "
                                                                     "hardware.yaml (default: this host's GPU)."),
     kernel: Optional[str] = typer.Option(None, "--kernel", help="A change to this kernel's code that moves no plan "
-                                                                "(e.g. decode_balanced): the cases whose plans run "
+                                                                "(e.g. decode_balanced, or decode_direct,"
+                                                                "decode_split_combine): the cases whose plans run "
                                                                 "it are timed too."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list the cases that change and the plan fields that "
                                                           "move (no GPU)."),
@@ -191,9 +192,10 @@ def ab(
     groups += [AbGroup(s, pick_cases(draw_ids(n_held), heldout=n_held, seed=s)) for s in seed_list]
     groups = ab_select(new, old, groups, plan_for, kernel)
     seen = sorted({k for g in groups for ks in g.kernels.values() for k in ks})
-    if kernel is not None and kernel not in seen:
-        raise UsageError(f"--kernel {kernel}: no case considered here runs it on {plan_for}; their plans run "
-                         f"{', '.join(seen) or 'no kernel'}")
+    for k in (kernel.split(",") if kernel is not None else []):
+        if k not in seen:
+            raise UsageError(f"--kernel {k}: no case considered here runs it on {plan_for}; their plans run "
+                             f"{', '.join(seen) or 'no kernel'}")
     res = None
     if registers:
         from kopt.lab import ab_resources as resources

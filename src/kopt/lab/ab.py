@@ -37,8 +37,8 @@ class Group:
 
 def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optional[str] = None) -> list[Group]:
     """Each group with its cases' plan fields apart between `new` and `old` on `device` (a hardware.yaml GPU name).
-    `kernel` (a kernel the change edits without moving any plan, e.g. decode_balanced): a case whose new plan runs
-    that kernel is changed too, marked ``kernel=NAME`` where no plan field moves."""
+    `kernel` (kernels the change edits without moving any plan, e.g. decode_balanced, or a comma-separated list): a
+    case whose new plan runs one of them is changed too, marked ``kernel=NAME`` where no plan field moves."""
     from kopt.doctor import case_plans, plan_fields_apart
 
     for g in groups:
@@ -47,8 +47,8 @@ def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optio
         for c, a, b in zip(g.cases, mine, theirs):
             apart = ",".join(plan_fields_apart(a["plan"], b["plan"]))
             g.kernels[c.id] = list((a["plan"] or {}).get("kernels") or ())
-            runs = kernel is not None and kernel in g.kernels[c.id]
-            g.fields[c.id] = apart or (f"kernel={kernel}" if runs else "")
+            runs = [k for k in (kernel or "").split(",") if k and k in g.kernels[c.id]]
+            g.fields[c.id] = apart or (f"kernel={runs[0]}" if runs else "")
     return groups
 
 

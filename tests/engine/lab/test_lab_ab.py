@@ -79,9 +79,18 @@ def test_kernel_marks_the_cases_that_run_an_edited_kernel():
     assert [x for x in lines if x.startswith("  ")] == [f"  {i}: kernel=decode_balanced" for ids in want.values()
                                                          for i in ids]
     code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), "--seeds", "205",
-                               "--plan-for", "H200", "--kernel", "decode_nothing", "--dry-run"])
+                               "--plan-for", "H200", "--kernel", "decode_direct,decode_nothing", "--dry-run"])
     assert_clean(code, out, err, allowed=(2,))
     assert "--kernel decode_nothing" in err and "decode_direct" in err and out == ""
+    # a list: every case whose plan runs one of them, each marked with the one it runs
+    code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), "--seeds", "205",
+                               "--plan-for", "H200", "--kernel", "decode_direct,decode_balanced", "--dry-run"])
+    assert_clean(code, out, err, allowed=(0,))
+    cases = pick_cases("1001-1012", heldout=12, seed=205)
+    both = [(c.id, p["plan"]["kernels"][0]) for c, p in zip(cases, case_plans("H200", cases, SHIPPED))
+            if p["plan"]["kernels"][0] in ("decode_direct", "decode_balanced")]
+    assert [x for x in out.splitlines() if x.startswith("  ")] == [f"  {i}: kernel={k}" for i, k in both]
+    assert len({k for _, k in both}) == 2
 
 
 @pytest.mark.parametrize("argv, says", [
