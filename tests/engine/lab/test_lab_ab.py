@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -243,6 +244,8 @@ def test_the_registers_line_flags_a_lost_cta():
     assert resources_line(Resources(na="RuntimeError: nvcc failed"), old) == "registers NA (RuntimeError: nvcc failed)"
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                    reason="needs nvcc (the registers come from ptxas)")
 def test_a_dry_run_with_registers_compiles_both_candidates():
     """--dry-run --registers on a machine with nvcc: each listed case's kernel of both candidates compiled for the
     device's arch; the same kernel on both sides reads the same registers and CTAs a unit, unflagged."""
