@@ -4,10 +4,12 @@ thread and CTA limits, the device profile's shared memory a unit). `kopt lab ab 
 candidates of an A/B, so a change that costs a unit a CTA is seen before it is timed.
 
 The limits are the CUDA occupancy calculator's for each compute capability; a unit keeps 1 KB of shared memory a CTA
-for the system, and registers are allocated a warp at a time in blocks of 256."""
+for the system, and registers are allocated a warp at a time in blocks of 256. `fit` is the one rule of resident CTAs
+(kopt.profile.geometry's estimate from a live device's properties uses it too)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -58,9 +60,11 @@ def parse_ptxas(log: str) -> list[CudaKernel]:
     return out
 
 
-def compile_source(source: str, arch: str) -> list[CudaKernel]:
+@functools.cache
+def compile_source(source: str, arch: str) -> tuple[CudaKernel, ...]:
     """nvcc (TileLang's helper and include paths) compiles a lowered CUDA source to a cubin for `arch`; ptxas' -v
-    report per entry function. nvcc's own error (a RuntimeError) where it fails."""
+    report per entry function. nvcc's own error (a RuntimeError) where it fails. Once a source and arch a process:
+    the two sides of an A/B often lower to the same source."""
     import tilelang
     from tilelang.contrib import nvcc
 
@@ -83,22 +87,33 @@ def compile_source(source: str, arch: str) -> list[CudaKernel]:
         log.handlers[:] = handlers
         log.propagate = propagate
         log.setLevel(level)
-    return parse_ptxas("\n".join(records))
+    return tuple(parse_ptxas("\n".join(records)))
+
+
+def fit(threads: int, registers: Optional[int], smem_bytes: Optional[int], *, unit_threads: int,
+        unit_registers: Optional[int], unit_smem: Optional[int], max_ctas: int, reg_block: int = 1,
+        smem_reserved: int = 0, warp: int = 32) -> tuple[int, str]:
+    """How many CTAs of `threads` threads (rounded up to whole warps), `registers` a thread and `smem_bytes` of shared
+    memory are resident on one unit, and the limit that binds: "threads", "CTAs", "registers" or "shared memory" (the
+    first of them in that order on a tie). Registers are allocated a warp at a time in blocks of `reg_block` (1: no
+    granularity); a unit keeps `smem_reserved` bytes a CTA. A limit with no figure (None or 0) is left out."""
+    t = -(-threads // warp) * warp
+    bounds = {"threads": unit_threads // t, "CTAs": max_ctas}
+    if registers and unit_registers:
+        per_warp = -(-registers * warp // reg_block) * reg_block
+        bounds["registers"] = unit_registers // (per_warp * (t // warp))
+    if smem_bytes and unit_smem:
+        bounds["shared memory"] = unit_smem // (smem_bytes + smem_reserved)
+    by = min(bounds, key=lambda k: bounds[k])
+    return max(0, bounds[by]), by
 
 
 def ctas_a_unit(registers: int, threads: int, smem_bytes: int, arch: str,
                 smem_per_unit: Optional[int]) -> tuple[int, str]:
-    """How many CTAs of `threads` threads, `registers` a thread and `smem_bytes` of shared memory fit on one unit of
-    `arch`, and the limit that binds ("registers", "shared memory", "threads" or "CTAs"). A ValueError for an arch
-    without a table row."""
+    """fit with `arch`'s limits (LIMITS: register allocation granularity, the shared memory a unit keeps a CTA) and
+    the device profile's shared memory a unit. A ValueError for an arch without a table row."""
     lim = LIMITS.get(_digits(arch))
     if lim is None:
         raise ValueError(f"no occupancy limits for {arch} (known: {', '.join('sm_' + k for k in LIMITS)})")
-    warps = -(-threads // 32)
-    per_warp = -(-registers * 32 // lim.reg_block) * lim.reg_block
-    bounds = {"registers": lim.registers // max(per_warp * warps, 1), "threads": lim.threads // threads,
-              "CTAs": lim.ctas}
-    if smem_per_unit:
-        bounds["shared memory"] = smem_per_unit // (smem_bytes + lim.smem_reserved)
-    what = min(bounds, key=lambda k: bounds[k])
-    return bounds[what], what
+    return fit(threads, registers, smem_bytes, unit_threads=lim.threads, unit_registers=lim.registers,
+               unit_smem=smem_per_unit, max_ctas=lim.ctas, reg_block=lim.reg_block, smem_reserved=lim.smem_reserved)

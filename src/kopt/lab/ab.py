@@ -67,7 +67,8 @@ class Resources:
 def resources(candidate: Path, cases: list, device: str) -> dict:
     """case id -> Resources of the kernel the candidate's plan runs for it on `device` (a hardware.yaml GPU): its
     lower_plan hook's source compiled by nvcc for the device's arch (no GPU), the CTAs of it a unit leaves room for.
-    NA with the reason where the candidate cannot lower it or nvcc fails; one compile a distinct source."""
+    NA with the reason where the candidate cannot lower it or nvcc fails; one compile a distinct source (both
+    candidates of an A/B share them: occupancy.compile_source)."""
     from kopt import occupancy
     from kopt.candidate import loaded
     from kopt.doctor import gpu_profile
@@ -75,7 +76,6 @@ def resources(candidate: Path, cases: list, device: str) -> dict:
 
     prof = gpu_profile(device).model_dump()
     arch, smem_unit = prof["arch"], prof.get("smem_per_unit_bytes")
-    compiled: dict = {}
     out = {}
     with loaded(resolve_candidate(candidate)) as mod:
         for c in cases:
@@ -85,11 +85,9 @@ def resources(candidate: Path, cases: list, device: str) -> dict:
             try:
                 got = mod.lower_plan(c.shape_dict(), prof, arch)
                 main, plan = got["kernels"]["main"], got["plan"]
-                src = main["source"]
-                if src not in compiled:
-                    compiled[src] = occupancy.compile_source(src, arch)
+                kernels = occupancy.compile_source(main["source"], arch)  # once a distinct source a process
                 name = f"{plan['kernels'][0]}_kernel"
-                k = next((x for x in compiled[src] if x.name == name), compiled[src][0])
+                k = next((x for x in kernels if x.name == name), kernels[0])
                 n, what = occupancy.ctas_a_unit(k.registers, int(plan["threads"]), int(main["dyn_smem_bytes"]), arch,
                                                 smem_unit)
                 out[c.id] = Resources(k.name.removesuffix("_kernel"), k.registers, k.spill_bytes, n, what)

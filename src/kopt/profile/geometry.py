@@ -40,21 +40,23 @@ def prod(dims) -> Optional[int]:
 
 def estimate_blocks_per_unit(threads: int, regs_per_thread: Optional[int], smem_per_block: Optional[int],
                              props: dict) -> tuple[Optional[int], str]:
-    """Resident blocks per SM from device limits (no allocation granularity): (blocks, how it was found)."""
+    """Resident blocks per SM from device limits (no allocation granularity; kopt.occupancy.fit): (blocks, how it was
+    found)."""
+    from kopt.occupancy import fit
+
     warp = int(props.get("warpSize") or 32)
     max_threads = props.get("maxThreadsPerMultiprocessor") or props.get("maxThreadsPerMultiProcessor")
     if not threads or not max_threads:
         return None, "device thread limits unknown"
-    t = -(-threads // warp) * warp
-    limits = {"threads": int(max_threads) // t, "hw": MAX_BLOCKS_PER_SM}
-    regs_sm = props.get("regsPerMultiprocessor")
-    if regs_per_thread and regs_sm:
-        limits["registers"] = int(regs_sm) // (int(regs_per_thread) * t)
-    smem_sm = props.get("sharedMemPerMultiprocessor")
-    if smem_per_block and smem_sm:
-        limits["shared memory"] = int(smem_sm) // int(smem_per_block)
-    by = min(limits, key=limits.get)
-    return max(0, limits[by]), f"estimated from device limits (bound by {by}; allocation granularity ignored)"
+
+    def n(v):  # a figure as an int; None where the device or the profile gave none
+        return int(v) if v else None
+
+    blocks, by = fit(int(threads), n(regs_per_thread), n(smem_per_block), unit_threads=int(max_threads),
+                     unit_registers=n(props.get("regsPerMultiprocessor")),
+                     unit_smem=n(props.get("sharedMemPerMultiprocessor")), max_ctas=MAX_BLOCKS_PER_SM, warp=warp)
+    by = "hw" if by == "CTAs" else by
+    return blocks, f"estimated from device limits (bound by {by}; allocation granularity ignored)"
 
 
 @dataclass
