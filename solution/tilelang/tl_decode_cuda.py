@@ -75,10 +75,6 @@ RED_BATCH = 2
 #: butterfly crosses them in two shared-memory rounds of two barriers each; this writes once, waits once and
 #: combines the four values (in warp order, the same order on every participant, so every copy of a row's max
 #: and sum has the same bits). An eight-warp reduction's first round (t ^ 128) stays TileLang's, then this.
-#: No barrier before the write: TileLang's shared-memory sync pass counts the call as a read and a write of its
-#: workspace (a pointer argument), so it already puts a __syncthreads between the previous reduction's reads of
-#: that memory, or of any buffer it aliases, and this one's writes (the lowered kernels carry it right before the
-#: call where two reductions share an address); the one barrier left orders this reduction's own writes and reads.
 #: CUDA only: it names TileLang's CUDA template (a backend with other templates builds with red_once off).
 RED_ONCE_PRELUDE = r"""
 #include <tl_templates/cuda/reduce.h>
@@ -87,12 +83,14 @@ template <class Reducer, int thread_offset, class Barrier, int batch_size, int w
 struct AllReduce<Reducer, 128, 32, thread_offset, Barrier, batch_size, workspace_stride> {
   template <typename T> static TL_DEVICE T run(T x, T *red_buf = nullptr) {
     const int t = threadIdx.x - thread_offset, b = t & ~96;
+    Barrier::template sync<1>();
     red_buf[t] = x;
     Barrier::template sync<2>();
     return Reducer()(Reducer()(red_buf[b], red_buf[b + 32]), Reducer()(red_buf[b + 64], red_buf[b + 96]));
   }
   template <typename T> static TL_DEVICE void run_batch(T *x, T *red_buf = nullptr) {
     const int t = threadIdx.x - thread_offset, b = t & ~96;
+    Barrier::template sync<1>();
 #pragma unroll
     for (int i = 0; i < batch_size; i++) red_buf[t + i * workspace_stride] = x[i];
     Barrier::template sync<2>();
