@@ -1,5 +1,6 @@
 """How `kopt --help` reads: commands in loop order under a few panels, values named by what they hold (IDS, PATH,
-N) instead of type tags, arguments in the usage line as NAME / [NAME]."""
+N) instead of type tags, arguments in the usage line as NAME / [NAME], and help text printed as written (a `[iter N]`
+in a docstring is text, not a style tag the help renderer drops)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,21 @@ def _type_name(p) -> str:
     return _BY_TYPE.get(str(name).lower(), "VALUE")
 
 
+def _plain(cmd) -> None:
+    """Escape the help of a command and of its parameters once: kopt's help texts hold no markup, and a bracketed
+    word in them (`[iter N] DESC`, `[NAME]`) would otherwise be read as a style tag and vanish."""
+    from rich.markup import escape
+
+    if getattr(cmd, "_kopt_plain", False):
+        return
+    cmd._kopt_plain = True
+    for obj in (cmd, *getattr(cmd, "params", ())):
+        for attr in ("help", "short_help"):
+            text = getattr(obj, attr, None)
+            if isinstance(text, str):
+                setattr(obj, attr, escape(text))
+
+
 def _no_type(ctx=None) -> None:
     return None
 
@@ -60,6 +76,7 @@ class KoptCommand(TyperCommand):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _name_values(self.params)
+        _plain(self)
 
     def get_help_option(self, ctx):
         """--help, without a type tag."""
@@ -77,6 +94,17 @@ class KoptCommand(TyperCommand):
 
 class KoptGroup(TyperGroup):
     """The top-level group: commands in PANELS order."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _plain(self)
+
+    def get_command(self, ctx, name):
+        """The command, its help escaped (_plain): a sub-group's commands are built without KoptCommand."""
+        cmd = super().get_command(ctx, name)
+        if cmd is not None:
+            _plain(cmd)
+        return cmd
 
     def get_help_option(self, ctx):
         """--help, without a type tag."""

@@ -172,3 +172,12 @@ def test_case_is_one_option_across_commands():
         assert re.search(r"--case\s+-c\s+IDS", text), name
     for name in ("bench", "verify", "tune", "peers", "profile", "calibrate"):
         assert "--candidate" in CliRunner().invoke(app, [name, "--help"], terminal_width=200).output, name
+
+
+def test_help_prints_bracketed_words_as_written():
+    """A bracketed word in a help text is text: `kopt commit`'s `[iter N] DESC` once printed as "` DESC`"."""
+    text = CliRunner().invoke(app, ["commit", "--help"], terminal_width=200).output
+    assert "`[iter N] DESC`" in text, text
+    top = CliRunner().invoke(app, ["--help"], terminal_width=200).output
+    assert "`[iter N] DESC`" in top, top
+    assert "\\[" not in text + top
