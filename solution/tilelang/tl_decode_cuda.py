@@ -294,8 +294,6 @@ def _decode_body(T, p: Plan, sym: dict, finish):
     eager, even_split, red_batch = p.eager, p.even_split, p.red_batch
     q_loop = eager
     tile_page = p.tile_page
-    # an eager tile inside one page addresses V from the table alone (V waited for L[b], then the table, then V)
-    v_page_early = eager and paged and page_size % block_N == 0
     num_stages = 1  # TileLang pipelines a dynamic trip count with one stage (iteration 4: two needed a fixed count)
     dv = d // p.v_split
     policy = T.GemmWarpPolicy.FullCol
@@ -401,15 +399,6 @@ def _decode_body(T, p: Plan, sym: dict, finish):
                 for i, j in T.Parallel(block_N, dv):
                     V_shared[i, j] = V[BT[b, tile_pid(base, i, seqlen)], T.min(base + i, seqlen - 1) % page_size, h,
                                        vc * dv + j]
-            elif v_page_early:
-                for i, j in T.Parallel(block_N, dv):
-                    # the tile lies in one page, so its rows' page is the table entry at `base` (clamped into the
-                    # pool): the load does not wait for L[b], which only picks the row (past the sequence: its last
-                    # key, in the same page). A tile wholly past the sequence (an empty split) may read any page:
-                    # its P is 0 and its l_sum 0, and every epilogue writes 0 where l_sum is 0, never acc_o.
-                    r0, r1 = kv_row(BT, b, T.max(T.min(base + i, seqlen - 1), 0), clamp_page=True)
-                    V_shared[i, j] = V[T.if_then_else(k == 0, T.max(T.min(BT[b, base // page_size], num_blocks - 1),
-                                                                    0), r0), r1, h, vc * dv + j]
             else:
                 for i, j in T.Parallel(block_N, dv):
                     # eager runs one tile even for an empty sequence (L[b] = 0): that V row's page is clamped too
