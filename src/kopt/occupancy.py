@@ -1,7 +1,8 @@
 """A plan's CUDA kernels as ptxas sees them, with no GPU: each kernel's registers and spills (nvcc -Xptxas -v on the
 candidate's lowered source, its lower_plan hook) and how many of its CTAs fit on one unit (the arch's register file,
 thread and CTA limits, the device profile's shared memory a unit). `kopt lab ab --registers` prints both for the two
-candidates of an A/B, so a change that costs a unit a CTA is seen before it is timed.
+candidates of an A/B, so a change that costs a unit a CTA is seen before it is timed. `canonical_source` is a lowered
+source as two lowerings of the same kernel agree on it (`kopt lab ab --lowered` compares the two candidates' with it).
 
 The limits are the CUDA occupancy calculator's for each compute capability; a unit keeps 1 KB of shared memory a CTA
 for the system, and registers are allocated a warp at a time in blocks of 256. `fit` is the one rule of resident CTAs
@@ -14,6 +15,18 @@ import logging
 import re
 from dataclasses import dataclass
 from typing import Optional
+
+_WORKSPACE_DECL = re.compile(r"^\s*void\* (workspace(?:_\d+)?) = (.*);\s*$", re.M)
+_WORKSPACE_USE = re.compile(r"\bworkspace(?:_\d+)?\b")
+
+
+def canonical_source(source: str) -> str:
+    """A lowered source with the reduction workspaces' declarations left out and each use named `workspace`.
+    TileLang assigns a kernel's reduction workspaces their names and their shared-memory offsets in an order that
+    changes with the process's history (the same code lowered twice: the row max's workspace at offset 17920 and the
+    row sum's at 17408, then the other way round); which of them a reduction gets does not change what it computes.
+    Every other byte is kept."""
+    return _WORKSPACE_USE.sub("workspace", _WORKSPACE_DECL.sub("", source))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import sys
 import warnings
 
@@ -22,6 +21,7 @@ import pytest
 import torch
 
 from conftest import REPO, SHIPPED
+from kopt.occupancy import canonical_source
 
 pytest.importorskip("tilelang")
 
@@ -79,17 +79,9 @@ def lowered(case: dict, candidate: str = str(SHIPPED)) -> dict:
         return {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[-1:]}"}
 
 
-_WORKSPACE_DECL = re.compile(r"^\s*void\* (workspace(?:_\d+)?) = (.*);\s*$", re.M)
-_WORKSPACE_USE = re.compile(r"\bworkspace(?:_\d+)?\b")
-
-
-def canonical(source: str) -> str:
-    """A lowered source with the reduction workspaces' declarations left out and each use named `workspace`.
-    TileLang assigns a kernel's reduction workspaces their names and their shared-memory offsets in an order that
-    changes with the process's history (the same code lowered twice: the row max's workspace at offset 17920 and the
-    row sum's at 17408, then the other way round); which of them a reduction gets does not change what it computes.
-    Every other byte, and the kernel's dynamic shared memory, is compared."""
-    return _WORKSPACE_USE.sub("workspace", _WORKSPACE_DECL.sub("", source))
+#: a lowered source as two lowerings of one kernel agree on it (its workspaces' names and offsets left out); the
+#: dynamic shared memory is compared beside it (digest)
+canonical = canonical_source
 
 
 def digest(kernels: dict, num_splits: int, fast_math: bool) -> str:

@@ -144,6 +144,10 @@ def ab(
                                                                 "(e.g. decode_balanced, or decode_direct,"
                                                                 "decode_split_combine): the cases whose plans run "
                                                                 "it are timed too."),
+    lowered: bool = typer.Option(False, "--lowered", help="A change to kernel code: also the cases whose kernels the "
+                                                          "two candidates lower to different CUDA for the device's "
+                                                          "arch (their lower_plan hooks, no GPU; seconds a kernel on "
+                                                          "this host), marked lowered."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list the cases that change and the plan fields that "
                                                           "move (no GPU)."),
     registers: bool = typer.Option(False, "--registers", help="In the list, each case's kernel of both candidates "
@@ -190,7 +194,7 @@ def ab(
     groups = [AbGroup(None, pick_cases(case or ",".join(str(c.id) for c in load_cases())))] \
         if case or not seed_list else []
     groups += [AbGroup(s, pick_cases(draw_ids(n_held), heldout=n_held, seed=s)) for s in seed_list]
-    groups = ab_select(new, old, groups, plan_for, kernel)
+    groups = ab_select(new, old, groups, plan_for, kernel, lowered)
     seen = sorted({k for g in groups for ks in g.kernels.values() for k in ks})
     for k in (kernel.split(",") if kernel is not None else []):
         if k not in seen:

@@ -1,11 +1,13 @@
 """`kopt lab ab`: the A/B of a kernel change on the cases it touches. The named cases and held-out draws whose plans
 the two candidates resolve differently on a device (their device_plan hooks: no compile, no GPU) are the ones timed;
 each is timed paired (ABBA, one child) with the old candidate as a peer, and the run ends with one summary line.
-An edit of one kernel's code moves no plan: `kernel` adds the cases whose plans run it. `resources` compiles each
+An edit of one kernel's code moves no plan: `kernel` adds the cases whose plans run it, `lowered` the cases whose
+kernels the two candidates lower to different CUDA (exactly the cases the edit reaches). `resources` compiles each
 listed case's kernel of a candidate for the device's arch (no GPU), for its registers and CTAs a unit."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Callable
@@ -35,10 +37,13 @@ class Group:
         return "named" if self.seed is None else str(self.seed)
 
 
-def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optional[str] = None) -> list[Group]:
+def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optional[str] = None,
+           lowered: bool = False) -> list[Group]:
     """Each group with its cases' plan fields apart between `new` and `old` on `device` (a hardware.yaml GPU name).
     `kernel` (kernels the change edits without moving any plan, e.g. decode_balanced, or a comma-separated list): a
-    case whose new plan runs one of them is changed too, marked ``kernel=NAME`` where no plan field moves."""
+    case whose new plan runs one of them is changed too, marked ``kernel=NAME`` where no plan field moves.
+    `lowered`: a case whose plans agree but whose kernels the two candidates lower to different CUDA (lowered_apart)
+    is changed too, marked ``lowered``."""
     from kopt.doctor import case_plans, plan_fields_apart
 
     for g in groups:
@@ -49,7 +54,63 @@ def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optio
             g.kernels[c.id] = list((a["plan"] or {}).get("kernels") or ())
             runs = [k for k in (kernel or "").split(",") if k and k in g.kernels[c.id]]
             g.fields[c.id] = apart or (f"kernel={runs[0]}" if runs else "")
+        if lowered:
+            same = [c for c in g.cases if not g.fields[c.id]]
+            if same:
+                print(f"lowering {len(same)} case(s) of {g.label} for {device}, both candidates...", file=sys.stderr,
+                      flush=True)  # progress: a lowering takes seconds
+            for cid, why in lowered_apart(new, old, same, device).items():
+                g.fields[cid] = why
     return groups
+
+
+def _lowerings(candidate: Path, cases: list, prof: dict) -> dict:
+    """case id -> {kernel name: (canonical source, dynamic shared memory)} of the candidate's lower_plan hook for the
+    profile's arch, or the reason (a string) it gave none. One lowering a distinct plan and head layout: the kernel's
+    source depends on them, not on the batch or the lengths (dynamic dims)."""
+    from kopt.candidate import loaded
+    from kopt.occupancy import canonical_source
+    from kopt.store import resolve_candidate
+
+    out, memo = {}, {}
+    with loaded(resolve_candidate(candidate)) as mod:
+        for c in cases:
+            if not (hasattr(mod, "lower_plan") and hasattr(mod, "device_plan")):
+                out[c.id] = "the candidate has no lower_plan hook"
+                continue
+            shape = c.shape_dict()
+            try:
+                key = json.dumps([mod.device_plan(shape, prof),
+                                  [shape.get(k) for k in ("kv_heads", "gqa", "head_dim", "dtype", "page_size")]],
+                                 sort_keys=True, default=str)
+                if key not in memo:
+                    kernels = mod.lower_plan(shape, prof, prof["arch"])["kernels"]
+                    memo[key] = {n: (canonical_source(k["source"]), k["dyn_smem_bytes"]) for n, k in kernels.items()}
+                out[c.id] = memo[key]
+            except Exception as e:  # noqa: BLE001 (a case that does not lower is this case's NA)
+                lines = str(e).strip().splitlines()
+                out[c.id] = f"{type(e).__name__}: {lines[-1] if lines else ''}"[:200]
+    return out
+
+
+def lowered_apart(new: Path, old: Path, cases: list, device: str) -> dict:
+    """case id -> ``lowered`` where `new` and `old` lower the case's kernels for `device`'s arch to different CUDA or
+    dynamic shared memory (canonical sources: kopt.occupancy.canonical_source), "" where they lower to the same;
+    ``lowered=NA (why)`` where either cannot lower it: a case not proven unchanged is timed."""
+    from kopt.doctor import gpu_profile
+
+    if not cases:
+        return {}
+    prof = gpu_profile(device).model_dump()
+    a, b = _lowerings(new, cases, prof), _lowerings(old, cases, prof)
+    out = {}
+    for c in cases:
+        x, y = a[c.id], b[c.id]
+        if isinstance(x, str) or isinstance(y, str):
+            out[c.id] = f"lowered=NA ({x if isinstance(x, str) else y})"
+        else:
+            out[c.id] = "lowered" if x != y else ""
+    return out
 
 
 @dataclass(frozen=True)

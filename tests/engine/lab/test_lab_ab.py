@@ -94,6 +94,36 @@ def test_kernel_marks_the_cases_that_run_an_edited_kernel():
     assert len({k for _, k in both}) == 2
 
 
+def test_lowered_marks_exactly_the_cases_an_edit_of_kernel_code_reaches(tmp_path):
+    """--lowered: a copy of the shipped kernel whose balanced epilogue writes -0.0 for an empty row moves no plan, yet
+    the cases whose kernels it lowers differently (real TileLang lowerings for sm_90a, no GPU) are to be timed, marked
+    lowered: the balanced case, not the direct one. A candidate with no lower_plan hook cannot prove a case unchanged,
+    so the case is listed with the reason."""
+    from kopt.doctor import case_plans
+    from kopt.lab import pick_cases
+
+    other = _other(tmp_path)
+    cuda = other.parent / "tl_decode_cuda.py"
+    text = cuda.read_text().replace("\nBAL_MIN_PAGED_TILES = 1 << 30\n", "\nBAL_MIN_PAGED_TILES = 16\n")
+    row = "Out[b, h * G + i, j] = T.cast(T.if_then_else(l_sum[i] > 0, acc_o[i, j] / l_sum[i], 0.0), dtype)"
+    assert text.count(row) == 1  # the balanced kernel's epilogue of a one-split row, and no other kernel's
+    cuda.write_text(text.replace(row, row.replace(", 0.0)", ", -0.0)")))
+    cases = pick_cases("5,12")
+    kernels = [p["plan"]["kernels"][0] for p in case_plans("H200", cases, SHIPPED)]
+    assert kernels == ["decode_direct", "decode_balanced"], kernels
+    code, out, err = run_main(["lab", "ab", "--candidate", str(other), "--against", str(SHIPPED), "--case", "5,12",
+                               "--plan-for", "H200", "--lowered", "--dry-run"])
+    assert_clean(code, out, err, allowed=(0,))
+    assert out.splitlines() == ["named: 1 of 2 cases to time on H200: 12", "  12: lowered",
+                                "AB_PLAN: CASES:1 OF:2 DEVICE:H200"], out
+    assert "lowering 2 case(s) of named for H200" in err
+    honest = SHIPPED.parents[2] / "tests" / "candidates" / "torch_honest.py"
+    code, out, err = run_main(["lab", "ab", "--candidate", str(honest), "--against", str(honest), "--case", "5",
+                               "--plan-for", "H200", "--lowered", "--dry-run"])
+    assert_clean(code, out, err, allowed=(0,))
+    assert "  5: lowered=NA (the candidate has no lower_plan hook)" in out.splitlines(), out
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--seeds", "x"], "--seeds takes seeds"),
     (["--seeds", "205", "--dry-run"], "--dry-run needs --plan-for"),
