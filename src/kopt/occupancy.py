@@ -20,13 +20,21 @@ _WORKSPACE_DECL = re.compile(r"^\s*void\* (workspace(?:_\d+)?) = (.*);\s*$", re.
 _WORKSPACE_USE = re.compile(r"\bworkspace(?:_\d+)?\b")
 
 
-def canonical_source(source: str) -> str:
+#: a barrier the sync pass puts before a reduction on a workspace (the line, then the reduction's line ahead)
+_REDUCTION_BARRIER = re.compile(r"^[ \t]*__syncthreads\(\);[ \t]*\n(?=[ \t]*tl::AllReduce<[^\n]*\bworkspace\b)", re.M)
+
+
+def canonical_source(source: str, barriers: bool = True) -> str:
     """A lowered source with the reduction workspaces' declarations left out and each use named `workspace`.
     TileLang assigns a kernel's reduction workspaces their names and their shared-memory offsets in an order that
-    changes with the process's history (the same code lowered twice: the row max's workspace at offset 17920 and the
+    changes from lowering to lowering (the same code lowered twice: the row max's workspace at offset 17920 and the
     row sum's at 17408, then the other way round); which of them a reduction gets does not change what it computes.
-    Every other byte is kept."""
-    return _WORKSPACE_USE.sub("workspace", _WORKSPACE_DECL.sub("", source))
+    Every other byte is kept, unless `barriers` is off: then the `__syncthreads()` the sync pass puts right before a
+    reduction on a workspace is left out too. Where it goes follows those offsets (one MHA kernel lowered in seven
+    fresh processes: six put it before the row max's reduction, one before the row sum's), so two lowerings of one
+    kernel can differ there; a template's own barriers (the reductions' code in the source's prelude) stay."""
+    out = _WORKSPACE_USE.sub("workspace", _WORKSPACE_DECL.sub("", source))
+    return out if barriers else _REDUCTION_BARRIER.sub("", out)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,8 @@ def _lowerings(candidate: Path, cases: list, prof: dict) -> dict:
                                  sort_keys=True, default=str)
                 if key not in memo:
                     kernels = mod.lower_plan(shape, prof, prof["arch"])["kernels"]
-                    memo[key] = {n: (canonical_source(k["source"]), k["dyn_smem_bytes"]) for n, k in kernels.items()}
+                    memo[key] = {n: (canonical_source(k["source"], barriers=False), k["dyn_smem_bytes"])
+                                 for n, k in kernels.items()}
                 out[c.id] = memo[key]
             except Exception as e:  # noqa: BLE001 (a case that does not lower is this case's NA)
                 lines = str(e).strip().splitlines()
@@ -95,8 +96,10 @@ def _lowerings(candidate: Path, cases: list, prof: dict) -> dict:
 
 def lowered_apart(new: Path, old: Path, cases: list, device: str) -> dict:
     """case id -> ``lowered`` where `new` and `old` lower the case's kernels for `device`'s arch to different CUDA or
-    dynamic shared memory (canonical sources: kopt.occupancy.canonical_source), "" where they lower to the same;
-    ``lowered=NA (why)`` where either cannot lower it: a case not proven unchanged is timed."""
+    dynamic shared memory, "" where they lower to the same; ``lowered=NA (why)`` where either cannot lower it: a case
+    not proven unchanged is timed. Sources are compared in kopt.occupancy.canonical_source's form without the sync
+    pass's barriers before workspace reductions, which move from lowering to lowering of one kernel (a
+    case whose kernel an edit did not touch was marked otherwise: an MHA draw, seed 20261208)."""
     from kopt.doctor import gpu_profile
 
     if not cases:

@@ -287,3 +287,24 @@ def test_a_dry_run_with_registers_compiles_both_candidates():
                      r"\(bound: [a-zA-Z ]+\)", line)
     assert m and m.group(1) == m.group(2) and m.group(3) == m.group(4) and int(m.group(3)) >= 1, line
     assert "compiling 1 case(s) of named for H200" in err and "ptxas info" not in out + err
+
+
+def test_canonical_source_leaves_out_where_the_sync_pass_put_a_reductions_barrier():
+    """Two lowerings of one kernel: the workspaces at other offsets and named in another order, so the sync pass's
+    barrier guards the row sum's reduction in one and the row max's in the other. The canonical form without those
+    barriers is one text; with them (the fixtures' form) the two still differ; a barrier before anything else stays."""
+    from kopt.occupancy import canonical_source
+
+    def src(first: bool, a: str, b: str) -> str:
+        bar = "    __syncthreads();\n"
+        return (f"  void* {a} = buf + 17920;\n  void* {b} = buf + 17408;\n"
+                "    s[0] = 1.0f;\n    __syncthreads();\n    x = s[1];\n"
+                + (bar if first else "") + f"    tl::AllReduce<tl::MaxOp, 128, 32>::run_batch(m, (float*){a});\n"
+                + ("" if first else bar) + f"    tl::AllReduce<tl::SumOp, 128, 32>::run_batch(r, (float*){b});\n")
+
+    one, two = src(True, "workspace", "workspace_1"), src(False, "workspace_1", "workspace")
+    assert canonical_source(one) != canonical_source(two)
+    assert canonical_source(one, barriers=False) == canonical_source(two, barriers=False)
+    kept = canonical_source(one, barriers=False)
+    assert kept.count("__syncthreads();") == 1 and "__syncthreads();\n    x = s[1];" in kept
+    assert "17920" not in kept and "workspace_1" not in kept
