@@ -76,7 +76,11 @@ class KoptCommand(TyperCommand):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _name_values(self.params)
+
+    def format_help(self, ctx, formatter):
+        """The help, its text escaped first (_plain): only when help is shown, so no other run imports rich."""
         _plain(self)
+        return super().format_help(ctx, formatter)
 
     def get_help_option(self, ctx):
         """--help, without a type tag."""
@@ -95,16 +99,12 @@ class KoptCommand(TyperCommand):
 class KoptGroup(TyperGroup):
     """The top-level group: commands in PANELS order."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        _plain(self)
-
-    def get_command(self, ctx, name):
-        """The command, its help escaped (_plain): a sub-group's commands are built without KoptCommand."""
-        cmd = super().get_command(ctx, name)
-        if cmd is not None:
-            _plain(cmd)
-        return cmd
+    def format_help(self, ctx, formatter):
+        """The help, its text and the listed commands' escaped first (_plain), as KoptCommand's."""
+        for cmd in (self, *(self.get_command(ctx, n) for n in self.list_commands(ctx))):
+            if cmd is not None:
+                _plain(cmd)
+        return super().format_help(ctx, formatter)
 
     def get_help_option(self, ctx):
         """--help, without a type tag."""

@@ -3,7 +3,6 @@ export, the FlashInfer check and GPU campaigns. Every input is checked before an
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -168,7 +167,7 @@ def ab(
     from kopt.errors import UsageError
     from kopt.eval import BenchOptions
     from kopt.eval.peers import check_names
-    from kopt.lab import AbGroup, ab_select, ab_selection_lines, pick_cases, require_cuda, run_ab
+    from kopt.lab import AbGroup, ab_registers, ab_select, ab_selection_lines, pick_cases, require_cuda, run_ab
     from kopt.store import resolve_candidate as resolve
     from kopt.workloads import draw_ids
 
@@ -194,23 +193,14 @@ def ab(
     groups = [AbGroup(None, pick_cases(case or ",".join(str(c.id) for c in load_cases())))] \
         if case or not seed_list else []
     groups += [AbGroup(s, pick_cases(draw_ids(n_held), heldout=n_held, seed=s)) for s in seed_list]
-    groups = ab_select(new, old, groups, plan_for, kernel, lowered)
+    lowerings: dict = {}  # one lowering a kernel for --lowered and --registers
+    groups = ab_select(new, old, groups, plan_for, kernel, lowered, lowerings)
     seen = sorted({k for g in groups for ks in g.kernels.values() for k in ks})
     for k in (kernel.split(",") if kernel is not None else []):
         if k not in seen:
             raise UsageError(f"--kernel {k}: no case considered here runs it on {plan_for}; their plans run "
                              f"{', '.join(seen) or 'no kernel'}")
-    res = None
-    if registers:
-        from kopt.lab import ab_resources as resources
-
-        res = {}
-        for g in groups:
-            if g.changed:
-                print(f"compiling {len(g.changed)} case(s) of {g.label} for {plan_for}, both candidates...",
-                      file=sys.stderr, flush=True)  # progress: a compile is seconds a kernel
-                mine, theirs = resources(new, g.changed, plan_for), resources(old, g.changed, plan_for)
-                res.update({(g.label, c.id): (mine[c.id], theirs[c.id]) for c in g.changed})
+    res = ab_registers(new, old, groups, plan_for, lowerings) if registers else None
     for line in ab_selection_lines(groups, plan_for, res):
         _say(line)
     if dry_run:

@@ -38,7 +38,7 @@ _FACE = {
     "run_campaign": ("campaign", "run"), "campaign_summary": ("campaign", "summary"),
     "CampaignFile": ("campaign", "CampaignFile"), "CampaignResult": ("campaign", "CampaignResult"),
     "AbGroup": ("ab", "Group"), "ab_select": ("ab", "select"), "ab_selection_lines": ("ab", "selection_lines"),
-    "run_ab": ("ab", "run"), "ab_resources": ("ab", "resources"),
+    "run_ab": ("ab", "run"), "ab_registers": ("ab", "registers"),
     "Step": ("campaign", "Step"), "StepResult": ("campaign", "StepResult"), "StepStatus": ("campaign", "StepStatus"),
 }
 __all__ = sorted(_FACE)

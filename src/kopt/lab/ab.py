@@ -3,7 +3,8 @@ the two candidates resolve differently on a device (their device_plan hooks: no 
 each is timed paired (ABBA, one child) with the old candidate as a peer, and the run ends with one summary line.
 An edit of one kernel's code moves no plan: `kernel` adds the cases whose plans run it, `lowered` the cases whose
 kernels the two candidates lower to different CUDA (exactly the cases the edit reaches). `resources` compiles each
-listed case's kernel of a candidate for the device's arch (no GPU), for its registers and CTAs a unit."""
+listed case's kernel of a candidate for the device's arch (no GPU), for its registers and CTAs a unit; both read one
+lowering a kernel (`lower`)."""
 
 from __future__ import annotations
 
@@ -38,12 +39,12 @@ class Group:
 
 
 def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optional[str] = None,
-           lowered: bool = False) -> list[Group]:
+           lowered: bool = False, cache: Optional[dict] = None) -> list[Group]:
     """Each group with its cases' plan fields apart between `new` and `old` on `device` (a hardware.yaml GPU name).
     `kernel` (kernels the change edits without moving any plan, e.g. decode_balanced, or a comma-separated list): a
     case whose new plan runs one of them is changed too, marked ``kernel=NAME`` where no plan field moves.
     `lowered`: a case whose plans agree but whose kernels the two candidates lower to different CUDA (lowered_apart)
-    is changed too, marked ``lowered``."""
+    is changed too, marked ``lowered``. `cache` (lower's): the lowerings, kept for resources."""
     from kopt.doctor import case_plans, plan_fields_apart
 
     for g in groups:
@@ -59,56 +60,67 @@ def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optio
             if same:
                 print(f"lowering {len(same)} case(s) of {g.label} for {device}, both candidates...", file=sys.stderr,
                       flush=True)  # progress: a lowering takes seconds
-            for cid, why in lowered_apart(new, old, same, device).items():
+            for cid, why in lowered_apart(new, old, same, device, cache).items():
                 g.fields[cid] = why
     return groups
 
 
-def _lowerings(candidate: Path, cases: list, prof: dict) -> dict:
-    """case id -> {kernel name: (canonical source, dynamic shared memory)} of the candidate's lower_plan hook for the
-    profile's arch, or the reason (a string) it gave none. One lowering a distinct plan and head layout: the kernel's
-    source depends on them, not on the batch or the lengths (dynamic dims)."""
+def _why(e: Exception) -> str:
+    """An exception as one NA reason: its type and last line, at most 200 characters."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:200]
+
+
+def lower(candidate: Path, cases: list, prof: dict, cache: Optional[dict] = None) -> dict:
+    """case id -> the candidate's lower_plan(case, prof, its arch) ({"plan", "kernels"}), or the reason (a string) it
+    gave none. One lowering a distinct plan and head layout (the source depends on them, not on the batch or the
+    lengths: dynamic dims), kept in `cache` (a dict the caller owns: --lowered and --registers of one run share it)."""
     from kopt.candidate import loaded
-    from kopt.occupancy import canonical_source
     from kopt.store import resolve_candidate
 
-    out, memo = {}, {}
-    with loaded(resolve_candidate(candidate)) as mod:
+    path = resolve_candidate(candidate)
+    cache = {} if cache is None else cache
+    out = {}
+    with loaded(path) as mod:
         for c in cases:
-            if not (hasattr(mod, "lower_plan") and hasattr(mod, "device_plan")):
+            if not hasattr(mod, "lower_plan"):
                 out[c.id] = "the candidate has no lower_plan hook"
                 continue
             shape = c.shape_dict()
             try:
-                key = json.dumps([mod.device_plan(shape, prof),
-                                  [shape.get(k) for k in ("kv_heads", "gqa", "head_dim", "dtype", "page_size")]],
-                                 sort_keys=True, default=str)
-                if key not in memo:
-                    kernels = mod.lower_plan(shape, prof, prof["arch"])["kernels"]
-                    memo[key] = {n: (canonical_source(k["source"], barriers=False), k["dyn_smem_bytes"])
-                                 for n, k in kernels.items()}
-                out[c.id] = memo[key]
+                plan = mod.device_plan(shape, prof) if hasattr(mod, "device_plan") else shape
+                key = (str(path), prof.get("name"), json.dumps(
+                    [plan, [shape.get(k) for k in ("kv_heads", "gqa", "head_dim", "dtype", "page_size")]],
+                    sort_keys=True, default=str))
+                if key not in cache:
+                    cache[key] = mod.lower_plan(shape, prof, prof["arch"])
+                out[c.id] = cache[key]
             except Exception as e:  # noqa: BLE001 (a case that does not lower is this case's NA)
-                lines = str(e).strip().splitlines()
-                out[c.id] = f"{type(e).__name__}: {lines[-1] if lines else ''}"[:200]
+                out[c.id] = _why(e)
     return out
 
 
-def lowered_apart(new: Path, old: Path, cases: list, device: str) -> dict:
+def lowered_apart(new: Path, old: Path, cases: list, device: str, cache: Optional[dict] = None) -> dict:
     """case id -> ``lowered`` where `new` and `old` lower the case's kernels for `device`'s arch to different CUDA or
     dynamic shared memory, "" where they lower to the same; ``lowered=NA (why)`` where either cannot lower it: a case
     not proven unchanged is timed. Sources are compared in kopt.occupancy.canonical_source's form without the sync
     pass's barriers before workspace reductions, which move from lowering to lowering of one kernel (a
     case whose kernel an edit did not touch was marked otherwise: an MHA draw, seed 20261208)."""
     from kopt.doctor import gpu_profile
+    from kopt.occupancy import canonical_source
 
     if not cases:
         return {}
     prof = gpu_profile(device).model_dump()
-    a, b = _lowerings(new, cases, prof), _lowerings(old, cases, prof)
+
+    def text(got):  # a lowering as compared: each kernel's canonical source and dynamic shared memory
+        return got if isinstance(got, str) else {
+            n: (canonical_source(k["source"], barriers=False), k["dyn_smem_bytes"]) for n, k in got["kernels"].items()}
+
+    a, b = lower(new, cases, prof, cache), lower(old, cases, prof, cache)
     out = {}
     for c in cases:
-        x, y = a[c.id], b[c.id]
+        x, y = text(a[c.id]), text(b[c.id])
         if isinstance(x, str) or isinstance(y, str):
             out[c.id] = f"lowered=NA ({x if isinstance(x, str) else y})"
         else:
@@ -128,37 +140,44 @@ class Resources:
     na: str = ""
 
 
-def resources(candidate: Path, cases: list, device: str) -> dict:
+def resources(candidate: Path, cases: list, device: str, cache: Optional[dict] = None) -> dict:
     """case id -> Resources of the kernel the candidate's plan runs for it on `device` (a hardware.yaml GPU): its
-    lower_plan hook's source compiled by nvcc for the device's arch (no GPU), the CTAs of it a unit leaves room for.
-    NA with the reason where the candidate cannot lower it or nvcc fails; one compile a distinct source (both
-    candidates of an A/B share them: occupancy.compile_source)."""
+    lowering (lower, `cache` shared with --lowered) compiled by nvcc for the device's arch (no GPU), the CTAs of it a
+    unit leaves room for. NA with the reason where the candidate cannot lower it or nvcc fails; one compile a distinct
+    source (both candidates of an A/B share them: occupancy.compile_source)."""
     from kopt import occupancy
-    from kopt.candidate import loaded
     from kopt.doctor import gpu_profile
-    from kopt.store import resolve_candidate
 
     prof = gpu_profile(device).model_dump()
     arch, smem_unit = prof["arch"], prof.get("smem_per_unit_bytes")
     out = {}
-    with loaded(resolve_candidate(candidate)) as mod:
-        for c in cases:
-            if not hasattr(mod, "lower_plan"):
-                out[c.id] = Resources(na="the candidate has no lower_plan hook")
-                continue
-            try:
-                got = mod.lower_plan(c.shape_dict(), prof, arch)
-                main, plan = got["kernels"]["main"], got["plan"]
-                kernels = occupancy.compile_source(main["source"], arch)  # once a distinct source a process
-                name = f"{plan['kernels'][0]}_kernel"
-                k = next((x for x in kernels if x.name == name), kernels[0])
-                n, what = occupancy.ctas_a_unit(k.registers, int(plan["threads"]), int(main["dyn_smem_bytes"]), arch,
-                                                smem_unit)
-                out[c.id] = Resources(k.name.removesuffix("_kernel"), k.registers, k.spill_bytes, n, what)
-            except Exception as e:  # noqa: BLE001 (a kernel that does not lower or compile is this line's NA)
-                lines = str(e).strip().splitlines()
-                out[c.id] = Resources(na=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:200])
+    for cid, got in lower(candidate, cases, prof, cache).items():
+        if isinstance(got, str):
+            out[cid] = Resources(na=got)
+            continue
+        try:
+            main, plan = got["kernels"]["main"], got["plan"]
+            kernels = occupancy.compile_source(main["source"], arch)  # once a distinct source a process
+            name = f"{plan['kernels'][0]}_kernel"
+            k = next((x for x in kernels if x.name == name), kernels[0])
+            n, what = occupancy.ctas_a_unit(k.registers, int(plan["threads"]), int(main["dyn_smem_bytes"]), arch,
+                                            smem_unit)
+            out[cid] = Resources(k.name.removesuffix("_kernel"), k.registers, k.spill_bytes, n, what)
+        except Exception as e:  # noqa: BLE001 (a kernel that does not compile is this line's NA)
+            out[cid] = Resources(na=_why(e))
     return out
+
+
+def registers(new: Path, old: Path, groups: list[Group], device: str, cache: Optional[dict] = None) -> dict:
+    """(group label, case id) -> (new, old) Resources of each group's changed cases (--registers), with progress."""
+    res = {}
+    for g in groups:
+        if g.changed:
+            print(f"compiling {len(g.changed)} case(s) of {g.label} for {device}, both candidates...",
+                  file=sys.stderr, flush=True)  # progress: a compile is seconds a kernel
+            mine, theirs = resources(new, g.changed, device, cache), resources(old, g.changed, device, cache)
+            res.update({(g.label, c.id): (mine[c.id], theirs[c.id]) for c in g.changed})
+    return res
 
 
 def resources_line(new: Resources, old: Resources) -> str:
