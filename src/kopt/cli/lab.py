@@ -158,6 +158,13 @@ def ab(
     out: Optional[Path] = typer.Option(None, "--out", help="Folder of the CSVs and tables, one per group (default "
                                                            "results/<backend>/ab-<device>-<date>/)."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per case, seconds."),
+    save_selection: Optional[Path] = typer.Option(None, "--save-selection", help="Also write the cases to time (and "
+                                                                                 "why) to this JSON file, for a later "
+                                                                                 "run's --selection."),
+    selection: Optional[Path] = typer.Option(None, "--selection", help="Time the cases a --save-selection file lists "
+                                                                       "instead of selecting again (no lowering on "
+                                                                       "the GPU host); it must name this run's "
+                                                                       "candidates and device."),
 ) -> None:
     """The A/B of a kernel change on the cases it touches: the named cases and held-out draws whose plans the two
     candidates resolve differently, each timed paired against the old candidate (GPU); one AB line each, then a
@@ -167,7 +174,17 @@ def ab(
     from kopt.errors import UsageError
     from kopt.eval import BenchOptions
     from kopt.eval.peers import check_names
-    from kopt.lab import AbGroup, ab_registers, ab_select, ab_selection_lines, pick_cases, require_cuda, run_ab
+    from kopt.lab import (
+        AbGroup,
+        ab_registers,
+        ab_select,
+        ab_selection_lines,
+        load_ab_selection,
+        pick_cases,
+        require_cuda,
+        run_ab,
+        save_ab_selection,
+    )
     from kopt.store import resolve_candidate as resolve
     from kopt.workloads import draw_ids
 
@@ -189,17 +206,28 @@ def ab(
         from kopt.eval import device_profile
 
         plan_for = device_profile()["name"]
-    n_held = heldout_size(heldout, seed_list[0] if seed_list else None)
-    groups = [AbGroup(None, pick_cases(case or ",".join(str(c.id) for c in load_cases())))] \
-        if case or not seed_list else []
-    groups += [AbGroup(s, pick_cases(draw_ids(n_held), heldout=n_held, seed=s)) for s in seed_list]
+    if save_selection is not None and not save_selection.parent.is_dir():
+        raise UsageError(f"--save-selection {save_selection}: no folder {save_selection.parent}")
     lowerings: dict = {}  # one lowering a kernel for --lowered and --registers
-    groups = ab_select(new, old, groups, plan_for, kernel, lowered, lowerings)
-    seen = sorted({k for g in groups for ks in g.kernels.values() for k in ks})
-    for k in (kernel.split(",") if kernel is not None else []):
-        if k not in seen:
-            raise UsageError(f"--kernel {k}: no case considered here runs it on {plan_for}; their plans run "
-                             f"{', '.join(seen) or 'no kernel'}")
+    if selection is not None:
+        chosen = [o for o, v in (("--case", case), ("--seeds", seeds), ("--heldout", heldout), ("--kernel", kernel),
+                                 ("--lowered", lowered or None), ("--save-selection", save_selection)) if v is not None]
+        if chosen:
+            raise UsageError(f"--selection already decides the cases: drop {', '.join(chosen)}")
+        groups = load_ab_selection(selection, plan_for, new, old)
+    else:
+        n_held = heldout_size(heldout, seed_list[0] if seed_list else None)
+        groups = [AbGroup(None, pick_cases(case or ",".join(str(c.id) for c in load_cases())))] \
+            if case or not seed_list else []
+        groups += [AbGroup(s, pick_cases(draw_ids(n_held), heldout=n_held, seed=s)) for s in seed_list]
+        groups = ab_select(new, old, groups, plan_for, kernel, lowered, lowerings)
+        seen = sorted({k for g in groups for ks in g.kernels.values() for k in ks})
+        for k in (kernel.split(",") if kernel is not None else []):
+            if k not in seen:
+                raise UsageError(f"--kernel {k}: no case considered here runs it on {plan_for}; their plans run "
+                                 f"{', '.join(seen) or 'no kernel'}")
+        if save_selection is not None:
+            save_ab_selection(save_selection, groups, plan_for, new, old, n_held)
     res = ab_registers(new, old, groups, plan_for, lowerings) if registers else None
     for line in ab_selection_lines(groups, plan_for, res):
         _say(line)

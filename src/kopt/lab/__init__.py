@@ -39,6 +39,7 @@ _FACE = {
     "CampaignFile": ("campaign", "CampaignFile"), "CampaignResult": ("campaign", "CampaignResult"),
     "AbGroup": ("ab", "Group"), "ab_select": ("ab", "select"), "ab_selection_lines": ("ab", "selection_lines"),
     "run_ab": ("ab", "run"), "ab_registers": ("ab", "registers"),
+    "save_ab_selection": ("ab", "save_selection"), "load_ab_selection": ("ab", "load_selection"),
     "Step": ("campaign", "Step"), "StepResult": ("campaign", "StepResult"), "StepStatus": ("campaign", "StepStatus"),
 }
 __all__ = sorted(_FACE)

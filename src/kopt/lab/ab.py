@@ -27,6 +27,8 @@ class Group:
     fields: dict = field(default_factory=dict)
     #: the kernels each case's new plan launches (select fills it)
     kernels: dict = field(default_factory=dict)
+    #: how many cases the selection considered, where `cases` holds only the changed ones (load_selection)
+    considered: Optional[int] = None
 
     @property
     def changed(self) -> list:
@@ -63,6 +65,56 @@ def select(new: Path, old: Path, groups: list[Group], device: str, kernel: Optio
             for cid, why in lowered_apart(new, old, same, device, cache).items():
                 g.fields[cid] = why
     return groups
+
+
+#: The selection file's format (save_selection / load_selection).
+SELECTION_SCHEMA = 1
+
+
+def save_selection(path: Path, groups: list[Group], device: str, new: Path, old: Path, heldout: int) -> Path:
+    """Write the cases an A/B must time (each group's changed cases and why) as JSON, for a later timing run to take
+    with load_selection instead of selecting again: the selection's lowerings take seconds a case on a CPU host, and
+    a GPU host's time is the scarce one. The file names the device whose plans decided it and both candidates."""
+    from kopt import atomic
+    from kopt.candidate import candidate_id
+
+    data = {"schema": SELECTION_SCHEMA, "device": device, "new": candidate_id(new), "old": candidate_id(old),
+            "heldout": heldout,
+            "groups": [{"seed": g.seed, "considered": len(g.cases) if g.considered is None else g.considered,
+                        "cases": {str(c.id): g.fields[c.id] for c in g.changed}} for g in groups]}
+    return atomic.write_text(Path(path), json.dumps(data, indent=1) + "\n")
+
+
+def load_selection(path: Path, device: str, new: Path, old: Path) -> list[Group]:
+    """The groups a save_selection file holds, each with only its changed cases. A usage error when the file is
+    unreadable or not a selection, or when it was made for another device's plans or other candidates (their ids
+    differ): a selection proves which cases an edit reaches for those files and that device only."""
+    from kopt.candidate import candidate_id
+    from kopt.errors import UsageError
+    from kopt.lab.common import pick_cases
+
+    try:
+        data = json.loads(Path(path).read_text())
+        if data.get("schema") != SELECTION_SCHEMA:
+            raise ValueError(f"schema {data.get('schema')!r}, not {SELECTION_SCHEMA}")
+        groups = [(g["seed"], {int(k): str(v) for k, v in g["cases"].items()}, int(g["considered"]))
+                  for g in data["groups"]]
+        heldout = int(data["heldout"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"--selection {path}: not a selection file ({_why(e)})") from None
+    if data.get("device") != device:
+        raise UsageError(f"--selection {path} was made for {data.get('device')}'s plans, this run plans for {device}: "
+                         f"select again with --plan-for {device} --dry-run --save-selection")
+    ids = {"--candidate": (data.get("new"), candidate_id(new)), "--against": (data.get("old"), candidate_id(old))}
+    for opt, (saved, now) in ids.items():
+        if saved != now:
+            raise UsageError(f"--selection {path} was made for {opt} {saved}, this run's is {now}: select again")
+    out = []
+    for seed, fields, considered in groups:
+        cases = pick_cases(",".join(map(str, sorted(fields))), heldout=heldout if seed is not None else 0,
+                           seed=seed) if fields else []
+        out.append(Group(seed, cases, fields, considered=considered))
+    return out
 
 
 def _why(e: Exception) -> str:
@@ -201,13 +253,15 @@ def selection_lines(groups: list[Group], device: str, res: Optional[dict] = None
     out = []
     for g in groups:
         ch = g.changed
-        out.append(f"{g.label}: {len(ch)} of {len(g.cases)} cases to time on {device}"
+        of = len(g.cases) if g.considered is None else g.considered
+        out.append(f"{g.label}: {len(ch)} of {of} cases to time on {device}"
                    + (f": {','.join(str(c.id) for c in ch)}" if ch else ""))
         for c in ch:
             pair = (res or {}).get((g.label, c.id))
             out.append(f"  {c.id}: {g.fields[c.id]}" + (f"; {resources_line(*pair)}" if pair else ""))
     n = sum(len(g.changed) for g in groups)
-    out.append(f"AB_PLAN: CASES:{n} OF:{sum(len(g.cases) for g in groups)} DEVICE:{device}")
+    of = sum(len(g.cases) if g.considered is None else g.considered for g in groups)
+    out.append(f"AB_PLAN: CASES:{n} OF:{of} DEVICE:{device}")
     return out
 
 

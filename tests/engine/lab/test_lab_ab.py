@@ -308,3 +308,47 @@ def test_canonical_source_leaves_out_where_the_sync_pass_put_a_reductions_barrie
     kept = canonical_source(one, barriers=False)
     assert kept.count("__syncthreads();") == 1 and "__syncthreads();\n    x = s[1];" in kept
     assert "17920" not in kept and "workspace_1" not in kept
+
+
+def test_a_saved_selection_is_what_a_later_run_times(tmp_path):
+    """--save-selection writes the cases to time; --selection takes them back without selecting again (a GPU host
+    need not lower anything) and lists the same cases. A selection made for another device's plans or another
+    candidate, a file that is not one, or --selection beside options that select is a usage error (exit 2, nothing
+    printed, nothing written)."""
+    sel = tmp_path / "sel.json"
+    argv = ["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), "--seeds", "205,206",
+            "--case", "5,12", "--plan-for", "H200", "--kernel", "decode_balanced", "--dry-run"]
+    code, first, err = run_main([*argv, "--save-selection", str(sel)])
+    assert_clean(code, first, err, allowed=(0,))
+    import json
+
+    saved = json.loads(sel.read_text())
+    assert saved["device"] == "H200" and [g["seed"] for g in saved["groups"]] == [None, 205, 206]
+    assert sum(len(g["cases"]) for g in saved["groups"]) == int(first.splitlines()[-1].split("CASES:")[1].split()[0])
+    assert all(why == "kernel=decode_balanced" for g in saved["groups"] for why in g["cases"].values())
+    back = ["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), "--selection", str(sel)]
+    code, again, err = run_main([*back, "--plan-for", "H200", "--dry-run"])
+    assert_clean(code, again, err, allowed=(0,))
+    assert again == first and "lowering" not in err
+
+    other = _other(tmp_path / "o")
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]\n")
+    for extra, says in (
+            (["--plan-for", "H100", "--dry-run"], "made for H200's plans, this run plans for H100"),
+            (["--plan-for", "H200", "--dry-run", "--seeds", "205"], "drop --seeds"),
+    ):
+        code, out, err = run_main([*back, *extra])
+        assert_clean(code, out, err, allowed=(2,))
+        assert says in err and out == "", err
+    code, out, err = run_main(["lab", "ab", "--candidate", str(other), "--against", str(SHIPPED), "--selection",
+                               str(sel), "--plan-for", "H200", "--dry-run"])
+    assert_clean(code, out, err, allowed=(2,))
+    assert "was made for --candidate" in err and out == ""
+    code, out, err = run_main([*back[:-1], str(bad), "--plan-for", "H200", "--dry-run"])
+    assert_clean(code, out, err, allowed=(2,))
+    assert "not a selection file" in err and out == ""
+    missing = tmp_path / "no" / "sel.json"
+    code, out, err = run_main([*argv, "--save-selection", str(missing)])
+    assert_clean(code, out, err, allowed=(2,))
+    assert "no folder" in err and out == "" and not missing.parent.exists()
