@@ -4,7 +4,8 @@ each is timed paired (ABBA, one child) with the old candidate as a peer, and the
 An edit of one kernel's code moves no plan: `kernel` adds the cases whose plans run it, `lowered` the cases whose
 kernels the two candidates lower to different CUDA (exactly the cases the edit reaches). `resources` compiles each
 listed case's kernel of a candidate for the device's arch (no GPU), for its registers and CTAs a unit; both read one
-lowering a kernel (`lower`)."""
+lowering a kernel (`lower`). `save_selection` keeps what a selection lists, for `load_selection` to hand the timing run
+on a GPU host, which then lowers nothing."""
 
 from __future__ import annotations
 
