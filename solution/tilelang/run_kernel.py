@@ -197,7 +197,7 @@ def _tiling(s: _Shape, dev, cfg: dict, threads: int) -> tuple:
                          "(block_N a multiple of 32 up to 256, threads 64/128/256)")
     cap, G = max(1, s.capacity), s.G
     block_N, ns = _cuda.choose_tiling(s.batch, s.hkv, cap, dev.units, bn, int(cfg.get("num_splits") or 0),
-                                      _cuda.widest_tile(G, s.d, dev.smem_per_unit, False, threads), G, s.d, s.paged)
+                                      _cuda.widest_tile(G, s.d, dev.smem_per_unit, False, threads), G, s.d)
     bal = _balanced_splits(cfg, s.batch, s.hkv, cap, dev.units, bn, ns, G, s.page,
                            _cuda.widest_tile(G, s.d, dev.smem_per_unit, True, threads))
     return (block_N, ns, 0) if bal is None else bal

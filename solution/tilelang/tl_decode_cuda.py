@@ -375,12 +375,6 @@ def _decode_body(T, p: Plan, sym: dict, finish):
                     # sequence: only they pay the page-id clamp)
                     lim = T.if_then_else(k == 0, alloc_len, seqlen) if eager else seqlen
                     r0, r1 = kv_row(BT, b, T.min(base + i, lim - 1), clamp_page=eager)
-                    if eager and paged:  # the row within its page from L[b], which arrives with the table read:
-                        # a row past the sequence re-reads the sequence's last offset in the same table page (one
-                        # row a page past the sequence, masked), not the rest of the allocated tile. No max(.., 0)
-                        # for an empty sequence: the offset -1 wraps to the page's last row (floormod), valid memory;
-                        # the guard cost the direct kernel 60 registers (ptxas, sm_90a: 126 -> 186)
-                        r1 = T.min(base + i, seqlen - 1) % page_size
                     K_shared[i, j] = K[r0, r1, h, j]
             T.clear(acc_s)
             T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
@@ -1138,7 +1132,7 @@ def widest_tile(G: int, d: int, smem_per_unit: int, merge: bool = False, threads
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0,
-                  max_tile: int = MAX_TILE, gqa: int = 0, d: int = 128, paged: bool = False):
+                  max_tile: int = MAX_TILE, gqa: int = 0, d: int = 128):
     """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
     (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
     for a longer range (> 256 keys) and one tile for a range of 65-192 keys. One CTA on a unit
@@ -1151,8 +1145,7 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     unseen draws of 4-128 rows). A one-tile range's tile is its length rounded up to TILE_STEP keys (65-128 keys: 96 or
     128; 129-192: 160 or 192; at most 32 keys: 32), so that it asks for few rows past the sequence: each such row
     re-reads the last key. The K rows a short row's eager tile reads past 64 keys, over the grid (d-wide, 2 bytes), stay
-    within ONE_TILE_TRIP_BYTES for each 64-key round trip the tile saves; else 64-key tiles. In pages (`paged`) there
-    are no such rows: an eager K row past the sequence re-reads the sequence's last offset in its table page.
+    within ONE_TILE_TRIP_BYTES for each 64-key round trip the tile saves; else 64-key tiles.
     ``max_tile`` (widest_tile): a wider tile than a unit's shared memory holds is never picked (64-key tiles then)."""
     bn = block_N or min(64, max_tile)
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms, gqa=gqa)
@@ -1160,7 +1153,7 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms and 128 <= max_tile:
         bn = 128
     elif (not block_N and ns == 1 and 64 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms and step <= max_tile
-          and (paged or batch * hkv * (step - 64) * d * 2 <= (-(-step // 64) - 1) * ONE_TILE_TRIP_BYTES)):
+          and batch * hkv * (step - 64) * d * 2 <= (-(-step // 64) - 1) * ONE_TILE_TRIP_BYTES):
         bn = step
     elif not block_N and ns == 1 and max_seqlen <= TILE_STEP:
         bn = TILE_STEP
