@@ -37,6 +37,11 @@ class Group:
         return [c for c in self.cases if self.fields.get(c.id)]
 
     @property
+    def of(self) -> int:
+        """How many cases the selection considered (all of `cases`, unless a loaded selection kept only the changed)."""
+        return len(self.cases) if self.considered is None else self.considered
+
+    @property
     def label(self) -> str:
         return "named" if self.seed is None else str(self.seed)
 
@@ -81,7 +86,7 @@ def save_selection(path: Path, groups: list[Group], device: str, new: Path, old:
 
     data = {"schema": SELECTION_SCHEMA, "device": device, "new": candidate_id(new), "old": candidate_id(old),
             "heldout": heldout,
-            "groups": [{"seed": g.seed, "considered": len(g.cases) if g.considered is None else g.considered,
+            "groups": [{"seed": g.seed, "considered": g.of,
                         "cases": {str(c.id): g.fields[c.id] for c in g.changed}} for g in groups]}
     return atomic.write_text(Path(path), json.dumps(data, indent=1) + "\n")
 
@@ -254,15 +259,13 @@ def selection_lines(groups: list[Group], device: str, res: Optional[dict] = None
     out = []
     for g in groups:
         ch = g.changed
-        of = len(g.cases) if g.considered is None else g.considered
-        out.append(f"{g.label}: {len(ch)} of {of} cases to time on {device}"
+        out.append(f"{g.label}: {len(ch)} of {g.of} cases to time on {device}"
                    + (f": {','.join(str(c.id) for c in ch)}" if ch else ""))
         for c in ch:
             pair = (res or {}).get((g.label, c.id))
             out.append(f"  {c.id}: {g.fields[c.id]}" + (f"; {resources_line(*pair)}" if pair else ""))
     n = sum(len(g.changed) for g in groups)
-    of = sum(len(g.cases) if g.considered is None else g.considered for g in groups)
-    out.append(f"AB_PLAN: CASES:{n} OF:{of} DEVICE:{device}")
+    out.append(f"AB_PLAN: CASES:{n} OF:{sum(g.of for g in groups)} DEVICE:{device}")
     return out
 
 
