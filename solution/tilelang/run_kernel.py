@@ -155,14 +155,14 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
     block_N, ns, balanced = _tiling(s, dev, cfg, threads or 128)
     cap, G = max(1, s.capacity), s.G
     eager = cfg.get("eager")
-    vs = cfg.get("v_split")  # a row's V columns over this many CTAs, unsplit plans only
-    v_split = int(vs) if vs is not None else _cuda.v_split_default(s.batch, s.hkv, ns, dev.units)
-    if eager is None:  # default: eager on a latency-bound grid of short CTAs (tl_decode_cuda.eager_default)
+    if eager is None:  # default: eager when each CTA streams few tiles (tl_decode_cuda.EAGER_MAX_TILES)
         tiles = -(-cap // block_N)
-        eager = not balanced and _cuda.eager_default(s.batch * s.hkv * ns * v_split, -(-tiles // ns), dev.units)
+        eager = not balanced and -(-tiles // ns) <= _cuda.EAGER_MAX_TILES
     eager = bool(int(eager))
     last_cta = _last_cta(cfg, G, ns, balanced, dev.dependent_launch)
     split = ns > 1 or bool(balanced)
+    vs = cfg.get("v_split")  # a row's V columns over this many CTAs, unsplit plans only
+    v_split = int(vs) if vs is not None else _cuda.v_split_default(s.batch, s.hkv, ns, dev.units)
     rb = cfg.get("red_batch")
     red_batch = int(rb) if rb is not None else _cuda.red_batch_default(block_N, eager, dev.warp_size)
     if red_batch not in (1, 2) or red_batch > _cuda.tile_rows_per_thread(dev.warp_size):

@@ -946,17 +946,6 @@ ONE_TILE_TRIP_BYTES = 1 << 20
 #: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
 #: saves part of one DRAM latency per CTA, and costs a 4 KB L2 read of Q per further tile.
 EAGER_MAX_TILES = 8
-#: ... and while the grid is at most this many CTAs a unit (eager_default): past it the call's time is its bytes, not
-#: one CTA's chain, and the first tile's K rows past short rows cost more than the round trip eager saves
-EAGER_MAX_CTAS_PER_UNIT = 2
-
-
-def eager_default(ctas: int, tiles_per_cta: int, units: int) -> bool:
-    """Eager (the first K tile addressed from the allocated length, before L[b]) where it saves a round trip on the
-    call's critical path: a CTA streams at most EAGER_MAX_TILES tiles and the grid is latency-bound (at most
-    EAGER_MAX_CTAS_PER_UNIT CTAs a unit). A busier grid streams its bytes at the device's rate, where the K rows the
-    first tile reads past rows shorter than it cost more than one round trip a CTA."""
-    return tiles_per_cta <= EAGER_MAX_TILES and ctas <= EAGER_MAX_CTAS_PER_UNIT * max(1, units)
 
 
 def last_cta_default(G: int, num_splits: int, balanced: bool = False, dependent_launch: bool = False) -> bool:
