@@ -179,6 +179,7 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
         last_cta=last_cta, eager=eager, v_split=v_split, red_batch=red_batch,
         red_once=_cuda.red_once_default(ns > 1 and not balanced, eager, dev.nvcc, dev.warp_size),
         tile_page=_cuda.tile_page_applies(s.paged, s.page, block_N, eager), even_split=even_split,
+        k_clamp=_cuda.k_clamp_default(s.paged, eager, s.batch * s.hkv * ns * v_split, dev.units),
         pdl=dev.dependent_launch and combine, comb_unroll=_cuda.comb_unroll_default(ns, combine),
         fast_math=_cuda.fast_math_default(dev.nvcc))
     need = _cuda.smem_bytes(G, s.d, p.block_N, p.v_split, p.counter, p.threads)
@@ -419,6 +420,7 @@ def _plan_fields(p: _cuda.Plan) -> dict:
             "num_splits": p.num_splits, "threads": p.threads, "eager": p.eager, "last_cta": p.last_cta,
             "balanced": p.balanced, "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once,
             "pdl": p.pdl, "fast_math": p.fast_math, "tile_page": p.tile_page, "even_split": p.even_split,
+            "k_clamp": p.k_clamp,
             "comb_unroll": p.comb_unroll, "paged": p.paged, "page_size": p.page_size}
 
 

@@ -139,6 +139,8 @@ class Plan:
     red_once: bool = False
     tile_page: bool = False
     even_split: bool = False
+    #: an eager paged plan's first K tile takes each row's offset in its page from L[b] (k_clamp_default)
+    k_clamp: bool = False
     pdl: bool = False
     #: splits a combine thread loads at once (0: _COMBINE_UNROLL)
     comb_unroll: int = 0
@@ -219,6 +221,9 @@ def check_plan(p: Plan) -> None:
     if p.tile_page and not tile_page_applies(p.paged, p.page_size, p.block_N, p.eager):
         raise ValueError(f"tile_page on a plan it cannot run on (paged {p.paged}, page {p.page_size}, block_N "
                          f"{p.block_N}, eager {p.eager})")
+    if p.k_clamp and not (p.eager and p.paged):
+        raise ValueError(f"k_clamp on a plan it cannot run on (eager {p.eager}, paged {p.paged}): it clamps an eager "
+                         "paged first K tile's rows")
     if p.even_split and p.eager:
         raise ValueError("even_split=1 on an eager plan: eager split ranges come from the allocated length (eager=0)")
     if p.pdl and not p.combine:
@@ -227,7 +232,7 @@ def check_plan(p: Plan) -> None:
 
 def kernel_plan(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, threads=128,
                 split=True, scale=None, eager=False, last_cta=None, balanced=0, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False) -> Plan:
+                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, k_clamp=False) -> Plan:
     """A Plan from build parameters alone, for GPU-less checks (run_kernel._cuda_plan resolves the real ones):
     ``split`` stands for two splits (the kernels take the count at run time); ``last_cta`` None: the balanced
     kernel's merge in its last CTAs, a uniform split kernel's in its combine kernel."""
@@ -238,7 +243,7 @@ def kernel_plan(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 scale=float(scale) if scale is not None else 1.0 / math.sqrt(d), balanced=int(balanced),
                 last_cta=merge_last and split, eager=bool(eager), v_split=int(v_split), red_batch=int(red_batch),
                 red_once=bool(red_once), tile_page=bool(tile_page), even_split=bool(even_split), pdl=bool(pdl),
-                comb_unroll=int(comb_unroll))
+                comb_unroll=int(comb_unroll), k_clamp=bool(k_clamp))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -291,7 +296,7 @@ def _decode_body(T, p: Plan, sym: dict, finish):
     accum = "float32"
     sm_scale = float(p.scale) * LOG2E
     alloc_len, num_blocks = sym["alloc_len"], sym["num_blocks"]
-    eager, even_split, red_batch = p.eager, p.even_split, p.red_batch
+    eager, even_split, red_batch, k_clamp = p.eager, p.even_split, p.red_batch, p.k_clamp
     q_loop = eager
     tile_page = p.tile_page
     num_stages = 1  # TileLang pipelines a dynamic trip count with one stage (iteration 4: two needed a fixed count)
@@ -375,6 +380,12 @@ def _decode_body(T, p: Plan, sym: dict, finish):
                     # sequence: only they pay the page-id clamp)
                     lim = T.if_then_else(k == 0, alloc_len, seqlen) if eager else seqlen
                     r0, r1 = kv_row(BT, b, T.min(base + i, lim - 1), clamp_page=eager)
+                    if k_clamp:  # the row within its page from L[b], which arrives with the table read: a row
+                        # past the sequence re-reads the sequence's last offset in the same table page (one row a
+                        # page past the sequence, masked), not the rest of the allocated tile. No max(.., 0) for
+                        # an empty sequence: the offset -1 wraps to the page's last row (floormod), valid memory;
+                        # the guard cost the direct kernel 60 registers (ptxas, sm_90a: 126 -> 186)
+                        r1 = T.min(base + i, seqlen - 1) % page_size
                     K_shared[i, j] = K[r0, r1, h, j]
             T.clear(acc_s)
             T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=policy)
@@ -946,6 +957,19 @@ ONE_TILE_TRIP_BYTES = 1 << 20
 #: eager (Q and the first K tile before L[b]) by default when a CTA streams at most this many tiles: it
 #: saves part of one DRAM latency per CTA, and costs a 4 KB L2 read of Q per further tile.
 EAGER_MAX_TILES = 8
+#: CTAs a unit past which a grid streams its bytes at the device's rate rather than waiting on one CTA's chain
+#: (k_clamp_default). H100, session 20: eager off on grids past it gained 1.04-1.09x on ragged paged batches of
+#: 512-8192 CTAs and lost 0.5-1.3% on equal rows; on 128-256 CTAs (1-2 a unit) it lost up to 4%
+BUSY_CTAS_PER_UNIT = 2
+
+
+def k_clamp_default(paged: bool, eager: bool, ctas: int, units: int) -> bool:
+    """Clamp an eager paged plan's first K tile to the sequence (k_clamp) on a busy grid (more than
+    BUSY_CTAS_PER_UNIT CTAs a unit): its row offsets then wait for L[b], which is read beside the block table the
+    tile's pages wait for anyway, so no round trip is added, and a row shorter than the tile re-reads one offset a
+    page instead of streaming the rest of the allocated tile. A busy grid's time is its bytes; a latency-bound grid
+    (at most BUSY_CTAS_PER_UNIT a unit) keeps the address free of L[b] (iteration 72: 0.97-0.99x there)."""
+    return paged and eager and ctas > BUSY_CTAS_PER_UNIT * max(1, units)
 
 
 def last_cta_default(G: int, num_splits: int, balanced: bool = False, dependent_launch: bool = False) -> bool:
