@@ -198,6 +198,27 @@ def _nan_past_the_sequence(w, page):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("page,head_dim,dtype", [(16, 128, "fp16"), (32, 64, "bf16"), (64, 128, "bf16"),
+                                                  (256, 128, "fp16"), (256, 64, "fp16")])
+def test_k_clamp_on_busy_paged_grids(kernel, page, head_dim, dtype):
+    """k_clamp (an eager paged first K tile's row offsets from L[b], on grids of more than BUSY_CTAS_PER_UNIT CTAs a
+    unit): case 4's one-tile rows, as many rows as the device has units (8 kv heads: 8 CTAs a unit), ragged lengths,
+    NaN in every K and V row past each sequence, then garbage table entries past each sequence."""
+    import torch
+
+    units = torch.cuda.get_device_properties(0).multi_processor_count
+    c = _case(4, seqlens="ragged", page_size=page, head_dim=head_dim, dtype=dtype)
+    c = c.model_copy(update={"batch": units})
+    w, ref, base = _intact(c, 72)
+    plan = kernel.plan_info(*w.args(), **w.kwargs(None))
+    assert (plan["kernel"], plan["eager"], plan["k_clamp"]) == ("decode_direct", True, True), plan
+    assert int(w.cache_seqlens.min()) < 64, "no row shorter than its tile: the test would prove less"
+    _nan_past_the_sequence(w, page)
+    _assert_ok(kernel, w, ref, base, None, f"page {page} d {head_dim} {dtype} NaN past the sequence")
+    _check_garbage_past_the_sequence(kernel, 4, page, 73, None, f"page {page} garbage", dtype)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("seqlen,page,head_dim,block_N", [(90, 0, 128, 96), (100, 16, 128, 128), (120, 32, 64, 128),
                                                           (80, 16, 64, 96), (110, 0, 64, 128)])
 def test_one_tile_short_ranges(kernel, seqlen, page, head_dim, block_N):

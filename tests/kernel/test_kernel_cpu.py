@@ -853,3 +853,32 @@ def test_odd_gqa_at_head_dim_64_merges_in_the_last_cta(builds):
     info = builds.get("compile", **ODD_GQA)
     _clean(info["main"])
     assert set(info) == {"main"} and len(_defs(info["main"]["source"])) == 1
+
+
+@pytest.mark.parametrize("paged,eager,ctas,want", [
+    (True, True, 265, True),      # past two CTAs a unit of 132: a busy grid streams its bytes
+    (True, True, 264, False),     # two a unit: latency-bound, the first tile's address stays free of L[b]
+    (True, False, 4096, False),   # not eager: every row is clamped to the sequence already
+    (False, True, 4096, False),   # contiguous: the clamp would wait for L[b], a round trip
+])
+def test_k_clamp_default(rk, paged, eager, ctas, want):
+    """k_clamp (an eager paged first K tile's row offsets from L[b]) only on eager paged grids of more than
+    BUSY_CTAS_PER_UNIT CTAs a unit."""
+    assert _cu().k_clamp_default(paged, eager, ctas, 132) == want
+
+
+def test_k_clamp_follows_the_grid_and_refuses_plans_it_cannot_run_on(rk):
+    """On the H200's profile case 4's shape (64 rows x 8 kv heads, one 64-key tile) clamps in pages (512 CTAs) and not
+    at 16 rows (128 CTAs) or in a contiguous cache; a plan asking k_clamp without an eager paged first tile is a
+    ValueError naming it."""
+    from kopt.hardware import profile
+
+    h200 = profile("H200").model_dump()
+    case = dict(batch=64, seqlen_k=64, kv_heads=8, gqa=4, head_dim=128, dtype="fp16")
+    assert rk.device_plan({**case, "page_size": 64}, h200)["k_clamp"] is True
+    assert rk.device_plan({**case, "page_size": 64, "batch": 16}, h200)["k_clamp"] is False
+    assert rk.device_plan({**case, "page_size": 0}, h200)["k_clamp"] is False
+    assert rk.device_plan({**case, "page_size": 64}, h200, {"eager": 0})["k_clamp"] is False
+    for kw in (dict(paged=True, eager=False), dict(paged=False, eager=True)):
+        with pytest.raises(ValueError, match="k_clamp"):
+            _cu().kernel_plan(split=False, k_clamp=True, **kw)

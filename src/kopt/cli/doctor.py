@@ -80,7 +80,7 @@ def lines(d: dict) -> list[str]:
 
 #: The plan's fields, in print order (device_plan's dict has them all).
 PLAN_FIELDS = ("kernels", "block_N", "num_splits", "threads", "eager", "last_cta", "balanced", "v_split",
-               "red_batch", "red_once", "pdl", "fast_math", "tile_page", "even_split", "comb_unroll")
+               "red_batch", "red_once", "pdl", "fast_math", "tile_page", "even_split", "k_clamp", "comb_unroll")
 
 
 def plan_lines(d: dict) -> list[str]:
