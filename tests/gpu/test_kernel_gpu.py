@@ -50,13 +50,15 @@ def _case(i, **variant):
     return select(load_cases(), [i])[0].with_variant(**variant)
 
 
-def _check_garbage_past_the_sequence(kernel, cid, page, seed, config, what, dtype="fp16"):
+def _check_garbage_past_the_sequence(kernel, cid, page, seed, config, what, dtype="fp16", update=None):
     """Case cid with ragged lengths (at least three rows, one of them full) in pages whose block-table entries past
-    each sequence hold garbage (negative ids, ids past the pool), against the reference of the intact table."""
+    each sequence hold garbage (negative ids, ids past the pool), against the reference of the intact table.
+    ``update``: fields of the case to replace (batch, seqlen_k)."""
     import torch
 
     c = _case(cid, seqlens="ragged", dtype=dtype, page_size=page)
-    c = c.model_copy(update={"batch": max(c.batch, 3)})  # one sequence stays full: others must be shorter
+    # one sequence stays full: others must be shorter
+    c = c.model_copy(update={"batch": max(c.batch, 3), **(update or {})})
     w, ref, base = _intact(c, seed)  # from the intact table
     bt, nblocks = w.block_table, w.k_cache.shape[0]
     used = (w.cache_seqlens.long() + page - 1) // page
@@ -202,20 +204,21 @@ def _nan_past_the_sequence(w, page):
                                                   (256, 128, "fp16"), (256, 64, "fp16")])
 def test_k_clamp_on_busy_paged_grids(kernel, page, head_dim, dtype):
     """k_clamp (an eager paged first K tile's row offsets from L[b], on grids of more than BUSY_CTAS_PER_UNIT CTAs a
-    unit): case 4's one-tile rows, as many rows as the device has units (8 kv heads: 8 CTAs a unit), ragged lengths,
-    NaN in every K and V row past each sequence, then garbage table entries past each sequence."""
+    unit): case 4's heads, as many rows as the device has units (8 kv heads: 8 CTAs a unit), two pages of cache a
+    row (at least 64 keys: 1-8 tiles, eager), ragged lengths, NaN in every K and V row past each sequence, then
+    garbage table entries past each sequence."""
     import torch
 
     units = torch.cuda.get_device_properties(0).multi_processor_count
-    c = _case(4, seqlens="ragged", page_size=page, head_dim=head_dim, dtype=dtype)
-    c = c.model_copy(update={"batch": units})
+    update = {"batch": units, "seqlen_k": max(64, 2 * page)}
+    c = _case(4, seqlens="ragged", page_size=page, head_dim=head_dim, dtype=dtype).model_copy(update=update)
     w, ref, base = _intact(c, 72)
     plan = kernel.plan_info(*w.args(), **w.kwargs(None))
     assert (plan["kernel"], plan["eager"], plan["k_clamp"]) == ("decode_direct", True, True), plan
-    assert int(w.cache_seqlens.min()) < 64, "no row shorter than its tile: the test would prove less"
+    assert int(w.cache_seqlens.min()) < 64, "no row shorter than its first tile: the test would prove less"
     _nan_past_the_sequence(w, page)
     _assert_ok(kernel, w, ref, base, None, f"page {page} d {head_dim} {dtype} NaN past the sequence")
-    _check_garbage_past_the_sequence(kernel, 4, page, 73, None, f"page {page} garbage", dtype)
+    _check_garbage_past_the_sequence(kernel, 4, page, 73, None, f"page {page} garbage", dtype, update)
 
 
 @pytest.mark.gpu
