@@ -76,6 +76,7 @@ def run(path: Path, cases: list, emit: Callable[[str], None] = print, seed: Opti
     from kopt import candidate, roofline
     from kopt.lab import reads
     from kopt.lab.common import header, workloads
+    from kopt.policy.ranking import plan_class
     from kopt.timing import TimingOptions, rotating, time_pair
     from kopt.workload import bytes_moved
 
@@ -117,13 +118,6 @@ def run(path: Path, cases: list, emit: Callable[[str], None] = print, seed: Opti
     return [head, ""] + table(rows, emit)
 
 
-def plan_class(plan: dict, at_floor: bool) -> str:
-    """A plan's class for the read bound's groups: its kernel less `decode_` ("direct", "split_combine", "split_last",
-    "balanced"; "c-target" on the CPU path), and "floor" where the case's limit is the launch floor."""
-    kernel = str(plan.get("kernel") or plan.get("path") or "NA").removeprefix("decode_")
-    return kernel + (" floor" if at_floor else "")
-
-
 def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
     """The markdown table of readbound's rows, and the geomeans (emitted too) over the perf cases and over the held-out
     draws, each where there are any."""
@@ -149,9 +143,9 @@ def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
 
 
 def by_class(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
-    """Held-out draws grouped by plan class (plan_class): per class the draws, the geomeans of the read's and the
-    candidate's % of limit, the candidate over the read, and the geomean over all `rows` if that class alone ran at
-    its read (where a kernel change would pay most)."""
+    """Held-out draws grouped by plan class (policy.ranking.plan_class): per class the draws, the geomeans of the
+    read's and the candidate's % of limit, the candidate over the read, and the geomean over all `rows` if that class
+    alone ran at its read (where a kernel change would pay most)."""
     out = ["", "| plan class | draws | read % of limit | candidate % of limit | candidate / read "
                "| all draws' candidate % of limit with this class at its read |", "|---|---|---|---|---|---|"]
     for cls in sorted({r.get("plan", "NA") for r in rows}):

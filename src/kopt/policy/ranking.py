@@ -187,6 +187,57 @@ def heldout_ratio(mine: Iterable[dict], theirs: Iterable[dict]) -> Optional[floa
     return geomean([a[c] / b[c] for c in a if c in b])
 
 
+def plan_class(plan: Optional[dict], at_floor: bool) -> str:
+    """A plan's class: its kernel less `decode_` ("direct", "split_combine", "split_last", "balanced"; "c-target" on
+    the CPU path; "NA" for a row without a plan), and "floor" where the case's limit is the launch floor."""
+    plan = plan or {}
+    kernel = str(plan.get("kernel") or plan.get("path") or "NA").removeprefix("decode_")
+    return kernel + (" floor" if at_floor else "")
+
+
+def row_plan_class(row: dict, floor_ms: Optional[float] = None) -> str:
+    """plan_class of a ledger row's plan, "floor" where the row's limit is the launch floor floor_ms (when known)."""
+    lim = row.get("limit_ms")
+    return plan_class(row.get("plan"), bool(floor_ms) and isinstance(lim, (int, float)) and lim <= floor_ms * 1.001)
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """The held-out draws of one plan class (heldout_by_plan)."""
+
+    plan: str
+    n: int
+    pct_limit: float
+    """Geomean % of the limit over the class's draws."""
+    lowest: dict
+    """The class's lowest draw: case, heldout_seed, pct_limit."""
+    heldout_at_limit: float
+    """The geomean % of the limit over all the held-out draws were this class's draws at their limit (100%):
+    what closing this class alone would give."""
+
+
+def heldout_by_plan(rows: Iterable[dict], floor_ms: Optional[float] = None) -> list[PlanGroup]:
+    """Where the held-out geomean is lost: the correct held-out rows with a % of the limit, grouped by the plan they
+    ran (plan_class; "floor" where the row's limit is the launch floor floor_ms, when it is known), lowest geomean
+    first. Empty without such rows."""
+    held = [r for r in rows if group_of(r) == "heldout" and r.get("correct") is True
+            and isinstance(r.get("pct_limit"), (int, float)) and r["pct_limit"] > 0]
+    if not held:
+        return []
+    by: dict[str, list[dict]] = {}
+    for r in held:
+        by.setdefault(row_plan_class(r, floor_ms), []).append(r)
+    logs = sum(math.log(r["pct_limit"]) for r in held)
+    out = []
+    for cls, rs in by.items():
+        own = sum(math.log(r["pct_limit"]) for r in rs)
+        low = min(rs, key=lambda r: r["pct_limit"])
+        out.append(PlanGroup(cls, len(rs), math.exp(own / len(rs)),
+                             {k: low.get(k) for k in ("case", "heldout_seed", "pct_limit")},
+                             math.exp((logs - own + len(rs) * math.log(100.0)) / len(held))))
+    return sorted(out, key=lambda g: (g.pct_limit, g.plan))
+
+
 def reigning_rows(rows: Iterable[dict], run_id: Optional[str]) -> list[dict]:
     """The reigning candidate's rows timed on the held-out draws of verify run `run_id` (mode=heldout)."""
     return [r for r in rows if run_id and r.get("mode") == "heldout" and r.get("paired_run") == run_id]

@@ -67,6 +67,8 @@ class Campaign:
     """device slug -> kopt.report.panel.Panel of that device's newest `kopt peers` run."""
     ledger: object = None
     """kopt.store.ledger.Loaded: the whole ledger as read once (every device's rows, the lines skipped)."""
+    floor_ms: Optional[float] = None
+    """The launch floor of the shown verdict's device (results/hardware-*.json), where it was measured."""
 
     @property
     def skipped(self) -> int:
@@ -202,4 +204,9 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
             c.ceiling_gbps, c.ceiling_kind = got, kind
             break
     c.peers = _peers(rows, {k: x.kind for k, x in cases.items()}, c.shown)
+    if c.shown.device:
+        from kopt.hardware import read_cached
+
+        hw = read_cached(c.shown.device, ws / "results")
+        c.floor_ms = hw.floor_ms if hw is not None else None
     return c

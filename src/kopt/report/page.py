@@ -128,9 +128,13 @@ def _heldout_section(c) -> str:
     groups = [["uniform", x(g.uniform), p(g.pct_limit)], ["ragged", x(g.ragged), p(g.pct_limit_ragged)],
               ["seed", x(g.seed), p(g.pct_limit_seed)], ["held-out", x(g.heldout), p(g.pct_limit_heldout)]]
     body = [[_e(r.get("case")), _e(r.get("model")), _e(r.get("shape")), _e(r.get("variant")),
-             _e(fmt_na(r.get("runtime_ms"))), _e(fmt_na(r.get("ref_runtime_ms"))),
-             _e(fmt_na(ranking.row_speedup(r), "{:.3f}x")), _e(fmt_na(r.get("pct_limit"), "{:.1f}")),
-             _e(fmt_na(r.get("compile_s"), "{:.1f}")), _e(r.get("status"))] for r in held]
+             _e(ranking.row_plan_class(r, c.floor_ms)), _e(fmt_na(r.get("runtime_ms"))),
+             _e(fmt_na(r.get("ref_runtime_ms"))), _e(fmt_na(ranking.row_speedup(r), "{:.3f}x")),
+             _e(fmt_na(r.get("pct_limit"), "{:.1f}")), _e(fmt_na(r.get("compile_s"), "{:.1f}")), _e(r.get("status"))]
+            for r in held]
+    classes = [[_e(k.plan), _e(k.n), _e(p(k.pct_limit)),
+                _e(f"{k.lowest['case']} (seed {k.lowest['heldout_seed']}): {p(k.lowest['pct_limit'])}"),
+                _e(p(k.heldout_at_limit))] for k in ranking.heldout_by_plan(held, c.floor_ms)]
     seed = held[0].get("heldout_seed")
     pair = (f" Against the reigning candidate <code>{_e(ranking.row_cid(theirs[0]))}</code> timed on the same draws: "
             f"{_e(x(vs))} (above 1: this candidate is faster where it will be deployed)." if theirs else
@@ -138,8 +142,13 @@ def _heldout_section(c) -> str:
     return (head + f"<p>Verdict {_e(run)}, draw seed {_e(seed)} (<code>kopt verify --heldout-seed {_e(seed)}</code> "
             "draws the same shapes): the named cases are a sample; the held-out geomean is the number to move."
             + pair + "</p>" + _table(["group", "geomean speedup", "geomean % limit"], groups, 1)
-            + _table(["case", "model", "shape", "variant", "runtime ms", "ref ms", "speedup", "% limit", "compile s",
-                      "status"], body, 4))
+            + "<h3>Where the held-out geomean is lost</h3>"
+            + _table(["plan", "draws", "geomean % limit", "lowest draw, % limit",
+                      "all draws' geomean % limit, this plan's at the limit"], classes, 1)
+            + "<p class='note'>plan: the kernel the draw ran (floor: its limit is the launch floor). The last column "
+            "is what closing that plan's gap alone would give the held-out geomean.</p>"
+            + _table(["case", "model", "shape", "variant", "plan", "runtime ms", "ref ms", "speedup", "% limit",
+                      "compile s", "status"], body, 5))
 
 
 def _e2e_section(c) -> str:

@@ -76,6 +76,13 @@ def markdown(ws: Path, campaign=None) -> str:
         table.append((f"peers on {p.device}", f"{_x(gm)} over the best peer per case ({n} cases, run {p.run_id}, "
                                               f"{p.date})" + (f"; {p.stale}" if p.stale else "")))
     lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in table]
+    if groups := ranking.heldout_by_plan(rows, c.floor_ms):
+        lines += ["", "Where the held-out geomean is lost (plan: the kernel a draw ran; floor: its limit is the launch "
+                      "floor; the last column: the held-out geomean were that plan's draws at their limit):", "",
+                  "| plan | draws | geomean % of the limit | lowest draw | held-out geomean, this plan at the limit |",
+                  "|---|---:|---:|---|---:|"]
+        lines += [f"| {k.plan} | {k.n} | {_p(k.pct_limit)} | {k.lowest['case']} (seed {k.lowest['heldout_seed']}): "
+                  f"{_p(k.lowest['pct_limit'])} | {_p(k.heldout_at_limit)} |" for k in groups]
     return "\n".join(lines + ["", "Per case: `kopt status`, `kopt candidates`, results/tilelang/report.html.", ""])
 
 

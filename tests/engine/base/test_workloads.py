@@ -273,17 +273,22 @@ def test_the_report_shows_the_groups_and_each_held_out_draw():
 
     from kopt.report.page import _heldout_section
 
+    direct = {"kernel": "decode_direct", "block_N": 64}
     rows = [row(4, "perf", 1.6, run_id="v1", mode="verdict").model_dump(mode="json"),
             row(1001, "heldout", 1.2, run_id="v1", mode="verdict", model="qwen2.5-7b", heldout_seed=9,
-                shape="hq28-hkv4-d128-b16-s2048-equal").model_dump(mode="json"),
+                shape="hq28-hkv4-d128-b16-s2048-equal", plan=direct, pct_limit=40.0,
+                limit_ms=0.0029).model_dump(mode="json"),
             row(1002, "heldout", None, correct=False, run_id="v1", mode="verdict", model="smollm2-360m",
                 status="runtime_error").model_dump(mode="json"),
             row(1001, "heldout", 1.5, mode="heldout", paired_run="v1", candidate_id="reign0").model_dump(mode="json")]
-    c = SimpleNamespace(shown=SimpleNamespace(verdict_run="v1"), ledger=SimpleNamespace(rows=rows))
+    c = SimpleNamespace(shown=SimpleNamespace(verdict_run="v1"), ledger=SimpleNamespace(rows=rows), floor_ms=0.0029)
     html = _heldout_section(c)
     assert "qwen2.5-7b" in html and "hq28-hkv4-d128-b16-s2048-equal" in html and "runtime_error" in html
     assert "--heldout-seed 9" in html and "reign0" in html and "0.800x" in html  # 1.2 / 1.5 on the same draw
     assert "held-out" in html and "1.200x" in html
+    # where the geomean is lost: the draw's plan, at the launch floor, and the geomean were that plan at its limit
+    assert "Where the held-out geomean is lost" in html and "<td class='l'>direct floor</td><td class=''>1</td>" in html
+    assert "1001 (seed 9): 40.0" in html and "100.0" in html
     c.shown.verdict_run = "v0"
     assert "has no held-out rows" in _heldout_section(c)
 

@@ -167,12 +167,13 @@ def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean
     assert lines[-1] == "| direct floor | 1 | 80.0 | 40.0 | 2.000 | 28.3 |"  # sqrt(80 x 10)
 
 
-def test_readbound_names_a_plan_by_its_kernel_and_the_floor():
-    from kopt.lab.readbound import plan_class
+def test_a_plan_class_is_its_kernel_and_the_floor():
+    from kopt.policy.ranking import plan_class
 
     assert plan_class({"kernel": "decode_split_combine", "block_N": 64}, True) == "split_combine floor"
     assert plan_class({"kernel": "decode_balanced"}, False) == "balanced"
     assert plan_class({"path": "c-target"}, False) == "c-target"
+    assert plan_class(None, False) == "NA"  # a row of an older schema without a plan
 
 
 def test_lab_cases_keep_their_own_layout_unless_a_page_size_is_given():

@@ -114,3 +114,27 @@ def test_the_ranking_beside_the_shipped_candidate_is_over_its_own_device(workspa
     assert "cpu0cpu0cpu0" not in [c["candidate_id"] for c in table["candidates"]]
     cpu = json.loads(kopt("candidates", "--json", "--device", "cpu").stdout)
     assert cpu["device"] == "cpu" and cpu["candidates"][0]["candidate_id"] == "cpu0cpu0cpu0"
+
+
+def test_status_md_and_the_report_say_where_the_held_out_geomean_is_lost(workspace, shipped):  # noqa: F811
+    """The shown verdict's held-out draws by the plan each ran: STATUS.md's table and the report's, lowest first, with
+    the held-out geomean were that plan's draws at their limit; no such table without held-out rows."""
+    noisy_older_ledger(workspace, shipped)
+    r = kopt("report")
+    assert r.exit_code == 0, r.output
+    assert "Where the held-out geomean is lost" not in (workspace / "results" / "STATUS.md").read_text()
+    held = [row(shipped, 1000 + i, 1.2, run="v-new", case_kind="heldout", heldout_seed=5, pct_limit=pct,
+                limit_ms=0.05, plan={"kernel": kernel, "block_N": 64})
+            for i, (pct, kernel) in enumerate([(40.0, "decode_direct"), (90.0, "decode_direct"),
+                                               (50.0, "decode_split_combine")], 1)]
+    ledger.append(ledger_file(workspace), held)
+    r = kopt("report")
+    assert r.exit_code == 0, r.output
+    md = (workspace / "results" / "STATUS.md").read_text()
+    table = md.split("Where the held-out geomean is lost", 1)[1]
+    # split_combine: 50%; were it at 100%, the three draws' geomean is (40 x 90 x 100) ** (1 / 3) = 71.1%
+    assert "| split_combine | 1 | 50.0% | 1003 (seed 5): 50.0% | 71.1% |" in table
+    assert "| direct | 2 | 60.0% | 1001 (seed 5): 40.0% | 79.4% |" in table  # (100 x 100 x 50) ** (1 / 3)
+    assert table.index("| split_combine |") < table.index("| direct |")
+    page = html.unescape((workspace / "results" / "tilelang" / "report.html").read_text())
+    assert "Where the held-out geomean is lost" in page and "1001 (seed 5): 40.0" in page

@@ -137,3 +137,31 @@ def test_device_filter_keeps_devices_apart(tmp_path):
     assert list(report(f, device="H200").candidates["candidate_id"]) == ["gpu"]
     assert list(report(f, device="cpu").candidates["candidate_id"]) == ["cpu"]
     assert list(report(f).candidates["candidate_id"]) == ["cpu", "gpu"]
+
+
+def test_heldout_by_plan_says_where_the_geomean_is_lost():
+    """The correct held-out rows grouped by the kernel their plan ran, "floor" where the row's limit is the launch
+    floor, lowest geomean first: each group's geomean % of the limit, its lowest draw, and the geomean over every
+    draw were that group's draws at their limit. Rows without a % of the limit, incorrect rows and other groups stay
+    out; a row without a plan is "NA"."""
+    from kopt.policy.ranking import heldout_by_plan
+
+    def held(case, pct, kernel, limit_ms, **kw):
+        return {"case": case, "case_kind": "heldout", "correct": True, "pct_limit": pct, "limit_ms": limit_ms,
+                "heldout_seed": 7, "plan": {"kernel": kernel} if kernel else None, **kw}
+
+    rows = [held(1001, 40.0, "decode_direct", 0.0029), held(1002, 90.0, "decode_direct", 0.0029),
+            held(1003, 50.0, "decode_balanced", 0.120), held(1004, 80.0, None, 0.05),
+            held(1005, 10.0, "decode_direct", 0.0029, correct=False),
+            held(1006, None, "decode_direct", 0.0029), {"case": 4, "case_kind": "perf", "correct": True,
+                                                         "pct_limit": 5.0, "plan": {"kernel": "decode_direct"}}]
+    groups = heldout_by_plan(rows, floor_ms=0.0029)
+    assert [(g.plan, g.n) for g in groups] == [("balanced", 1), ("direct floor", 2), ("NA", 1)]
+    assert groups[1].pct_limit == pytest.approx(60.0)  # sqrt(40 x 90)
+    assert groups[1].lowest == {"case": 1001, "heldout_seed": 7, "pct_limit": 40.0}
+    # all four draws' geomean were the direct draws at 100%: (100 x 100 x 50 x 80) ** (1 / 4)
+    assert groups[1].heldout_at_limit == pytest.approx((100 * 100 * 50 * 80) ** 0.25)
+    assert groups[0].heldout_at_limit == pytest.approx((40 * 90 * 100 * 80) ** 0.25)
+    # without the floor the same draws are plain "direct"; without held-out rows, nothing
+    assert [g.plan for g in heldout_by_plan(rows)] == ["balanced", "direct", "NA"]
+    assert heldout_by_plan(rows[-1:]) == []
