@@ -199,6 +199,18 @@ def _nan_past_the_sequence(w, page):
     assert bool(torch.isnan(w.v_cache).any()), "no row past a sequence: the test would prove nothing"
 
 
+def _check_nan_past_short_rows(kernel, case, page, seed, want: dict, short: str, what: str):
+    """Case `case` (ragged lengths) under its own plan, which has the fields `want`, with a row shorter than 64 keys
+    (`short` names the test's reason to need one) and NaN in every K and V row past each sequence: the output is the
+    reference's."""
+    w, ref, base = _intact(case, seed)
+    plan = kernel.plan_info(*w.args(), **w.kwargs(None))
+    assert {k: plan[k] for k in want} == want, plan
+    assert int(w.cache_seqlens.min()) < 64, f"{short}: the test would prove less"
+    _nan_past_the_sequence(w, page)
+    _assert_ok(kernel, w, ref, base, None, what)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("page,head_dim,dtype", [(16, 128, "fp16"), (32, 64, "bf16"), (64, 128, "bf16"),
                                                   (256, 128, "fp16"), (256, 64, "fp16")])
@@ -212,12 +224,9 @@ def test_k_clamp_on_busy_paged_grids(kernel, page, head_dim, dtype):
     units = torch.cuda.get_device_properties(0).multi_processor_count
     update = {"batch": units, "seqlen_k": max(64, 2 * page)}
     c = _case(4, seqlens="ragged", page_size=page, head_dim=head_dim, dtype=dtype).model_copy(update=update)
-    w, ref, base = _intact(c, 72)
-    plan = kernel.plan_info(*w.args(), **w.kwargs(None))
-    assert (plan["kernel"], plan["eager"], plan["k_clamp"]) == ("decode_direct", True, True), plan
-    assert int(w.cache_seqlens.min()) < 64, "no row shorter than its first tile: the test would prove less"
-    _nan_past_the_sequence(w, page)
-    _assert_ok(kernel, w, ref, base, None, f"page {page} d {head_dim} {dtype} NaN past the sequence")
+    _check_nan_past_short_rows(kernel, c, page, 72, {"kernel": "decode_direct", "eager": True, "k_clamp": True},
+                               "no row shorter than its first tile",
+                               f"page {page} d {head_dim} {dtype} NaN past the sequence")
     _check_garbage_past_the_sequence(kernel, 4, page, 73, None, f"page {page} garbage", dtype, update)
 
 
@@ -230,12 +239,8 @@ def test_one_tile_short_ranges(kernel, seqlen, page, head_dim, block_N):
     and ragged lengths (some under 64 keys), the output is the reference's."""
     c = _case(5, seqlens="ragged", page_size=page or None, head_dim=head_dim)
     c = c.model_copy(update={"seqlen_k": seqlen})
-    w, ref, base = _intact(c, 58)
-    plan = kernel.plan_info(*w.args(), **w.kwargs(None))
-    assert (plan["kernel"], plan["block_N"], plan["eager"]) == ("decode_direct", block_N, True), plan
-    assert int(w.cache_seqlens.min()) < 64, "no row shorter than two 64-key tiles: the test would prove less"
-    _nan_past_the_sequence(w, page)
-    _assert_ok(kernel, w, ref, base, None, f"seqlen {seqlen} page {page} d {head_dim}")
+    _check_nan_past_short_rows(kernel, c, page, 58, {"kernel": "decode_direct", "block_N": block_N, "eager": True},
+                               "no row shorter than two 64-key tiles", f"seqlen {seqlen} page {page} d {head_dim}")
 
 
 @pytest.mark.gpu

@@ -67,8 +67,14 @@ class Campaign:
     """device slug -> kopt.report.panel.Panel of that device's newest `kopt peers` run."""
     ledger: object = None
     """kopt.store.ledger.Loaded: the whole ledger as read once (every device's rows, the lines skipped)."""
-    floor_ms: Optional[float] = None
-    """The launch floor of the shown verdict's device (results/hardware-*.json), where it was measured."""
+    hardware: object = None
+    """kopt.hardware's cached entry of the shown verdict's device (results/hardware-*.json: its read ceiling and
+    launch floor), read once; None where none was measured."""
+
+    @property
+    def floor_ms(self) -> Optional[float]:
+        """The launch floor of the shown verdict's device, where it was measured."""
+        return self.hardware.floor_ms if self.hardware is not None else None
 
     @property
     def skipped(self) -> int:
@@ -207,6 +213,5 @@ def load_campaign(ws: Path, device: Optional[str] = None) -> Campaign:
     if c.shown.device:
         from kopt.hardware import read_cached
 
-        hw = read_cached(c.shown.device, ws / "results")
-        c.floor_ms = hw.floor_ms if hw is not None else None
+        c.hardware = read_cached(c.shown.device, ws / "results")
     return c

@@ -25,7 +25,7 @@ def markdown(ws: Path, campaign=None) -> str:
     """The text of results/STATUS.md for the workspace (campaign: kopt.report.campaign.load_campaign when already
     read, all devices)."""
     from kopt.cases import load_cases
-    from kopt.hardware import cache_file, read_cached
+    from kopt.hardware import cache_file
     from kopt.paths import CANDIDATE_REL, cases_file
     from kopt.policy import ranking
     from kopt.policy.shown import ranges
@@ -65,12 +65,11 @@ def markdown(ws: Path, campaign=None) -> str:
                                                                     else "") if s.rule_best else "none yet"),
              ("named cases", f"{len(cases)} in bench/cases.yaml: "
               + ", ".join(f"{k} {ranges(v)}" for k, v in kinds.items()))]
-    if s.device:
-        hw = read_cached(s.device, ws / "results")
-        if hw is not None and hw.read_gbps:
-            floor = f", launch floor {hw.floor_ms * 1000:.2f} µs" if hw.floor_ms else ""
-            table.append(("roofline of the limit", f"read ceiling {hw.read_gbps:.0f} GB/s measured on {s.device}"
-                                                   f"{floor} (results/{cache_file(s.device, ws).name})"))
+    hw = c.hardware
+    if s.device and hw is not None and hw.read_gbps:
+        floor = f", launch floor {hw.floor_ms * 1000:.2f} µs" if hw.floor_ms else ""
+        table.append(("roofline of the limit", f"read ceiling {hw.read_gbps:.0f} GB/s measured on {s.device}"
+                                               f"{floor} (results/{cache_file(s.device, ws).name})"))
     for p in c.peers.values():
         gm, n = p.geomean_best()
         table.append((f"peers on {p.device}", f"{_x(gm)} over the best peer per case ({n} cases, run {p.run_id}, "
