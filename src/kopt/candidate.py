@@ -29,6 +29,21 @@ def resolve(path: Path | str) -> Path:
     return p
 
 
+#: the file names a patch candidate takes (kopt.store's resolve_candidate: the shipped candidate with it applied)
+PATCH_SUFFIXES = (".patch", ".diff")
+
+
+def is_patch(spec: Path | str) -> bool:
+    """Whether a candidate spec is a patch over the shipped candidate (a `.patch` or `.diff` file) rather than a
+    candidate file; a missing patch file is a usage error (exit 2)."""
+    p = Path(str(spec)).expanduser()
+    if p.suffix not in PATCH_SUFFIXES:
+        return False
+    if not p.is_file():
+        raise UsageError(f"candidate patch not found: {spec}")
+    return True
+
+
 def is_revision(spec: Path | str) -> bool:
     """Whether a candidate spec is `REV:PATH.py` (a commit's candidate) rather than a file: it has a colon, names a
     .py file and no file of that name exists."""

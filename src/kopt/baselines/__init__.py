@@ -49,8 +49,11 @@ def _fa_supports(case: Case) -> Optional[str]:
 
 
 def is_candidate_file(spec: str) -> bool:
-    """Whether a peer spec names a candidate file (an earlier candidate timed as a peer) rather than a named peer."""
-    return spec.endswith(".py")
+    """Whether a peer spec names a candidate file (an earlier candidate timed as a peer: a .py path, REV:PATH.py, or a
+    patch over the shipped candidate) rather than a named peer."""
+    from kopt.candidate import PATCH_SUFFIXES
+
+    return spec.endswith((".py", *PATCH_SUFFIXES))
 
 
 #: How a row or a panel names an earlier candidate timed as a peer: this prefix and its candidate id.

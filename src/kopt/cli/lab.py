@@ -127,9 +127,11 @@ def readbound(
 
 @app.command("ab")
 def ab(
-    candidate: Path = typer.Option(..., "--candidate", help="The new candidate file, or REV:PATH.py (a commit's or "
-                                                            "branch's)."),
-    against: Path = typer.Option(..., "--against", help="The old candidate (file or REV:PATH.py), timed as a peer."),
+    candidate: Path = typer.Option(..., "--candidate", help="The new candidate file, REV:PATH.py (a commit's or "
+                                                            "branch's), or CHANGE.patch (the shipped candidate "
+                                                            "with that git diff applied, to a copy)."),
+    against: Path = typer.Option(..., "--against", help="The old candidate (file, REV:PATH.py or "
+                                                        "CHANGE.patch), timed as a peer."),
     case: Optional[str] = typer.Option(None, "--case", "-c", help="Named case ids to consider: 10,14 or 4-18 "
                                                                   "(default: every named case, or none with "
                                                                   "--seeds)."),

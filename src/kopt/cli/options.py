@@ -20,8 +20,9 @@ AllCases = Annotated[bool, typer.Option("--all", help="Every case of bench/cases
 OneCase = Annotated[Optional[str], typer.Option("--case", "-c", help="One case id, e.g. 10.")]
 #: --candidate PATH (default: the workspace's solution/tilelang/run_kernel.py).
 Candidate = Annotated[Optional[Path], typer.Option(
-    "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py), or REV:PATH.py: the file as a "
-                        "commit or branch of the workspace's repository holds it.")]
+    "--candidate", help="Candidate file (default solution/tilelang/run_kernel.py); REV:PATH.py: the file as a "
+                        "commit or branch of the workspace's repository holds it; or CHANGE.patch: the shipped "
+                        "candidate with that git diff applied (to a copy).")]
 #: --device auto | cuda | cpu.
 Device = Annotated[str, typer.Option("--device", help="auto | cuda | cpu.")]
 #: --json: one JSON object on stdout instead of the human output.

@@ -19,9 +19,10 @@ def command(
     candidate: options.Candidate = None,
     peers: Optional[str] = typer.Option(None, "--peers", help="Comma-separated subset of "
                                                               "fa2,fa2-paged,fa3,flashinfer,torch (default: all), "
-                                                              "and candidate files (a .py path, or REV:PATH.py "
-                                                              "as a commit or branch holds it: an earlier "
-                                                              "candidate, its own plan, timed as a peer)."),
+                                                              "and candidate files (a .py path, REV:PATH.py "
+                                                              "as a commit or branch holds it, or a .patch over "
+                                                              "the shipped candidate: its own plan, timed as a "
+                                                              "peer)."),
     device: options.Device = "auto",
     dtype: Optional[str] = VariantOpts.dtype,
     head_dim: Optional[int] = VariantOpts.head_dim,

@@ -19,12 +19,13 @@ def command(
         None, "--plan-for", help="With --draw: a device of hardware.yaml (e.g. H200, C500); add the plan the candidate "
                                  "resolves for each draw there, from the device's profile (no GPU needed)."),
     candidate: Optional[Path] = typer.Option(None, "--candidate", help="With --plan-for: the candidate file (default "
-                                                                        "solution/tilelang/run_kernel.py), or "
-                                                                        "REV:PATH.py at a commit or branch."),
+                                                                        "solution/tilelang/run_kernel.py), "
+                                                                        "REV:PATH.py at a commit or branch, or "
+                                                                        "CHANGE.patch over the shipped one."),
     against: Optional[Path] = typer.Option(None, "--against", help="With --plan-for: a second candidate file (or "
-                                                                    "REV:PATH.py); add its plans and mark the draws "
-                                                                    "whose plans differ (the draws an A/B of the two "
-                                                                    "must time)."),
+                                                                    "REV:PATH.py or .patch); add its plans and mark "
+                                                                    "the draws whose plans differ (the draws an A/B "
+                                                                    "of the two must time)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List the model shapes held-out draws come from, or show a draw (and, with --plan-for, each draw's plan)."""

@@ -24,8 +24,9 @@ def output_file(peer: str) -> str:
 
 
 def check_names(names: list[str]) -> list[str]:
-    """Named peers in panel order, then candidate files (`*.py`, or `REV:PATH.py`, a commit's candidate; as absolute
-    paths); an unknown name, a file that is not there or a revision without the file is a usage error."""
+    """Named peers in panel order, then candidate files (`*.py`, `REV:PATH.py`, a commit's candidate, or a `.patch`
+    over the shipped candidate; as absolute paths); an unknown name, a file that is not there, a revision without the
+    file or a patch that does not apply is a usage error."""
     from kopt.baselines import PEERS, is_candidate_file
     from kopt.candidate import is_revision
     from kopt.errors import UsageError
@@ -38,7 +39,7 @@ def check_names(names: list[str]) -> list[str]:
     bad = [n for n in names if n not in PEERS and n not in files]
     if bad or not names:
         raise UsageError(f"unknown peer {bad[0] if bad else '(none)'!r}; use some of {', '.join(PEERS)}, or a "
-                         "candidate file (a .py path, or REV:PATH.py at a commit)")
+                         "candidate file (a .py path, REV:PATH.py at a commit, or a .patch over the shipped one)")
     return [p for p in PEERS if p in names] + list(dict.fromkeys(str(resolve_candidate(f)) for f in files))
 
 

@@ -300,16 +300,90 @@ def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
     return (out / rel).resolve()
 
 
+def patch_paths(patch: Path) -> list[str]:
+    """The files a unified diff (`git diff`'s, paths from the repository's top) touches, as `git apply --numstat`
+    reads them. WorkspaceError: git cannot read it as a patch, or it touches no file."""
+    import subprocess
+
+    r = subprocess.run(["git", "apply", "--numstat", str(patch)], capture_output=True, text=True,
+                       cwd=Path(patch).parent, env=_outside_repos(Path(patch).parent))
+    names = [ln.split("\t", 2)[2] for ln in r.stdout.splitlines() if ln.count("\t") >= 2]
+    if r.returncode != 0 or not names:
+        why = (r.stderr.strip().splitlines() or ["it changes no file"])[0]
+        raise WorkspaceError(f"{patch} is not a patch git can apply: {why}")
+    return names
+
+
+def _outside_repos(cwd: Path) -> dict:
+    """The environment for a git command that must treat `cwd` as a plain folder, not part of a repository above it
+    (git apply then patches the files under cwd)."""
+    return {**os.environ, "GIT_CEILING_DIRECTORIES": str(Path(cwd).resolve().parent)}
+
+
+def export_patched(ws: Path, patch: Path, rel: str, cache: Path) -> Path:
+    """The candidate file `rel` (a path from the workspace's top) as the working tree holds it, with the rest of its
+    folder and the workspace's tuning tables (results/*/tuning.csv), and the unified diff `patch` applied to that
+    copy, exported once under cache/<digest of the patch and the copied files>/; the file's path there. The workspace
+    itself is never touched. WorkspaceError: the patch touches a file outside the candidate's folder, or does not
+    apply to it."""
+    import hashlib
+    import subprocess
+    import tempfile
+
+    ws, patch = Path(ws).resolve(), Path(patch).resolve()
+    folder = Path(rel).parent.as_posix()
+    outside = [n for n in patch_paths(patch) if not n.startswith(folder + "/")]
+    if outside:
+        raise WorkspaceError(f"{patch.name} touches {', '.join(outside)}: a candidate's patch changes files of its "
+                             f"folder {folder}/ only")
+    files = sorted(p for p in (ws / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    files += sorted((ws / "results").glob("*/tuning.csv"))
+    h = hashlib.sha256(patch.read_bytes())
+    for f in files:
+        h.update(f.relative_to(ws).as_posix().encode() + b"\0" + f.read_bytes())
+    out = Path(cache) / h.hexdigest()[:16]
+    if (out / rel).is_file():  # exported before: the same patch over the same files
+        return (out / rel).resolve()
+    Path(cache).mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".patched-", dir=cache))
+    try:
+        for f in files:
+            dst = tmp / f.relative_to(ws)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+        r = subprocess.run(["git", "apply", "--whitespace=nowarn", str(patch)], cwd=tmp, capture_output=True,
+                           text=True, env=_outside_repos(tmp))
+        if r.returncode != 0:
+            why = (r.stderr.strip().splitlines() or [f"git apply exited {r.returncode}"])[0]
+            raise WorkspaceError(f"{patch.name} does not apply to {folder}/ as the working tree holds it: {why}")
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process exported the same patch meanwhile: take its copy
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return (out / rel).resolve()
+
+
 def resolve_candidate(spec: Path | str, ws: Optional[Path] = None) -> Path:
-    """A candidate spec as a file: a path (kopt.candidate.resolve), or `REV:PATH` (git's spelling, e.g.
+    """A candidate spec as a file: a path (kopt.candidate.resolve); `REV:PATH` (git's spelling, e.g.
     next/row-warps:solution/tilelang/run_kernel.py; PATH from the repository's top) where no such file exists: the
     file as commit REV of the workspace's repository holds it, with its folder and the commit's tuning tables beside
-    it, exported once into kopt's cache (revisions/<commit>/), so its candidate id is that commit's. A REV that is not
-    a commit, or a commit without PATH, is a usage error."""
+    it, exported once into kopt's cache (revisions/<commit>/), so its candidate id is that commit's; or a patch file
+    (`*.patch` / `*.diff`, as `git diff` writes it): the shipped candidate's folder as the working tree holds it with
+    the patch applied, exported once into kopt's cache (patched/<digest>/). A REV that is not a commit, a commit
+    without PATH, or a patch that touches another folder or does not apply is a usage error."""
     from kopt import paths
-    from kopt.candidate import is_revision, resolve
+    from kopt.candidate import is_patch, is_revision, resolve
     from kopt.errors import UsageError
 
+    if is_patch(spec):
+        root = ws or paths.workspace()
+        rel = paths.default_candidate(root).relative_to(root).as_posix()
+        try:
+            return resolve(export_patched(root, Path(spec), rel, paths.cache_home() / "patched"))
+        except WorkspaceError as e:
+            raise UsageError(f"candidate {spec}: {e}") from None
     if not is_revision(spec):
         return resolve(spec)
     rev, _, rel = str(spec).partition(":")

@@ -28,8 +28,10 @@ LIMIT = 64 << 20
 #: What a run on the GPU host never reads (patterns on paths relative to the repository root)...
 LEAVE_OUT = ("trajectory/*", "ITERATIONS.md", "knowledge/*", "workflows/*", "results/*")
 #: ...but these stay: the tuning tables the candidate reads, the A/A calibration and copy-ceiling caches, and the
-#: GPU campaigns (`kopt lab campaign workflows/campaign-*.yaml` runs on the host).
-KEEP = ("results/*/tuning.csv", "results/calibration-*.json", "results/hardware-*.json", "workflows/campaign-*.yaml")
+#: GPU campaigns (`kopt lab campaign workflows/campaign-*.yaml` runs on the host) with the candidate patches their
+#: steps time (workflows/pending/*.patch).
+KEEP = ("results/*/tuning.csv", "results/calibration-*.json", "results/hardware-*.json", "workflows/campaign-*.yaml",
+        "workflows/pending/*.patch")
 
 
 @dataclass

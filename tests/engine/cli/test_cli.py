@@ -135,6 +135,66 @@ def test_doctor_plan_for_with_wave64():
         assert "B code object for gfx942" in r.stdout and "stubbed" in r.stdout and "0 B scratch" in r.stdout
 
 
+def test_a_patch_over_the_shipped_candidate_is_a_candidate(tmp_path, monkeypatch):
+    """`--candidate CHANGE.patch` (a `git diff` of the candidate's folder): the shipped candidate as the working tree
+    holds it, with the patch applied to a copy in kopt's cache; the workspace is untouched. Here the patch drops the
+    balanced kernel's small-paged rule, so against the shipped kernel its plans differ exactly on the draws the shipped
+    kernel plans balanced below BAL_MIN_ALLOC_TILES in pages. A patch that touches another folder, does not apply,
+    is not a patch or is missing is one line and exit 2."""
+    import json
+    import shutil
+    import subprocess
+
+    from conftest import SHIPPED
+
+    ws = tmp_path / "ws"
+    shutil.copytree(SHIPPED.parent, ws / "solution" / "tilelang", ignore=shutil.ignore_patterns("__pycache__"))
+    (ws / "results" / "tilelang").mkdir(parents=True)
+    shutil.copy(SHIPPED.parents[2] / "results" / "tilelang" / "tuning.csv", ws / "results" / "tilelang")
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(ws), "-c", "user.email=t@t", "-c", "user.name=t", *a], check=True,
+                              capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("add", "solution", "results")
+    git("commit", "-qm", "shipped")
+    cuda = ws / "solution" / "tilelang" / "tl_decode_cuda.py"
+    shipped_text = cuda.read_text()
+    cuda.write_text(shipped_text.replace("\nBAL_MIN_PAGED_TILES = 16\n", "\nBAL_MIN_PAGED_TILES = 1 << 30\n"))
+    patch = tmp_path / "no-small-paged.patch"
+    patch.write_text(git("diff"))
+    git("checkout", "--", ".")
+    monkeypatch.setenv("KOPT_WORKSPACE", str(ws))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    shipped = ws / "solution" / "tilelang" / "run_kernel.py"
+    args = ["workloads", "--draw", "12", "--seed", "205", "--plan-for", "H200", "--against", str(shipped)]
+    r = CliRunner().invoke(app, [*args, "--candidate", str(patch), "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    small_paged = [x["case"] for x in rows if x["against_detail"]["balanced"] and x["max_len"] < 256 * 64
+                   and x["against_detail"]["paged"]]
+    assert small_paged and [x["case"] for x in rows if x["differs"]] == small_paged
+    assert cuda.read_text() == shipped_text and not git("status", "--porcelain", "--", "solution", "results")
+    (copy,) = (tmp_path / "cache" / "kopt" / "patched").glob("*/solution/tilelang/tl_decode_cuda.py")
+    assert "\nBAL_MIN_PAGED_TILES = 1 << 30\n" in copy.read_text()
+    assert (copy.parents[2] / "results" / "tilelang" / "tuning.csv").is_file()
+    # the same patch over the same files is exported once
+    r = CliRunner().invoke(app, [*args, "--candidate", str(patch)])
+    assert r.exit_code == 0 and len(list((tmp_path / "cache" / "kopt" / "patched").iterdir())) == 1, r.output
+    # refusals: another folder, a working tree the patch no longer applies to, not a patch, no file
+    other = tmp_path / "other.patch"
+    other.write_text("--- a/results/tilelang/tuning.csv\n+++ b/results/tilelang/tuning.csv\n@@ -1 +1 @@\n-x\n+y\n")
+    cuda.write_text(shipped_text.replace("\nBAL_MIN_PAGED_TILES = 16\n", "\nBAL_MIN_PAGED_TILES = 8\n"))
+    junk = tmp_path / "junk.diff"
+    junk.write_text("not a diff\n")
+    for spec, says in ((other, "changes files of its folder solution/tilelang/ only"), (patch, "does not apply"),
+                       (junk, "not a patch git can apply"), (tmp_path / "gone.patch", "no such candidate file")):
+        r = CliRunner().invoke(app, [*args, "--candidate", str(spec)])
+        assert r.exit_code == 2 and says in " ".join(r.output.split()), (spec, r.output)
+    assert len(list((tmp_path / "cache" / "kopt" / "patched").iterdir())) == 1
+
+
 def test_plan_fields_apart_names_fields_held_apart_and_fields_one_plan_lacks():
     from kopt.doctor import plan_fields_apart
 

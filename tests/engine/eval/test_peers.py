@@ -391,8 +391,8 @@ def test_an_earlier_candidate_file_is_timed_as_a_peer(workspace, tmp_path):
 
 def test_a_commits_candidate_is_timed_as_a_peer(workspace, tmp_path, monkeypatch):
     """--peers REV:PATH.py: the candidate as a commit of the workspace's repository holds it (its folder exported into
-    kopt's cache), timed like a candidate file; a revision that is not a commit, or a commit without the file, is a
-    usage error (exit 2) before any work."""
+    kopt's cache), timed like a candidate file, and so is a .patch over the shipped candidate; a revision that is not
+    a commit, a commit without the file, or a missing patch is a usage error (exit 2) before any work."""
     import subprocess
 
     from conftest import TUNE_CANDIDATE
@@ -421,6 +421,27 @@ def test_a_commits_candidate_is_timed_as_a_peer(workspace, tmp_path, monkeypatch
     for spec, msg in (("nope:old/run_kernel.py", "is not a commit"), ("HEAD:new/run_kernel.py", "has no file")):
         r = kopt("peers", "--device", "cpu", "--case", "2", "--peers", f"torch,{spec}")
         assert r.exit_code == 2 and msg in str(r.exception) + r.output
+    # a patch over the shipped candidate (solution/tilelang/run_kernel.py) is timed the same way: the patched copy's
+    # id, the shipped file untouched
+    shipped = workspace / "solution" / "tilelang" / "run_kernel.py"
+    shipped.parent.mkdir(parents=True)
+    shipped.write_text(TUNE_CANDIDATE % "False")
+    git("add", "solution")
+    git("commit", "-qm", "shipped")
+    shipped.write_text(TUNE_CANDIDATE.replace('{"passes": 6}', '{"passes": 2}') % "False")
+    patched = candidate_id(shipped)
+    diff = subprocess.run(["git", "-C", str(workspace), "diff", "--", "solution"], check=True, capture_output=True,
+                          text=True).stdout
+    (tmp_path / "two-passes.patch").write_text(diff)
+    git("checkout", "--", "solution")
+    r = kopt("peers", "--device", "cpu", "--case", "2", "--quick", "--no-record", "--json",
+             "--peers", f"torch,{tmp_path / 'two-passes.patch'}", "--candidate", CANDIDATES / "torch_honest.py")
+    assert r.exit_code == 0, r.output
+    peers = json.loads(r.stdout)["rows"][0]["peers"]
+    assert [p["peer"] for p in peers] == ["torch", f"cand-{patched}"] and peers[1]["correct"]
+    assert shipped.read_text() == TUNE_CANDIDATE % "False" and patched != candidate_id(shipped)
+    r = kopt("peers", "--device", "cpu", "--case", "2", "--peers", f"torch,{tmp_path / 'gone.patch'}")
+    assert r.exit_code == 2 and "gone.patch not found" in str(r.exception) + r.output
     assert not (workspace / "candidates.jsonl").exists()
 
 

@@ -31,6 +31,8 @@ def ws(tmp_path, monkeypatch) -> Path:
     (root / "results" / "tilelang" / "report.html").write_text("<html>" + "x" * 9000)
     (root / "results" / "calibration-H200.json").write_text("{}\n")
     (root / "workflows" / "campaign-h200.yaml").write_text("steps:\n  - {name: doctor, run: kopt doctor}\n")
+    (root / "workflows" / "pending").mkdir()
+    (root / "workflows" / "pending" / "change.patch").write_text("a candidate patch a campaign step times\n")
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     subprocess.run(["git", "commit", "-qm", "history"], cwd=root, check=True)
     (root / "notes.txt").write_text("untracked, not ignored: it travels\n")
@@ -68,7 +70,8 @@ def test_lean_copy_holds_what_a_run_reads_and_names_its_commit(ws, tmp_path, mon
     held = set(pack.tree_files(dest))
     assert {"solution/tilelang/run_kernel.py", "bench/cases.yaml", "candidates.jsonl", "notes.txt",
             "results/tilelang/tuning.csv", "results/calibration-H200.json", "workflows/campaign-h200.yaml",
-            vcs.COPIED_FROM} <= held  # the campaign runs there; the prompts do not
+            "workflows/pending/change.patch", vcs.COPIED_FROM} <= held  # the campaign and its patches run there;
+    # the prompts do not
     assert not [n for n in held if n.startswith(("trajectory/", "knowledge/", "results/tilelang/report",
                                                  "workflows/prompts/"))]
     assert "ITERATIONS.md" not in held and not (dest / ".site").exists()
