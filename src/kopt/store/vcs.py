@@ -300,7 +300,7 @@ def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
     return (out / rel).resolve()
 
 
-def patch_paths(patch: Path) -> list[str]:
+def _patch_paths(patch: Path) -> list[str]:
     """The files a unified diff (`git diff`'s, paths from the repository's top) touches, as `git apply --numstat`
     reads them. WorkspaceError: git cannot read it as a patch, or it touches no file."""
     import subprocess
@@ -332,7 +332,7 @@ def export_patched(ws: Path, patch: Path, rel: str, cache: Path) -> Path:
 
     ws, patch = Path(ws).resolve(), Path(patch).resolve()
     folder = Path(rel).parent.as_posix()
-    outside = [n for n in patch_paths(patch) if not n.startswith(folder + "/")]
+    outside = [n for n in _patch_paths(patch) if not n.startswith(folder + "/")]
     if outside:
         raise WorkspaceError(f"{patch.name} touches {', '.join(outside)}: a candidate's patch changes files of its "
                              f"folder {folder}/ only")
