@@ -220,21 +220,15 @@ def heldout_by_plan(rows: Iterable[dict], floor_ms: Optional[float] = None) -> l
     """Where the held-out geomean is lost: the correct held-out rows with a % of the limit, grouped by the plan they
     ran (plan_class; "floor" where the row's limit is the launch floor floor_ms, when it is known), lowest geomean
     first. Empty without such rows."""
-    held = [r for r in rows if group_of(r) == "heldout" and r.get("correct") is True
+    held = [(row_plan_class(r, floor_ms), r) for r in rows if group_of(r) == "heldout" and r.get("correct") is True
             and isinstance(r.get("pct_limit"), (int, float)) and r["pct_limit"] > 0]
-    if not held:
-        return []
-    by: dict[str, list[dict]] = {}
-    for r in held:
-        by.setdefault(row_plan_class(r, floor_ms), []).append(r)
-    logs = sum(math.log(r["pct_limit"]) for r in held)
     out = []
-    for cls, rs in by.items():
-        own = sum(math.log(r["pct_limit"]) for r in rs)
+    for cls in {c for c, _ in held}:
+        rs = [r for c, r in held if c == cls]
         low = min(rs, key=lambda r: r["pct_limit"])
-        out.append(PlanGroup(cls, len(rs), math.exp(own / len(rs)),
+        out.append(PlanGroup(cls, len(rs), geomean([r["pct_limit"] for r in rs]),
                              {k: low.get(k) for k in ("case", "heldout_seed", "pct_limit")},
-                             math.exp((logs - own + len(rs) * math.log(100.0)) / len(held))))
+                             geomean([100.0 if c == cls else r["pct_limit"] for c, r in held])))
     return sorted(out, key=lambda g: (g.pct_limit, g.plan))
 
 

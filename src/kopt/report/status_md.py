@@ -66,7 +66,7 @@ def markdown(ws: Path, campaign=None) -> str:
              ("named cases", f"{len(cases)} in bench/cases.yaml: "
               + ", ".join(f"{k} {ranges(v)}" for k, v in kinds.items()))]
     hw = c.hardware
-    if s.device and hw is not None and hw.read_gbps:
+    if hw is not None and hw.read_gbps:  # read only where the shown verdict names its device
         floor = f", launch floor {hw.floor_ms * 1000:.2f} µs" if hw.floor_ms else ""
         table.append(("roofline of the limit", f"read ceiling {hw.read_gbps:.0f} GB/s measured on {s.device}"
                                                f"{floor} (results/{cache_file(s.device, ws).name})"))
