@@ -179,8 +179,7 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
         last_cta=last_cta, eager=eager, v_split=v_split, red_batch=red_batch,
         red_once=_cuda.red_once_default(ns > 1 and not balanced, eager, dev.nvcc, dev.warp_size),
         tile_page=_cuda.tile_page_applies(s.paged, s.page, block_N, eager), even_split=even_split,
-        k_clamp=_cuda.k_clamp_default(s.paged, eager, s.batch * s.hkv * ns * v_split, dev.units,
-                                      ns == 1 and 64 < block_N >= cap),
+        k_clamp=_cuda.k_clamp_default(s.paged, eager, s.batch * s.hkv * ns * v_split, dev.units),
         pdl=dev.dependent_launch and combine, comb_unroll=_cuda.comb_unroll_default(ns, combine),
         fast_math=_cuda.fast_math_default(dev.nvcc))
     need = _cuda.smem_bytes(G, s.d, p.block_N, p.v_split, p.counter, p.threads)
@@ -199,7 +198,7 @@ def _tiling(s: _Shape, dev, cfg: dict, threads: int) -> tuple:
                          "(block_N a multiple of 32 up to 256, threads 64/128/256)")
     cap, G = max(1, s.capacity), s.G
     block_N, ns = _cuda.choose_tiling(s.batch, s.hkv, cap, dev.units, bn, int(cfg.get("num_splits") or 0),
-                                      _cuda.widest_tile(G, s.d, dev.smem_per_unit, False, threads), G, s.d, s.paged)
+                                      _cuda.widest_tile(G, s.d, dev.smem_per_unit, False, threads), G, s.d)
     bal = _balanced_splits(cfg, s.batch, s.hkv, cap, dev.units, bn, ns, G, s.page,
                            _cuda.widest_tile(G, s.d, dev.smem_per_unit, True, threads))
     return (block_N, ns, 0) if bal is None else bal

@@ -963,15 +963,13 @@ EAGER_MAX_TILES = 8
 BUSY_CTAS_PER_UNIT = 2
 
 
-def k_clamp_default(paged: bool, eager: bool, ctas: int, units: int, one_tile: bool = False) -> bool:
+def k_clamp_default(paged: bool, eager: bool, ctas: int, units: int) -> bool:
     """Clamp an eager paged plan's first K tile to the sequence (k_clamp) on a busy grid (more than
     BUSY_CTAS_PER_UNIT CTAs a unit): its row offsets then wait for L[b], which is read beside the block table the
     tile's pages wait for anyway, so no round trip is added, and a row shorter than the tile re-reads one offset a
     page instead of streaming the rest of the allocated tile. A busy grid's time is its bytes; a latency-bound grid
-    (at most BUSY_CTAS_PER_UNIT a unit) keeps the address free of L[b] (iteration 72: 0.97-0.99x there), except a
-    one-tile range wider than 64 keys (``one_tile``: its one tile holds the allocated range), whose clamp is what
-    lets choose_tiling take the wide tile without the bytes past the sequence."""
-    return paged and eager and (one_tile or ctas > BUSY_CTAS_PER_UNIT * max(1, units))
+    (at most BUSY_CTAS_PER_UNIT a unit) keeps the address free of L[b] (iteration 72: 0.97-0.99x there)."""
+    return paged and eager and ctas > BUSY_CTAS_PER_UNIT * max(1, units)
 
 
 def last_cta_default(G: int, num_splits: int, balanced: bool = False, dependent_launch: bool = False) -> bool:
@@ -1158,7 +1156,7 @@ def widest_tile(G: int, d: int, smem_per_unit: int, merge: bool = False, threads
 
 
 def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: int = 0, num_splits: int = 0,
-                  max_tile: int = MAX_TILE, gqa: int = 0, d: int = 128, paged: bool = False):
+                  max_tile: int = MAX_TILE, gqa: int = 0, d: int = 128):
     """(block_N, num_splits): explicit values win. Otherwise 64-key tiles, except, when one CTA per
     (batch, kv_head) streams the whole range and those CTAs are no more than the units, 128-key tiles
     for a longer range (> 256 keys) and one tile for a range of 65-192 keys. One CTA on a unit
@@ -1171,19 +1169,15 @@ def choose_tiling(batch: int, hkv: int, max_seqlen: int, num_sms: int, block_N: 
     unseen draws of 4-128 rows). A one-tile range's tile is its length rounded up to TILE_STEP keys (65-128 keys: 96 or
     128; 129-192: 160 or 192; at most 32 keys: 32), so that it asks for few rows past the sequence: each such row
     re-reads the last key. The K rows a short row's eager tile reads past 64 keys, over the grid (d-wide, 2 bytes), stay
-    within ONE_TILE_TRIP_BYTES for each 64-key round trip the tile saves; else 64-key tiles. In a paged cache
-    (``paged``) the eager tile is clamped to the sequence (k_clamp_default's one_tile) and reads no keys past it, so
-    the bytes bound drops out and a grid of up to BUSY_CTAS_PER_UNIT CTAs a unit takes the one tile (it still fits: 3
-    CTAs a unit at 168 registers).
+    within ONE_TILE_TRIP_BYTES for each 64-key round trip the tile saves; else 64-key tiles.
     ``max_tile`` (widest_tile): a wider tile than a unit's shared memory holds is never picked (64-key tiles then)."""
     bn = block_N or min(64, max_tile)
     ns = num_splits or num_splits_heuristic(batch, hkv, max_seqlen, bn, num_sms, gqa=gqa)
     step = -(-max_seqlen // TILE_STEP) * TILE_STEP
     if not block_N and ns == 1 and max_seqlen > 256 and batch * hkv <= num_sms and 128 <= max_tile:
         bn = 128
-    elif (not block_N and ns == 1 and 64 < max_seqlen <= WIDE_TILE and step <= max_tile
-          and (paged and batch * hkv <= BUSY_CTAS_PER_UNIT * num_sms or batch * hkv <= num_sms
-               and batch * hkv * (step - 64) * d * 2 <= (-(-step // 64) - 1) * ONE_TILE_TRIP_BYTES)):
+    elif (not block_N and ns == 1 and 64 < max_seqlen <= WIDE_TILE and batch * hkv <= num_sms and step <= max_tile
+          and batch * hkv * (step - 64) * d * 2 <= (-(-step // 64) - 1) * ONE_TILE_TRIP_BYTES):
         bn = step
     elif not block_N and ns == 1 and max_seqlen <= TILE_STEP:
         bn = TILE_STEP
