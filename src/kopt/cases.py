@@ -223,9 +223,19 @@ def read_yaml(p: Path, what: str, error: type[Exception] = CaseError):
     except FileNotFoundError:
         raise error(f"{what} file not found: {p}") from None
     except (yaml.YAMLError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise error(f"{p}: not valid YAML ({type(e).__name__})") from None
+        raise error(f"{p}: not valid YAML{_where(e)} ({type(e).__name__})") from None
     except OSError as e:
         raise error(f"cannot read {what} file {p}: {e.strerror or e}") from None
+
+
+def _where(e: Exception) -> str:
+    """Where a YAML parser stopped and why, as ' at line L, column C: problem' (1-based, as an editor counts), or ''
+    for an error that carries no position."""
+    mark = getattr(e, "problem_mark", None)
+    if mark is None:
+        return ""
+    problem = " ".join(str(getattr(e, "problem", "") or "").split())
+    return f" at line {mark.line + 1}, column {mark.column + 1}" + (f": {problem}" if problem else "")
 
 
 def invalid(p: Path, e: ValidationError) -> str:

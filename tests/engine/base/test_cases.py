@@ -83,7 +83,8 @@ def test_variant_overrides_and_errors():
 
 
 @pytest.mark.parametrize("text,match", [
-    ("cases: [", "not valid YAML"),
+    ("cases: [", "not valid YAML at line 1, column 9: expected the node content"),
+    ("cases:\n\t- {id: 1}", r"not valid YAML at line 2, column 1: found character '\\t'"),
     ("- 1\n- 2", "expected a mapping"),
     ("cases: []", "at least one case"),
     ("cases:\n  - {id: 1, batch: 0, seqlen_k: 1, kv_heads: 1, gqa: 1, kind: edge}", "batch"),

@@ -100,7 +100,10 @@ def test_budget_steps_and_pack_only(small, workspace):
     ("steps:\n  - {name: a, run: kopt bench --case}\n", "step a: Option '--case' requires an argument"),
     ("steps:\n  - {name: a, run: kopt lab nope}\n", "step a: no such command: kopt lab nope"),
     ("steps:\n  - {name: a, run: kopt lab}\n", "step a: `kopt lab` needs a command"),
-    ("steps: [\n", "not valid YAML"),
+    ("steps: [\n", "not valid YAML at line 2, column 1: expected the node content"),
+    # an unquoted ': ' inside a command (a hypothesis' words): where, and what the parser found
+    ("steps:\n  - name: a\n    run: kopt verify --hypothesis x: y\n",
+     "not valid YAML at line 3, column 36: mapping values are not allowed here"),
 ])
 def test_a_bad_step_file_is_refused_before_anything_runs(workspace, text, needle):
     f = workspace / "bad.yaml"
