@@ -79,6 +79,22 @@ def default_candidate(root: Path | None = None) -> Path:
     return (root or workspace()) / CANDIDATE_REL
 
 
+def recorded(p: Path | str, root: Path | None = None) -> str:
+    """How a row names a file (a candidate's path): relative to the workspace inside it; a copy kopt made in its own
+    cache (a patched or revision candidate) or in the temporary folder (the reigning candidate a verdict pairs) as
+    ``<kopt cache>/...`` or ``<tmp>/...``, so no row carries the host's home or temporary path; else as given."""
+    import tempfile
+
+    path = Path(p).resolve()
+    for label, base in (("", root or workspace()), ("<kopt cache>/", cache_home()),
+                        ("<tmp>/", Path(tempfile.gettempdir()))):
+        try:
+            return label + path.relative_to(Path(base).resolve()).as_posix()
+        except ValueError:
+            continue
+    return str(p)
+
+
 def relative(p: Path | str, root: Path | None = None) -> str:
     """p relative to the workspace (or root) when inside it, else p as given: rows and summaries
     name workspace files without a host path."""

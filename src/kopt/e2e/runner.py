@@ -76,12 +76,12 @@ def run(path: Path, o: E2EOptions) -> E2EResult:
 
     from kopt import candidate, workloads
     from kopt.hardware import detect
-    from kopt.paths import relative
+    from kopt.paths import recorded
 
     t_start = time.perf_counter()
     m = workloads.load().model(o.model)
     check_context(o, m.max_context)
-    res = E2EResult(options=o, candidate_id=candidate.candidate_id(path), candidate_path=relative(path),
+    res = E2EResult(options=o, candidate_id=candidate.candidate_id(path), candidate_path=recorded(path),
                     transformers=llama.transformers_version(), device=detect(o.device).name)
     if o.device == "cpu":
         torch.set_num_threads(1)  # the tiny decoder's small ops: intra-op threads only add stalls on a busy host

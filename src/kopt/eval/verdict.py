@@ -353,7 +353,7 @@ def run_spread(path, cf, opts, perf_ids, on_result, ex, heldout=None):
                 row_.message = "; ".join(x for x in (row_.message, f"retried after: {r.retried}") if x)[:500]
         else:
             rows[r.index] = row_ = CaseResult(
-                row_id=uuid.uuid4().hex[:16], run_id=o.run_id, mode="verdict", candidate_path=paths.relative(path),
+                row_id=uuid.uuid4().hex[:16], run_id=o.run_id, mode="verdict", candidate_path=paths.recorded(path),
                 candidate_hash=chash, candidate_id=candidate.short_id(chash), case=case.id, case_kind=case.kind,
                 variant=row_label(case, o.tag), model=case.model,
                 shape=case.shape_label() if case.model else None,

@@ -300,7 +300,8 @@ def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: 
         emit: Callable[[str], None]) -> tuple[list[str], bool]:
     """Time each group's changed cases: the new candidate against the old one (and `peers`), paired in one child per
     group (kopt.eval.bench.evaluate_peers, rows in the ledger unless opts.record is off), its CSV and table under
-    `out` (default results/<backend>/ab-<device>-<date>/<group>.csv). Returns (the lines, every row correct)."""
+    `out` (default results/<backend>/ab-<device>-<date>/<group>.csv), and the run's record beside them (write_log:
+    ab.txt). Returns (the lines, every row correct)."""
     from dataclasses import replace
 
     from kopt import paths
@@ -313,6 +314,8 @@ def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: 
     lines: list[str] = []
     ratios: list[tuple[str, Optional[float]]] = []
     ok = True
+    folder: Optional[Path] = None
+    first: Optional[dict] = None  # a row of the run: its device, versions and time head ab.txt
     for g in groups:
         cases = g.changed
         if not cases:
@@ -337,6 +340,7 @@ def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: 
                 ok = False
         if opts.record and rows:
             dicts = [r.model_dump(mode="json") for r in rows]
+            first = first or dicts[0]
             p = panel.build(dicts, {c.id: c.kind for c in cases})
             backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
             folder = Path(out) if out else paths.workspace() / "results" / backend / f"ab-{p.slug}-{p.date}"
@@ -344,4 +348,25 @@ def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: 
                 print(f"wrote {paths.relative(f)}", file=sys.stderr, flush=True)
     last = summary_line(ratios)
     emit(last)
+    if folder is not None and first is not None:
+        f = write_log(folder, new, old, groups, first, lines + [last])
+        print(f"wrote {paths.relative(f)}", file=sys.stderr, flush=True)
     return lines + [last], ok
+
+
+def write_log(folder: Path, new: Path, old: Path, groups: list[Group], row: dict, lines: list[str]) -> Path:
+    """folder/ab.txt: what the run compared (both candidates' ids and files, the workspace's commit), where and when
+    (a row's device, time and versions), the cases it timed and why (selection_lines), then every AB line and the
+    summary, as printed: the run's whole record beside its CSVs."""
+    from kopt import atomic, paths
+    from kopt.candidate import candidate_id
+    from kopt.store.vcs import head_short
+
+    versions = ", ".join(f"{k} {v}" for k, v in sorted((row.get("versions") or {}).items()))
+    head = [f"# kopt lab ab: {candidate_id(new)} ({paths.recorded(new)}) against {candidate_id(old)} "
+            f"({paths.recorded(old)})",
+            f"device {row.get('device', 'NA')}, {row.get('timestamp', 'NA')}, workspace commit "
+            f"{head_short(paths.default_candidate().parent) or 'NA'}",
+            f"versions: {versions or 'NA'}", ""]
+    device = str(row.get("device", "NA"))
+    return atomic.write_text(folder / "ab.txt", "\n".join(head + selection_lines(groups, device) + [""] + lines) + "\n")

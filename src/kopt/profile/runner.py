@@ -129,7 +129,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     from kopt.candidate import candidate_id, resolve
     from kopt.cases import load_cases
     from kopt.hardware import resolve_device
-    from kopt.paths import default_candidate, relative, workspace
+    from kopt.paths import default_candidate, recorded, relative, workspace
     from kopt.profile import diagnosis
     from kopt.profile.render import write_summary
 
@@ -151,7 +151,7 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
                       heldout=opts.heldout, heldout_seed=opts.heldout_seed,
                       config=config_text(opts.config))
     s = ProfileSummary(case=case.id, variant=case.variant.label(), shape=case.shape_dict(),
-                       candidate_path=relative(path, ws), candidate_id=candidate_id(path), backend=backend, tool=tool,
+                       candidate_path=recorded(path, ws), candidate_id=candidate_id(path), backend=backend, tool=tool,
                        requested_tool=opts.tool, device=device, device_name=info.name, out_dir=relative(out, ws),
                        notes=notes, config=opts.config)
     kernels, timeline = _collect(tool, spec, out, opts, info.units, s, say)

@@ -274,7 +274,7 @@ def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str, heldout_seed: O
     """A mode=tune ledger row for the winner (its speedup over the baseline is a ratio of unpaired medians: no CI)."""
     import uuid
 
-    from kopt.paths import relative
+    from kopt.paths import recorded
     from kopt.records import CaseResult
     from kopt.workload import gbps
 
@@ -283,7 +283,7 @@ def ledger_row(path: Path, case: Case, ct: CaseTune, chash: str, heldout_seed: O
     ref_ms = m.ref_cold.median_ms if m.ref_cold else None
     t = w.paired_a if w is not ct.default and w.paired_a else w.cold   # the better-measured figure
     return CaseResult(
-        row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=relative(path), candidate_hash=chash,
+        row_id=uuid.uuid4().hex[:16], mode="tune", candidate_path=recorded(path), candidate_hash=chash,
         candidate_id=short_id(chash), technique="tune", config=w.config, case=case.id, case_kind=case.kind,
         variant=case.variant.label(), model=case.model, shape=case.shape_label() if case.model else None,
         heldout_seed=heldout_seed if case.kind == "heldout" else None,

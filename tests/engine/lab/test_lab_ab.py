@@ -352,3 +352,53 @@ def test_a_saved_selection_is_what_a_later_run_times(tmp_path):
     code, out, err = run_main([*argv, "--save-selection", str(missing)])
     assert_clean(code, out, err, allowed=(2,))
     assert "no folder" in err and out == "" and not missing.parent.exists()
+
+
+def test_a_recorded_run_leaves_its_whole_record_beside_its_csvs(monkeypatch, tmp_path):
+    """run() with rows recorded: each group's CSV, and ab.txt beside them: both candidates' ids and files as rows name
+    them (a patched copy in kopt's cache as <kopt cache>/..., never the host's path), the device, time and versions of
+    a row, the selection (cases and the fields that moved), then every AB line and the summary as printed."""
+    from kopt.candidate import candidate_id
+    from kopt.cases import load_cases
+    from kopt.eval import BenchOptions, bench
+    from kopt.lab.ab import Group, run
+    from kopt.paths import cache_home
+    from kopt.records import CaseResult
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("KOPT_WORKSPACE", str(SHIPPED.parents[2]))  # the repository's own workspace holds SHIPPED
+    old = cache_home() / "patched" / "0123456789abcdef" / "solution" / "tilelang" / "run_kernel.py"
+    old.parent.mkdir(parents=True)
+    old.write_text("def run(q, k_cache, v_cache, cache_seqlens):\n    return q\n")
+    c2, c4 = (c for c in load_cases() if c.id in (2, 4))
+    t = {"method": "cupti", "median_ms": 0.01, "q1_ms": 0.01, "q3_ms": 0.01, "min_ms": 0.01, "n": 9, "rel_iqr": 0.0}
+
+    def fake(new, cases, opts, peers, on_result):
+        rows = []
+        for c in cases:
+            peer = {"peer": f"cand-{candidate_id(old)}", "ref": "x", "correct": True, "timing": t,
+                    "ref_timing": {**t, "median_ms": 0.02}, "speedup": 2.0, "speedup_ci": [1.9, 2.1]}
+            row = CaseResult.model_validate({
+                "row_id": f"r{c.id}", "mode": "peers", "kind": "case", "run_id": "r", "device": "H200",
+                "candidate_id": "new", "status": "ok", "compiled": True, "correct": True, "case": c.id,
+                "variant": "fp16-d128-contig-full", "backend": "tilelang", "runtime_ms": 0.01, "ref_runtime_ms": 0.02,
+                "speedup": 2.0, "ref": "x", "timestamp": "2026-12-07T05:26:42+00:00",
+                "versions": {"torch": "2.11.0", "tilelang": "0.1.15"}, "peers": [peer]})
+            on_result(row)
+            rows.append(row)
+        return rows
+
+    monkeypatch.setattr(bench, "evaluate_peers", fake)
+    out = tmp_path / "ab"
+    g = Group(None, [c2, c4], {2: "block_N", 4: "eager,k_clamp"})
+    lines, ok = run(SHIPPED, old, [g], BenchOptions(record=True), [], out, lambda _: None)
+    assert ok and (out / "named.csv").is_file()
+    log = (out / "ab.txt").read_text()
+    head = log.splitlines()[:3]
+    assert head[0] == (f"# kopt lab ab: {candidate_id(SHIPPED)} (solution/tilelang/run_kernel.py) against "
+                       f"{candidate_id(old)} (<kopt cache>/patched/0123456789abcdef/solution/tilelang/run_kernel.py)")
+    assert head[1].startswith("device H200, 2026-12-07T05:26:42+00:00, workspace commit ")
+    assert head[2] == "versions: tilelang 0.1.15, torch 2.11.0"
+    assert "named: 2 of 2 cases to time on H200: 2,4\n  2: block_N\n  4: eager,k_clamp\n" in log
+    assert str(tmp_path) not in log
+    assert log.endswith("\n".join(lines) + "\n") and lines[-1].startswith("AB: CASES:2 TIMED:2 GEOMEAN:2.000x")
