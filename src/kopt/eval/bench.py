@@ -159,7 +159,8 @@ def _evaluate(path: Path, cases: list[Case], opts: BenchOptions, device: str,
     warns = [f"{f.code} {Path(f.file).name if f.file else ''}:{f.line}: {f.message}" for f in findings
              if f.severity != "error"]
     run_id = opts.run_id or uuid.uuid4().hex[:12]
-    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=paths.recorded(path),
+    named = paths.recorded(path)  # once a run, not once a case
+    rows = [CaseResult(row_id=uuid.uuid4().hex[:16], run_id=run_id, mode=opts.mode, candidate_path=named,
                        candidate_hash=chash, candidate_id=candidate.short_id(chash), parent_id=opts.parent_id,
                        technique=opts.technique, hypothesis=opts.hypothesis, config=opts.config,
                        case=case.id, case_kind=case.kind, variant=row_label(case, opts.tag),

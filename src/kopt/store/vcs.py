@@ -265,8 +265,6 @@ def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
     repository holds it, with the rest of its folder and that commit's tuning tables (results/*/tuning.csv, which a
     candidate reads two folders above its own), exported once under cache/<commit>/; the file's path there.
     WorkspaceError: `rev` is not a commit, or it has no `rel`."""
-    import tempfile
-
     from git import GitCommandError
 
     repo = open_repo(ws)
@@ -286,18 +284,33 @@ def export_revision(ws: Path, rev: str, rel: str, cache: Path) -> Path:
     folder = Path(rel).parent.as_posix()
     (res,) = pathspecs(repo, ws, ["results"])
     take = [n for n in names if n.startswith(folder + "/") or (n.startswith(res + "/") and n.endswith("/tuning.csv"))]
-    Path(cache).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{sha[:12]}-", dir=cache))
-    try:
+
+    def fill(tmp: Path) -> None:
         if not _archive(root, sha, take, tmp):
             raise WorkspaceError(f"git archive of {sha[:12]} failed")
+
+    # an export of this commit may be there (another folder of it, or another process's): add to it
+    _export_once(Path(cache), out, f".{sha[:12]}-", fill, merge=True)
+    return (out / rel).resolve()
+
+
+def _export_once(cache: Path, out: Path, prefix: str, fill, merge: bool) -> None:
+    """Fill a fresh folder of `cache` (fill(folder)) and move it to `out` in one rename, so no reader sees a half
+    export; where `out` appeared meanwhile, add to it (`merge`) or keep it as it is (the same content, another
+    process's). The fresh folder is removed whatever happens."""
+    import tempfile
+
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=cache))
+    try:
+        fill(tmp)
         try:
             os.replace(tmp, out)
-        except OSError:  # an export of this commit is there (another folder of it, or another process's): add to it
-            shutil.copytree(tmp, out, dirs_exist_ok=True)
+        except OSError:
+            if merge:
+                shutil.copytree(tmp, out, dirs_exist_ok=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return (out / rel).resolve()
 
 
 def _patch_paths(patch: Path) -> list[str]:
@@ -328,7 +341,6 @@ def export_patched(ws: Path, patch: Path, rel: str, cache: Path) -> Path:
     apply to it."""
     import hashlib
     import subprocess
-    import tempfile
 
     ws, patch = Path(ws).resolve(), Path(patch).resolve()
     folder = Path(rel).parent.as_posix()
@@ -344,9 +356,8 @@ def export_patched(ws: Path, patch: Path, rel: str, cache: Path) -> Path:
     out = Path(cache) / h.hexdigest()[:16]
     if (out / rel).is_file():  # exported before: the same patch over the same files
         return (out / rel).resolve()
-    Path(cache).mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".patched-", dir=cache))
-    try:
+
+    def fill(tmp: Path) -> None:
         for f in files:
             dst = tmp / f.relative_to(ws)
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -356,12 +367,9 @@ def export_patched(ws: Path, patch: Path, rel: str, cache: Path) -> Path:
         if r.returncode != 0:
             why = (r.stderr.strip().splitlines() or [f"git apply exited {r.returncode}"])[0]
             raise WorkspaceError(f"{patch.name} does not apply to {folder}/ as the working tree holds it: {why}")
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process exported the same patch meanwhile: take its copy
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    # another process that exported the same patch meanwhile made the same copy: keep its
+    _export_once(Path(cache), out, ".patched-", fill, merge=False)
     return (out / rel).resolve()
 
 
