@@ -42,7 +42,8 @@ of row y; the pool blocks (pool = ceil(target / kv heads), which bounds the extr
 find their row and split from the prefix sum of the rows' extra splits; pool blocks left over write nothing. A row
 of one split writes O directly; the others merge in their last CTA (arrival counter), or, on a plan whose merge is
 not ``last_cta``, rows of more than LAST_CTA_MAX_ROWS partial rows in a combine kernel launched by the same host call
-that derives the same plan from L. The launch depends on shapes only: a CUDA graph captured once stays correct when
+that derives the same plan from L: one CTA a (query head, such row), at most combine_rows of them, each finding its
+row by a prefix scan of the rows' flags. The launch depends on shapes only: a CUDA graph captured once stays correct when
 the lengths change between replays.
 
 Batch, cache length / number of pages, block_table width and num_splits are dynamic (symbolic) dims, so one
@@ -573,8 +574,8 @@ def _build_split_combine(T, p: Plan, sym: dict, pre):
 
 def _build_balanced(T, p: Plan, sym: dict, pre):
     """decode_balanced (the module docstring): every block derives the plan from L alone (no host sync, no second
-    kernel), so the same launch serves any lengths; with a combine kernel (last_cta off) one CTA per (batch, query
-    head) merges the rows too large for one CTA's merge."""
+    kernel), so the same launch serves any lengths; with a combine kernel (last_cta off) one CTA per (query head, row
+    too large for one CTA's merge) merges it: combine_rows CTAs a query head, not the batch's."""
     batch, kv_shape, max_pages, num_splits = sym["batch"], sym["kv_shape"], sym["max_pages"], sym["num_splits"]
     hq, hkv, d, dtype, threads, accum, pdl, G = p.hq, p.hkv, p.d, p.dtype, p.threads, "float32", p.pdl, p.G
     block_N, bal_combine = p.block_N, p.combine
@@ -582,6 +583,7 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
     combine_body = _combine_macro(T, accum, dtype, p.comb_unroll, lse_smem=True, nthreads=d)
     target = p.balanced
     pool = -(-target // hkv)  # per kv head: the extra splits of all rows together never exceed this
+    crows = combine_rows(target, hkv, G)
     min_tiles = BAL_MIN_TILES
 
     def row_splits(length, w):
@@ -667,16 +669,38 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
             sd = T.if_then_else(rb >= 0, rs, ns)
             body(Q, K, V, L, BT, sd, h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
-        if bal_combine:  # rows too large for one CTA's merge: one CTA per (batch, query head)
-            with T.Kernel(hq, batch, threads=d) as (hh, b2):
+        if bal_combine:  # rows too large for one CTA's merge: one CTA per (query head, such row)
+            with T.Kernel(hq, T.min(batch, crows), threads=d) as (hh, c):
                 part2 = T.alloc_fragment([d], "int32")  # the batch's tiles as the split grid sums them
                 tot2 = T.alloc_fragment([1], "int32")
+                c_s = T.alloc_shared([d], "int32")
+                r_s = T.alloc_shared([1], "int32")
+                cacc = T.alloc_var("int32")
                 combine_tiles(L, part2, tot2)
                 w2 = T.max(T.ceildiv(tot2[0] * hkv, target), min_tiles)
-                ns2 = row_splits(L[b2], w2)
+                # CTA c merges the c-th row that needs the combine kernel (COMBINE_ROWS), found as the pool
+                # blocks find theirs: a thread a row, the rows' flags' prefix sum, ceil(batch / d) rounds
+                for i in T.Parallel(1):
+                    r_s[i] = -1
+                cacc = 0
+                for j in T.serial(T.ceildiv(batch, d)):
+                    for t in T.Parallel(d):
+                        c_s[t] = T.if_then_else(
+                            j * d + t < batch,
+                            T.if_then_else(row_splits(L[T.min(j * d + t, batch - 1)], w2) * G > LAST_CTA_MAX_ROWS,
+                                           1, 0), 0)
+                    T.cumsum(c_s, dim=0)
+                    for t in T.Parallel(d):
+                        lo = cacc + T.if_then_else(t > 0, c_s[T.max(t - 1, 0)], 0)
+                        if lo <= c and c < cacc + c_s[t]:
+                            r_s[0] = j * d + t
+                    cacc += c_s[d - 1]
+                b2 = T.alloc_var("int32")
+                b2 = r_s[0]
+                ns2 = row_splits(L[T.max(b2, 0)], w2)
                 if pdl:  # the plan comes from L alone: made before the wait for the split grid
                     T.pdl_sync()
-                if ns2 * G > LAST_CTA_MAX_ROWS:
+                if b2 >= 0:
                     combine_body(Opart, LSE, Out, hh, b2, ns2, T.get_thread_binding())
 
     return decode_balanced
@@ -940,6 +964,14 @@ def build_combine(dtype: str, hq: int, d: int, pdl: bool = False, unroll: int = 
 #: balanced kernel's rows of up to num_splits splits. On a device with dependent launch a uniform split plan merges in
 #: the combine kernel whatever its rows (last_cta_default; iteration 61, H200: floor-bound calls 1.05-1.28x).
 LAST_CTA_MAX_ROWS = 160
+
+
+def combine_rows(target: int, hkv: int, G: int) -> int:
+    """The most rows of a balanced plan that can need its combine kernel (more than LAST_CTA_MAX_ROWS partial rows,
+    so at least max(1, LAST_CTA_MAX_ROWS // G) extra splits each) when the rows' extra splits together never exceed
+    the pool, ceil(target / hkv): the combine grid's rows, not the batch (an equal-rows draw, 256 rows in 16 query
+    heads: 4096 combine CTAs, every one idle, about 10 us after the split grid on an H100)."""
+    return max(1, -(-target // hkv) // max(1, LAST_CTA_MAX_ROWS // G))
 
 
 #: the widest one-tile range (choose_tiling): an unsplit range of 65-192 keys runs as one tile of its length
