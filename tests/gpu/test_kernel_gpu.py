@@ -231,6 +231,38 @@ def test_k_clamp_on_busy_paged_grids(kernel, page, head_dim, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("page,dtype", [(0, "fp16"), (256, "bf16"), (16, "fp16"), (64, "bf16")])
+def test_balanced_combine_finds_its_rows(kernel, page, dtype):
+    """The balanced plan's combine kernel runs one CTA a (query head, row that needs it) (combine_rows), each finding
+    its row by a prefix scan of the rows' flags: 300 rows of 16 query heads on one kv head (three rounds of the
+    scan), 8 rows of 32768 keys scattered over the rounds among rows of 1-200 keys. The plan is balanced with a
+    combine kernel, several rows need it (more than LAST_CTA_MAX_ROWS partial rows), and every row is the
+    reference's."""
+    import random
+    import sys
+
+
+    rng = random.Random(page)
+    long_rows = {5, 100, 127, 128, 200, 255, 256, 299}
+    lengths = [32768 if i in long_rows else rng.randint(1, 200) for i in range(300)]
+    c = _case(17, dtype=dtype, page_size=page or None).model_copy(
+        update={"batch": 300, "seqlen_k": 32768, "kv_heads": 1, "gqa": 16, "lengths": lengths})
+    w, ref, base = _intact(c, 91)
+    plan = kernel.plan_info(*w.args(), **w.kwargs(None))
+    assert plan["kernel"] == "decode_balanced" and not plan["last_cta"], plan
+    cu = sys.modules["tl_decode_cuda"]
+    bn, target, G = plan["block_N"], plan["balanced"], 16
+    tiles = [-(-n // bn) for n in lengths]
+    wt = max(-(-sum(tiles) // target), cu.BAL_MIN_TILES)
+    need = [i for i, t in enumerate(tiles)
+            if min(max((2 * t + wt) // (2 * wt), 1), plan["num_splits"]) * G > cu.LAST_CTA_MAX_ROWS]
+    assert len(need) >= 2 and len({i // 128 for i in need}) >= 2, (need, plan)
+    assert len(need) <= cu.combine_rows(target, 1, G) < 300
+    assert w.cache_seqlens.tolist() == lengths
+    _assert_ok(kernel, w, ref, base, None, f"page {page} {dtype}: rows {need} in the combine kernel")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("seqlen,page,head_dim,block_N", [(90, 0, 128, 96), (100, 16, 128, 128), (120, 32, 64, 128),
                                                           (80, 16, 64, 96), (110, 0, 64, 128)])
 def test_one_tile_short_ranges(kernel, seqlen, page, head_dim, block_N):

@@ -357,6 +357,38 @@ def test_splits_grow_to_one_cta_a_unit_where_the_last_cta_merges(rk, batch, hkv,
     assert cu.num_splits_heuristic(batch, hkv, seqlen, 64, 132, gqa=gqa) == want
 
 
+def _row_splits(tiles: int, w: int) -> int:
+    """The balanced kernel's splits of a row of `tiles` tiles at w tiles a split (tl_decode_cuda's row_splits, with
+    no cap: a cap only takes splits away)."""
+    return max((2 * tiles + w) // (2 * w), 1)
+
+
+@pytest.mark.parametrize("target,hkv,G", [(264, 1, 16), (264, 8, 8), (132, 4, 8), (264, 2, 32), (396, 1, 128),
+                                          (132, 1, 20)])
+def test_the_combine_grid_holds_every_row_that_needs_it(rk, target, hkv, G):
+    """The balanced plan's combine kernel runs combine_rows(target, hkv, G) CTAs a query head, not one a row: over
+    seeded draws (random lengths, a few long rows among short ones, equal rows) no batch has more rows of more than
+    LAST_CTA_MAX_ROWS partial rows (the rows the combine kernel merges) than that, and some draws have such rows."""
+    import random
+
+    cu = sys.modules["tl_decode_cuda"]
+    bound = cu.combine_rows(target, hkv, G)
+    assert bound < 4 * target // hkv  # fewer than the batches of a wide grid: the bound is the point
+    rng = random.Random(target * 1000 + hkv * 10 + G)
+    worst = 0
+    for trial in range(3000):
+        batch = rng.randint(2, 600)
+        long_rows = rng.randint(1, batch)
+        tiles = [[rng.randint(0, 2048) for _ in range(batch)],
+                 [rng.randint(256, 4096) if i < long_rows else rng.randint(0, 3) for i in range(batch)],
+                 [rng.randint(1, 4096)] * batch][trial % 3]
+        w = max(-(-sum(tiles) * hkv // target), cu.BAL_MIN_TILES)
+        need = sum(1 for t in tiles if _row_splits(t, w) * G > cu.LAST_CTA_MAX_ROWS)
+        assert need <= bound, (batch, tiles[:8], w, need, bound)
+        worst = max(worst, need)
+    assert worst >= 1, "no draw has a row that needs the combine kernel: the test would prove nothing"
+
+
 def test_plan_version_is_declared_and_read_statically(rk):
     """The kernel declares PLAN_VERSION as a constant; the harness reads it from the source, without importing."""
     from kopt.candidate import plan_version
