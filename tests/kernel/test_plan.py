@@ -389,6 +389,19 @@ def test_the_combine_grid_holds_every_row_that_needs_it(rk, target, hkv, G):
     assert worst >= 1, "no draw has a row that needs the combine kernel: the test would prove nothing"
 
 
+def test_no_function_in_solution_is_over_150_lines():
+    """Issue 50's size check: every function and method under solution/ (the kernels' builders, the plan rule, the
+    tuning lookup) is at most 150 lines, docstring included."""
+    import ast
+
+    long = {}
+    for path in sorted((REPO / "solution").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 150:
+                long[f"{path.relative_to(REPO)}:{node.name}"] = node.end_lineno - node.lineno + 1
+    assert not long, long
+
+
 def test_plan_version_is_declared_and_read_statically(rk):
     """The kernel declares PLAN_VERSION as a constant; the harness reads it from the source, without importing."""
     from kopt.candidate import plan_version
