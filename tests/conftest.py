@@ -17,6 +17,16 @@ SHIPPED = REPO / "solution" / "tilelang" / "run_kernel.py"
 CANDIDATES = Path(__file__).resolve().parent / "candidates"
 
 
+def combine_rows_needed(cu, tiles: list[int], hkv: int, target: int, G: int, cap: int | None = None) -> list[int]:
+    """The rows (indices) of a batch of `tiles` tiles a row that a balanced plan's combine kernel merges, as the kernel
+    (tl_decode_cuda, module `cu`) decides on the device: w = max(ceil(sum(tiles) x hkv / target), BAL_MIN_TILES)
+    tiles a split, a row's splits round(tiles / w) in 1..cap (no cap: a cap only takes splits away), and a row goes to
+    the combine kernel with more than LAST_CTA_MAX_ROWS partial rows (splits x G)."""
+    w = max(-(-sum(tiles) * hkv // target), cu.BAL_MIN_TILES)
+    splits = [max((2 * t + w) // (2 * w), 1) for t in tiles]
+    return [i for i, n in enumerate(splits) if min(n, cap or n) * G > cu.LAST_CTA_MAX_ROWS]
+
+
 def _cuda() -> bool:
     try:
         import torch

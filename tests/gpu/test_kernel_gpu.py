@@ -6,7 +6,7 @@ each output against the fp32 reference with kopt's own tolerance rule (2 x the t
 
 import pytest
 
-from conftest import SHIPPED
+from conftest import SHIPPED, combine_rows_needed
 
 CASE_IDS = list(range(1, 15))
 
@@ -241,7 +241,6 @@ def test_balanced_combine_finds_its_rows(kernel, page, dtype):
     import random
     import sys
 
-
     rng = random.Random(page)
     long_rows = {5, 100, 127, 128, 200, 255, 256, 299}
     lengths = [32768 if i in long_rows else rng.randint(1, 200) for i in range(300)]
@@ -252,10 +251,7 @@ def test_balanced_combine_finds_its_rows(kernel, page, dtype):
     assert plan["kernel"] == "decode_balanced" and not plan["last_cta"], plan
     cu = sys.modules["tl_decode_cuda"]
     bn, target, G = plan["block_N"], plan["balanced"], 16
-    tiles = [-(-n // bn) for n in lengths]
-    wt = max(-(-sum(tiles) // target), cu.BAL_MIN_TILES)
-    need = [i for i, t in enumerate(tiles)
-            if min(max((2 * t + wt) // (2 * wt), 1), plan["num_splits"]) * G > cu.LAST_CTA_MAX_ROWS]
+    need = combine_rows_needed(cu, [-(-n // bn) for n in lengths], 1, target, G, plan["num_splits"])
     assert len(need) >= 2 and len({i // 128 for i in need}) >= 2, (need, plan)
     assert len(need) <= cu.combine_rows(target, 1, G) < 300
     assert w.cache_seqlens.tolist() == lengths

@@ -20,7 +20,7 @@ import warnings
 import pytest
 import torch
 
-from conftest import REPO, SHIPPED
+from conftest import REPO, SHIPPED, combine_rows_needed
 from kopt.occupancy import canonical_source
 
 pytest.importorskip("tilelang")
@@ -357,12 +357,6 @@ def test_splits_grow_to_one_cta_a_unit_where_the_last_cta_merges(rk, batch, hkv,
     assert cu.num_splits_heuristic(batch, hkv, seqlen, 64, 132, gqa=gqa) == want
 
 
-def _row_splits(tiles: int, w: int) -> int:
-    """The balanced kernel's splits of a row of `tiles` tiles at w tiles a split (tl_decode_cuda's row_splits, with
-    no cap: a cap only takes splits away)."""
-    return max((2 * tiles + w) // (2 * w), 1)
-
-
 @pytest.mark.parametrize("target,hkv,G", [(264, 1, 16), (264, 8, 8), (132, 4, 8), (264, 2, 32), (396, 1, 128),
                                           (132, 1, 20)])
 def test_the_combine_grid_holds_every_row_that_needs_it(rk, target, hkv, G):
@@ -382,9 +376,8 @@ def test_the_combine_grid_holds_every_row_that_needs_it(rk, target, hkv, G):
         tiles = [[rng.randint(0, 2048) for _ in range(batch)],
                  [rng.randint(256, 4096) if i < long_rows else rng.randint(0, 3) for i in range(batch)],
                  [rng.randint(1, 4096)] * batch][trial % 3]
-        w = max(-(-sum(tiles) * hkv // target), cu.BAL_MIN_TILES)
-        need = sum(1 for t in tiles if _row_splits(t, w) * G > cu.LAST_CTA_MAX_ROWS)
-        assert need <= bound, (batch, tiles[:8], w, need, bound)
+        need = len(combine_rows_needed(cu, tiles, hkv, target, G))
+        assert need <= bound, (batch, tiles[:8], need, bound)
         worst = max(worst, need)
     assert worst >= 1, "no draw has a row that needs the combine kernel: the test would prove nothing"
 
