@@ -607,6 +607,37 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
 
     split_tiles, combine_tiles = batch_tiles(threads), batch_tiles(d)
 
+    def slot_finder(n, weight):
+        """The macro that finds, on a CTA of n threads, the row whose slots hold slot k, where row r holds
+        weight(L[r], w) consecutive slots after the rows before it: a thread a row, the weights' inclusive prefix sum
+        in shared memory (T.cumsum, a warp's shuffles), and the thread whose range holds k writes its row to f_s[0] and
+        k's offset in that range to f_s[1] (both stay -1 when no row holds k); ceil(batch / n) rounds, not a serial
+        walk of batch steps. The pool blocks find their row and split with it, the combine CTAs their row."""
+
+        @T.macro
+        def find(L, w, k, e_s, f_s):
+            acc = T.alloc_var("int32")  # the rows' slots before this round
+            for i in T.Parallel(2):
+                f_s[i] = -1
+            acc = 0
+            for j in T.serial(T.ceildiv(batch, n)):
+                for t in T.Parallel(n):
+                    e_s[t] = T.if_then_else(j * n + t < batch, weight(L[T.min(j * n + t, batch - 1)], w), 0)
+                T.cumsum(e_s, dim=0)
+                for t in T.Parallel(n):
+                    lo = acc + T.if_then_else(t > 0, e_s[T.max(t - 1, 0)], 0)
+                    if lo <= k and k < acc + e_s[t]:
+                        f_s[0] = j * n + t
+                        f_s[1] = k - lo
+                acc += e_s[n - 1]
+
+        return find
+
+    # a row's pool slots are its extra splits; its combine slot, one where its partial rows exceed the last CTA's merge
+    find_pool_slot = slot_finder(threads, lambda length, w: row_splits(length, w) - 1)
+    find_combine_row = slot_finder(
+        d, lambda length, w: T.if_then_else(row_splits(length, w) * G > LAST_CTA_MAX_ROWS, 1, 0))
+
     @T.prim_func
     def decode_balanced(
         Q: T.Tensor([batch, hq, d], dtype),
@@ -627,7 +658,6 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             if pdl and bal_combine:
                 T.pdl_trigger()
             tot = T.alloc_var("int32")
-            acc = T.alloc_var("int32")
             rb = T.alloc_var("int32")
             rs = T.alloc_var("int32")
             part = T.alloc_fragment([threads], "int32")
@@ -641,26 +671,11 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             rb = y
             rs = 0
             if y >= batch:
-                # pool block j = y - batch: row b's extra splits take the pool slots [P(b), P(b + 1)). A thread a
-                # row: its extra splits (row_splits less one, 0 past the batch), their inclusive prefix sum in
-                # shared memory (T.cumsum, a warp's shuffles), and the one row whose slots hold j names itself
-                # in f_s; ceil(batch / threads) rounds, not a serial walk of batch steps
-                for i in T.Parallel(2):
-                    f_s[i] = -1
-                acc = 0
-                for j in T.serial(T.ceildiv(batch, threads)):
-                    for t in T.Parallel(threads):
-                        e_s[t] = T.if_then_else(j * threads + t < batch,
-                                                row_splits(L[T.min(j * threads + t, batch - 1)], w) - 1, 0)
-                    T.cumsum(e_s, dim=0)
-                    for t in T.Parallel(threads):
-                        lo = acc + T.if_then_else(t > 0, e_s[T.max(t - 1, 0)], 0)
-                        if lo <= y - batch and y - batch < acc + e_s[t]:
-                            f_s[0] = j * threads + t
-                            f_s[1] = y - batch - lo + 1
-                    acc += e_s[threads - 1]
+                # pool block j = y - batch: row b's extra splits take the pool slots [P(b), P(b + 1)) (slot_finder);
+                # slot j - P(b) of them is its split j - P(b) + 1
+                find_pool_slot(L, w, y - batch, e_s, f_s)
                 rb = f_s[0]
-                rs = f_s[1]
+                rs = f_s[1] + 1
             bb = T.alloc_var("int32")
             ns = T.alloc_var("int32")
             sd = T.alloc_var("int32")  # registers, not expressions inlined into the body (_decode_body)
@@ -674,27 +689,11 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
                 part2 = T.alloc_fragment([d], "int32")  # the batch's tiles as the split grid sums them
                 tot2 = T.alloc_fragment([1], "int32")
                 c_s = T.alloc_shared([d], "int32")
-                r_s = T.alloc_shared([1], "int32")
-                cacc = T.alloc_var("int32")
+                r_s = T.alloc_shared([2], "int32")
                 combine_tiles(L, part2, tot2)
                 w2 = T.max(T.ceildiv(tot2[0] * hkv, target), min_tiles)
-                # CTA c merges the c-th row that needs the combine kernel (COMBINE_ROWS), found as the pool
-                # blocks find theirs: a thread a row, the rows' flags' prefix sum, ceil(batch / d) rounds
-                for i in T.Parallel(1):
-                    r_s[i] = -1
-                cacc = 0
-                for j in T.serial(T.ceildiv(batch, d)):
-                    for t in T.Parallel(d):
-                        c_s[t] = T.if_then_else(
-                            j * d + t < batch,
-                            T.if_then_else(row_splits(L[T.min(j * d + t, batch - 1)], w2) * G > LAST_CTA_MAX_ROWS,
-                                           1, 0), 0)
-                    T.cumsum(c_s, dim=0)
-                    for t in T.Parallel(d):
-                        lo = cacc + T.if_then_else(t > 0, c_s[T.max(t - 1, 0)], 0)
-                        if lo <= c and c < cacc + c_s[t]:
-                            r_s[0] = j * d + t
-                    cacc += c_s[d - 1]
+                # CTA c merges the c-th row that needs the combine kernel (combine_rows bounds them; slot_finder)
+                find_combine_row(L, w2, c, c_s, r_s)
                 b2 = T.alloc_var("int32")
                 b2 = r_s[0]
                 ns2 = row_splits(L[T.max(b2, 0)], w2)
