@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 app = typer.Typer(help="Research tools: config screens, kernel timelines, read bounds, prewarm, the bench CSV, the "
-                       "FlashInfer check, GPU campaigns.", no_args_is_help=True)
+                       "FlashInfer check, GPU campaigns, the GPU test matrix in shards.", no_args_is_help=True)
 
 _CASE = "Case ids: 10,14 or 4-18."
 _CANDIDATE = "Candidate file (default: the shipped solution/tilelang/run_kernel.py)."
@@ -384,6 +384,64 @@ def check_steps(steps) -> None:
             if not hasattr(e, "format_message"):
                 raise
             raise UsageError(f"step {s.name}: {e.format_message()} ({s.run})") from None
+
+
+def _matrix_facts() -> dict:
+    """Where a test matrix ran: the device (torch's name for it, or the CPU), the date, the workspace's commit and the
+    shipped candidate's id."""
+    from datetime import datetime, timezone
+
+    from kopt import paths
+    from kopt.candidate import candidate_id
+    from kopt.store import head_short
+
+    try:
+        import torch
+
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (no GPU)"
+    except ImportError:
+        device = "cpu (no torch)"
+    ws = paths.workspace()
+    shipped = paths.default_candidate()
+    return {"device": device, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+            "commit": head_short(ws) or "NA", "candidate": candidate_id(shipped) if shipped.is_file() else "NA"}
+
+
+@app.command("gpu-tests")
+def gpu_tests(
+    paths_: Optional[list[str]] = typer.Argument(None, metavar="[PATHS]...", help="Test files or folders, from here "
+                                                                                  "(default: tests/gpu)."),
+    shards: int = typer.Option(12, "--shards", help="pytest processes side by side (the tests dealt round-robin)."),
+    marker: str = typer.Option("gpu", "--marker", "-m", help="Only tests with this pytest marker ('' for all)."),
+    keyword: str = typer.Option("", "--keyword", "-k", help="Only tests matching this pytest -k expression."),
+    timeout: float = typer.Option(1800.0, "--timeout", min=1.0, help="Seconds a shard (or the rerun) may run."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the record here (e.g. "
+                                                           "results/tilelang/gpu-tests-<device>-<date>-<what>.txt)."),
+) -> None:
+    """The GPU test matrix in shards side by side, then its failures alone: a progress line a shard, one record
+    (--out) and one GPU_TESTS line; exit 1 when a test still fails after the rerun, or when every test skipped
+    (GPU_TESTS:NA: nothing was tested, as on a host without a GPU)."""
+    from kopt import atomic
+    from kopt.errors import UsageError
+    from kopt.lab import gpu_tests_record, run_gpu_tests
+
+    targets = paths_ or ["tests/gpu"]
+    missing = [t for t in targets if not Path(t.split("::")[0]).exists()]
+    if missing:
+        raise UsageError(f"no such test path: {', '.join(missing)}")
+    if shards < 1:
+        raise UsageError(f"--shards must be at least 1 (got {shards})")
+    if out is not None and not out.parent.is_dir():
+        raise UsageError(f"--out {out}: its folder does not exist")
+    res = run_gpu_tests(targets, shards, Path.cwd(), marker=marker, keyword=keyword, timeout_s=timeout, emit=_say)
+    if out is not None:
+        atomic.write_text(out, gpu_tests_record(res, targets, marker, keyword, _matrix_facts()))
+        _say(f"wrote {out}")
+    if res.status == "NA":
+        _say(f"no test ran: all {res.final.skipped} skipped (a GPU test skips on a host without one)")
+    _say(res.line())
+    if res.status != "pass":
+        raise typer.Exit(1)
 
 
 @app.command("campaign")

@@ -14,6 +14,7 @@ device_plan), for what an engineer measures again; `kopt lab ...` runs them.
 - `campaign`  : a declarative file of named kopt steps, run in order with a log each, packed for `kopt import`.
 - `ab`        : the A/B of a kernel change on the named cases and held-out draws whose plans it changes (plans on
                 any machine; the timing paired on a GPU).
+- `gpu_tests` : the GPU test matrix in shards side by side, then its failures alone, as one record.
 - `common`    : what the GPU studies share (the CUDA check, cases, candidate, header line, table file).
 
 Modules import torch, Triton and the candidate inside their functions: importing kopt.lab is light.
@@ -40,6 +41,8 @@ _FACE = {
     "AbGroup": ("ab", "Group"), "ab_select": ("ab", "select"), "ab_selection_lines": ("ab", "selection_lines"),
     "run_ab": ("ab", "run"), "ab_registers": ("ab", "registers"),
     "save_ab_selection": ("ab", "save_selection"), "load_ab_selection": ("ab", "load_selection"),
+    "run_gpu_tests": ("gpu_tests", "run"), "gpu_tests_record": ("gpu_tests", "record"),
+    "GpuTestsResult": ("gpu_tests", "MatrixResult"),
     "Step": ("campaign", "Step"), "StepResult": ("campaign", "StepResult"), "StepStatus": ("campaign", "StepStatus"),
 }
 __all__ = sorted(_FACE)
