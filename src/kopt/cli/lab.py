@@ -415,6 +415,9 @@ def gpu_tests(
     marker: str = typer.Option("gpu", "--marker", "-m", help="Only tests with this pytest marker ('' for all)."),
     keyword: str = typer.Option("", "--keyword", "-k", help="Only tests matching this pytest -k expression."),
     timeout: float = typer.Option(1800.0, "--timeout", min=1.0, help="Seconds a shard (or the rerun) may run."),
+    budget: Optional[float] = typer.Option(None, "--budget", min=1.0, help="Seconds for the whole run: the rerun "
+                                                                           "stops there too, so the record is "
+                                                                           "written within it."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the record here (e.g. "
                                                            "results/tilelang/gpu-tests-<device>-<date>-<what>.txt)."),
 ) -> None:
@@ -433,7 +436,8 @@ def gpu_tests(
         raise UsageError(f"--shards must be at least 1 (got {shards})")
     if out is not None and not out.parent.is_dir():
         raise UsageError(f"--out {out}: its folder does not exist")
-    res = run_gpu_tests(targets, shards, Path.cwd(), marker=marker, keyword=keyword, timeout_s=timeout, emit=_say)
+    res = run_gpu_tests(targets, shards, Path.cwd(), marker=marker, keyword=keyword, timeout_s=timeout, emit=_say,
+                        budget_s=budget)
     if out is not None:
         atomic.write_text(out, gpu_tests_record(res, targets, marker, keyword, _matrix_facts()))
         _say(f"wrote {out}")

@@ -205,11 +205,16 @@ def run_pass(label: str, ids: list[str], marker: str, cwd: Path, timeout_s: floa
 
 
 def run(paths: list[str], shards: int, cwd: Path, marker: str = "gpu", keyword: str = "",
-        timeout_s: float = DEFAULT_TIMEOUT_S, emit: Callable[[str], None] = print) -> MatrixResult:
-    """Collect, run the shards side by side (a progress line as each ends), then rerun their failures alone."""
+        timeout_s: float = DEFAULT_TIMEOUT_S, emit: Callable[[str], None] = print,
+        budget_s: Optional[float] = None) -> MatrixResult:
+    """Collect, run the shards side by side (a progress line as each ends), then rerun their failures alone. Each
+    pass stops at timeout_s; with budget_s, the rerun also stops when the whole run reaches it (so a caller's own
+    limit still gets a record)."""
     if shards < 1:
         raise UsageError(f"--shards must be at least 1 (got {shards})")
     t0 = time.monotonic()
+    if budget_s is not None:
+        timeout_s = min(timeout_s, budget_s)
     ids = collect(paths, marker, keyword, cwd)
     if not ids:
         raise UsageError(f"no test of {' '.join(paths)} matches" + (f" -m {marker}" if marker else "")
@@ -228,8 +233,9 @@ def run(paths: list[str], shards: int, cwd: Path, marker: str = "gpu", keyword: 
     failed = [f.node for p in done for f in p.failures]
     rerun = None
     if failed:
+        left = timeout_s if budget_s is None else min(timeout_s, budget_s - (time.monotonic() - t0))
         emit(f"{len(failed)} failed side by side: rerun alone")
-        rerun = run_pass("rerun alone", failed, marker, cwd, timeout_s)
+        rerun = run_pass("rerun alone", failed, marker, cwd, max(1.0, left))
         emit(f"{rerun.label}: {rerun.summary or 'no summary'}")
     return MatrixResult(collected=len(ids), shards=done, rerun=rerun, wall_s=time.monotonic() - t0)
 

@@ -25,6 +25,7 @@ def test_many(i):
 @pytest.mark.gpu
 def test_alone_only():
     assert "KOPT_GPU_TESTS_SHARD" not in os.environ, "out of memory beside the other shards"
+    time.sleep(float(os.environ.get("SUITE_RERUN_SLEEP", "0")))
 
 
 @pytest.mark.gpu
@@ -50,7 +51,7 @@ def suite(tmp_path, monkeypatch):
     (root / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n")
     (root / "tests" / "test_suite.py").write_text(SUITE)
     monkeypatch.chdir(root)
-    for var in ("SUITE_BROKEN", "SUITE_SLEEP", "KOPT_GPU_TESTS_SHARD"):
+    for var in ("SUITE_BROKEN", "SUITE_SLEEP", "SUITE_RERUN_SLEEP", "KOPT_GPU_TESTS_SHARD"):
         monkeypatch.delenv(var, raising=False)
     return root
 
@@ -111,6 +112,17 @@ def test_a_shard_stopped_at_its_timeout_fails_the_matrix(suite, monkeypatch):
     assert "shard 0/1: no summary (stopped at its timeout)" in stdout
     assert stdout.splitlines()[-1].startswith("GPU_TESTS:fail COLLECTED:1 PASSED:0 ")
     assert "INCOMPLETE:shard 0/1" in stdout.splitlines()[-1]
+
+
+def test_the_budget_stops_the_rerun_and_the_record_is_still_written(suite, monkeypatch):
+    monkeypatch.setenv("SUITE_RERUN_SLEEP", "120")
+    out = suite / "record.txt"
+    code, stdout, err = run_main(["lab", "gpu-tests", "tests", "--shards", "2", "-k", "alone or many",
+                                  "--budget", "20", "--out", str(out)])
+    assert_clean(code, stdout, err, allowed=(1,))
+    last = stdout.splitlines()[-1]
+    assert last.startswith("GPU_TESTS:fail ") and "INCOMPLETE:NA" not in last, last
+    assert out.read_text().rstrip().endswith(last)
 
 
 @pytest.mark.parametrize("argv, needle", [
