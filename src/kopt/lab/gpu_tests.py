@@ -168,7 +168,12 @@ def collect(paths: list[str], marker: str, keyword: str, cwd: Path) -> list[str]
     args = ["--collect-only", "-q", *(["-m", marker] if marker else []), *(["-k", keyword] if keyword else []),
             *paths]
     p = subprocess.run(_pytest(args, cwd), cwd=cwd, capture_output=True, text=True, env={**os.environ, **_ENV})
-    ids = [x.strip() for x in p.stdout.splitlines() if "::" in x and not x.startswith(("=", " "))]
+    ids: list[str] = []
+    for x in p.stdout.splitlines():  # the ids come first; a blank line or a section (warnings) ends them
+        if not x.strip() or x.startswith("="):
+            break
+        if "::" in x and not x.startswith(" ") and x.strip() not in ids:
+            ids.append(x.strip())
     if p.returncode not in (0, 5) or (p.returncode == 0 and not ids):
         tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or ["no output"]
         raise UsageError(f"pytest could not collect {' '.join(paths)}: {tail[0][:200]}")

@@ -50,6 +50,10 @@ def suite(tmp_path, monkeypatch):
     (root / "tests").mkdir(parents=True)
     (root / "pytest.ini").write_text("[pytest]\nmarkers =\n    gpu: needs a GPU\n")
     (root / "tests" / "test_suite.py").write_text(SUITE)
+    # a warning at collection: pytest prints a warnings section after the node ids, which is not more tests
+    (root / "tests" / "test_warns.py").write_text("import warnings\n\nimport pytest\n\nwarnings.warn('at collection', "
+                                                  "DeprecationWarning)\n\n\n@pytest.mark.gpu\ndef test_w():\n"
+                                                  "    pass\n")
     monkeypatch.chdir(root)
     for var in ("SUITE_BROKEN", "SUITE_SLEEP", "SUITE_RERUN_SLEEP", "KOPT_GPU_TESTS_SHARD"):
         monkeypatch.delenv(var, raising=False)
@@ -82,15 +86,15 @@ def test_a_failure_side_by_side_that_passes_alone_passes_the_matrix(suite):
     code, stdout, err = run_main(["lab", "gpu-tests", "tests", "--shards", "3", "--out", str(out)])
     assert_clean(code, stdout, err, allowed=(0,))
     lines = stdout.splitlines()
-    assert lines[0] == "8 tests in 3 shard(s) side by side"   # test_not_gpu is not gpu-marked
+    assert lines[0] == "9 tests in 3 shard(s) side by side"   # test_not_gpu is not gpu-marked
     assert sum(x.startswith("shard ") for x in lines) == 3   # a progress line as each shard ends
     assert "1 failed side by side: rerun alone" in lines
     last = lines[-1]
-    assert last.startswith("GPU_TESTS:pass COLLECTED:8 PASSED:8 FAILED:0 ERRORS:0 SKIPPED:0 SIDE_BY_SIDE_FAILED:1 "
+    assert last.startswith("GPU_TESTS:pass COLLECTED:9 PASSED:9 FAILED:0 ERRORS:0 SKIPPED:0 SIDE_BY_SIDE_FAILED:1 "
                            "RERUN_PASSED:1 SHARDS:3 INCOMPLETE:NA"), last
     rec = out.read_text()
     assert "tests/test_suite.py::test_alone_only - AssertionError: out of memory beside the other shards" in rec
-    assert "side by side: 7 passed, 1 failed" in rec and "after the rerun: 8 passed, 0 failed" in rec
+    assert "side by side: 8 passed, 1 failed" in rec and "after the rerun: 9 passed, 0 failed" in rec
     assert "## rerun alone (1 tests" in rec and rec.rstrip().endswith(last)
     assert "device cpu" in rec and "candidate NA" in rec   # the test workspace ships no candidate
 
