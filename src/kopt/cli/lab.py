@@ -427,6 +427,7 @@ def gpu_tests(
     from kopt import atomic
     from kopt.errors import UsageError
     from kopt.lab import gpu_tests_record, run_gpu_tests
+    from kopt.proc import reaping
 
     targets = paths_ or ["tests/gpu"]
     missing = [t for t in targets if not Path(t.split("::")[0]).exists()]
@@ -436,8 +437,9 @@ def gpu_tests(
         raise UsageError(f"--shards must be at least 1 (got {shards})")
     if out is not None and not out.parent.is_dir():
         raise UsageError(f"--out {out}: its folder does not exist")
-    res = run_gpu_tests(targets, shards, Path.cwd(), marker=marker, keyword=keyword, timeout_s=timeout, emit=_say,
-                        budget_s=budget)
+    with reaping():  # Ctrl-C or SIGTERM: the shards' process groups end with this one
+        res = run_gpu_tests(targets, shards, Path.cwd(), marker=marker, keyword=keyword, timeout_s=timeout,
+                            emit=_say, budget_s=budget)
     if out is not None:
         atomic.write_text(out, gpu_tests_record(res, targets, marker, keyword, _matrix_facts()))
         _say(f"wrote {out}")

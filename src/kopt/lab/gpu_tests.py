@@ -6,17 +6,14 @@ largest caches can run out of memory while each passes alone. So the failures of
 again in one process. The record keeps both passes: each shard's summary, each failure with its reason, and what the
 rerun said.
 
-The tests are collected once (`pytest --collect-only`) and dealt round-robin to the shards by node id, so the split
-needs nothing from the suite's own conftest. Each shard process gets KOPT_GPU_TESTS_SHARD=i/n in its environment;
-the rerun does not.
+The pytest processes are kopt children (kopt.proc). The tests are collected once (`pytest --collect-only`) and
+dealt round-robin to the shards by node id, so the split needs nothing from the suite's own conftest. Each shard
+process gets KOPT_GPU_TESTS_SHARD=i/n in its environment; the rerun does not.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -155,27 +152,39 @@ def parse_output(text: str) -> tuple[Counts, list[Failure], str]:
 def _pytest(args: list[str], cwd: Path) -> list[str]:
     """pytest in this interpreter, rooted at cwd (node ids are then paths from cwd, whatever the suite's layout),
     leaving no cache or benchmark folder behind."""
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark", f"--rootdir={cwd}", *args]
+    from kopt import proc
+
+    return proc.python_module("pytest", "-p", "no:cacheprovider", "-p", "no:benchmark", f"--rootdir={cwd}", *args)
 
 
-#: what every pytest process here gets: no bytecode files beside the tests
-_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
+def _env(extra: Optional[dict] = None) -> dict:
+    """A kopt child's environment (kopt.proc), with no bytecode written beside the tests (kopt's own cache folder
+    where the environment gives one, else none written), pytest's summary lines not cut at 80 columns, plus `extra`."""
+    from kopt import proc
+
+    env = proc.child_env()
+    if not env.get("PYTHONPYCACHEPREFIX"):
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return {**env, "COLUMNS": "400", **(extra or {})}
 
 
 def collect(paths: list[str], marker: str, keyword: str, cwd: Path) -> list[str]:
     """The node ids pytest collects for `paths` under `-m marker` and `-k keyword` (run from cwd); a usage error
     when pytest cannot collect them."""
+    from kopt import proc
+
     args = ["--collect-only", "-q", *(["-m", marker] if marker else []), *(["-k", keyword] if keyword else []),
             *paths]
-    p = subprocess.run(_pytest(args, cwd), cwd=cwd, capture_output=True, text=True, env={**os.environ, **_ENV})
+    with tempfile.TemporaryDirectory() as tmp:
+        done = proc.run_logged(_pytest(args, cwd), Path(tmp) / "collect.log", 600.0, cwd=cwd, env=_env())
     ids: list[str] = []
-    for x in p.stdout.splitlines():  # the ids come first; a blank line or a section (warnings) ends them
+    for x in done.output.splitlines():  # the ids come first; a blank line or a section (warnings) ends them
         if not x.strip() or x.startswith("="):
             break
         if "::" in x and not x.startswith(" ") and x.strip() not in ids:
             ids.append(x.strip())
-    if p.returncode not in (0, 5) or (p.returncode == 0 and not ids):
-        tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or ["no output"]
+    if done.rc not in (0, 5) or (done.rc == 0 and not ids):
+        tail = done.output.strip().splitlines()[-1:] or ["no output"]
         raise UsageError(f"pytest could not collect {' '.join(paths)}: {tail[0][:200]}")
     return ids
 
@@ -189,24 +198,18 @@ def deal(ids: list[str], shards: int) -> list[list[str]]:
 
 def run_pass(label: str, ids: list[str], marker: str, cwd: Path, timeout_s: float,
              env: Optional[dict] = None) -> Pass:
-    """One pytest process over `ids`, its output in a temporary file (a long matrix prints more than a pipe holds),
-    stopped at `timeout_s`."""
+    """One pytest process over `ids` (a kopt child, kopt.proc: in a session of its own, so a timeout ends whatever
+    the tests started too), its output in a temporary file, stopped at `timeout_s`."""
+    from kopt import proc
+
     args = ["-q", "-rfE", *(["-m", marker] if marker else []), *ids]
-    t0 = time.monotonic()
-    timed_out = False
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(_pytest(args, cwd), cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, **_ENV, "COLUMNS": "400", **(env or {})})  # reasons not cut at 80
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait()
-            timed_out = True
-        log.seek(0)
-        counts, failures, summary = parse_output(log.read())
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "pass.log"
+        rc, timed_out = proc.wait(proc.spawn(_pytest(args, cwd), log, env=_env(env), cwd=cwd), t0 + timeout_s)
+        counts, failures, summary = parse_output(log.read_text(errors="replace"))
     return Pass(label=label, tests=len(ids), counts=counts, failures=failures, summary=summary,
-                wall_s=time.monotonic() - t0, returncode=rc, timed_out=timed_out)
+                wall_s=time.perf_counter() - t0, returncode=rc, timed_out=timed_out)
 
 
 def run(paths: list[str], shards: int, cwd: Path, marker: str = "gpu", keyword: str = "",
