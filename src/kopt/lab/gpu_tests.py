@@ -120,16 +120,17 @@ class MatrixResult(BaseModel):
         incomplete = ",".join(self.incomplete) or "NA"
         return (f"GPU_TESTS:{self.status} COLLECTED:{self.collected} PASSED:{f.passed} "
                 f"FAILED:{f.failed} ERRORS:{f.errors} SKIPPED:{f.skipped} "
-                f"SIDE_BY_SIDE_FAILED:{len(self.side_by_side_failures)} RERUN_PASSED:{rerun.passed} "
+                f"SIDE_BY_SIDE_FAILED:{len({x.node for x in self.side_by_side_failures})} RERUN_PASSED:{rerun.passed} "
                 f"SHARDS:{len(self.shards)} INCOMPLETE:{incomplete} WALL_S:{self.wall_s:.0f}")
 
 
 def parse_counts(summary: str) -> Counts:
-    """Counts from pytest's last line ('1 failed, 31 passed, 1 skipped, 370 deselected in 231.02s')."""
+    """Counts from pytest's last line ('1 failed, 31 passed, 1 skipped, 370 deselected in 231.02s'); an xfailed test
+    counts as skipped and an xpassed one as passed."""
     c = Counts()
     for n, what in _COUNT.findall(summary):
-        key = {"error": "errors", "errors": "errors", "passed": "passed", "failed": "failed",
-               "skipped": "skipped"}.get(what)
+        key = {"error": "errors", "errors": "errors", "passed": "passed", "failed": "failed", "skipped": "skipped",
+               "xfailed": "skipped", "xpassed": "passed"}.get(what)  # an expected failure is not a failure
         if key:
             setattr(c, key, getattr(c, key) + int(n))
     return c
@@ -238,7 +239,7 @@ def run(paths: list[str], shards: int, cwd: Path, marker: str = "gpu", keyword: 
 
     with ThreadPoolExecutor(n) as pool:
         done = list(pool.map(one, range(n)))
-    failed = [f.node for p in done for f in p.failures]
+    failed = list(dict.fromkeys(f.node for p in done for f in p.failures))  # a failure and a teardown error: once
     rerun = None
     if failed:
         left = timeout_s if budget_s is None else min(timeout_s, budget_s - (time.monotonic() - t0))

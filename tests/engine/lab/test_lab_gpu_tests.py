@@ -79,6 +79,8 @@ def test_pytest_summaries_parse_into_counts_and_reasons():
     assert [(f.node, f.reason) for f in failures] == [
         ("tests/x.py::test_a[1-fp16]", "torch.OutOfMemoryError: CUDA out of memory"), ("tests/x.py::test_b", "")]
     assert summary.startswith("1 failed, 31 passed")
+    counts, _, _ = parse_output("== 3 passed, 1 xfailed, 1 xpassed in 0.50s ==\n")
+    assert (counts.passed, counts.skipped, counts.failed) == (4, 1, 0)   # expected outcomes are not failures
 
 
 def test_a_failure_side_by_side_that_passes_alone_passes_the_matrix(suite):
