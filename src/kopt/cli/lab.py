@@ -387,23 +387,18 @@ def check_steps(steps) -> None:
 
 
 def _matrix_facts() -> dict:
-    """Where a test matrix ran: the device (torch's name for it, or the CPU), the date, the workspace's commit and the
-    shipped candidate's id."""
+    """Where a test matrix ran: the device (kopt.hardware's name for it: the driver's, or cpu), the date, the
+    workspace's commit and the shipped candidate's id."""
     from datetime import datetime, timezone
 
-    from kopt import paths
+    from kopt import hardware, paths
     from kopt.candidate import candidate_id
     from kopt.store import head_short
 
-    try:
-        import torch
-
-        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (no GPU)"
-    except ImportError:
-        device = "cpu (no torch)"
     ws = paths.workspace()
     shipped = paths.default_candidate()
-    return {"device": device, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+    return {"device": hardware.detect(hardware.resolve_device("auto")).raw_name,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
             "commit": head_short(ws) or "NA", "candidate": candidate_id(shipped) if shipped.is_file() else "NA"}
 
 
@@ -433,8 +428,6 @@ def gpu_tests(
     missing = [t for t in targets if not Path(t.split("::")[0]).exists()]
     if missing:
         raise UsageError(f"no such test path: {', '.join(missing)}")
-    if shards < 1:
-        raise UsageError(f"--shards must be at least 1 (got {shards})")
     if out is not None and not out.parent.is_dir():
         raise UsageError(f"--out {out}: its folder does not exist")
     with reaping():  # Ctrl-C or SIGTERM: the shards' process groups end with this one
