@@ -86,6 +86,11 @@ class MatrixResult(BaseModel):
         return [f for s in self.shards for f in s.failures]
 
     @property
+    def side_by_side_nodes(self) -> list[str]:
+        """The node ids that failed side by side, each once (a failure and its teardown error are one node)."""
+        return failed_nodes(self.shards)
+
+    @property
     def incomplete(self) -> list[str]:
         """Labels of the passes that did not finish (stopped at their timeout or ended without a summary)."""
         return [p.label for p in [*self.shards, *([self.rerun] if self.rerun else [])] if p.timed_out or not p.summary]
@@ -120,8 +125,13 @@ class MatrixResult(BaseModel):
         incomplete = ",".join(self.incomplete) or "NA"
         return (f"GPU_TESTS:{self.status} COLLECTED:{self.collected} PASSED:{f.passed} "
                 f"FAILED:{f.failed} ERRORS:{f.errors} SKIPPED:{f.skipped} "
-                f"SIDE_BY_SIDE_FAILED:{len({x.node for x in self.side_by_side_failures})} RERUN_PASSED:{rerun.passed} "
+                f"SIDE_BY_SIDE_FAILED:{len(self.side_by_side_nodes)} RERUN_PASSED:{rerun.passed} "
                 f"SHARDS:{len(self.shards)} INCOMPLETE:{incomplete} WALL_S:{self.wall_s:.0f}")
+
+
+def failed_nodes(passes: list[Pass]) -> list[str]:
+    """The node ids that failed in any of `passes`, each once, in order."""
+    return list(dict.fromkeys(f.node for p in passes for f in p.failures))
 
 
 def parse_counts(summary: str) -> Counts:
@@ -221,7 +231,7 @@ def run(paths: list[str], shards: int, cwd: Path, marker: str = "gpu", keyword: 
     limit still gets a record)."""
     if shards < 1:
         raise UsageError(f"--shards must be at least 1 (got {shards})")
-    t0 = time.monotonic()
+    t0 = time.perf_counter()
     if budget_s is not None:
         timeout_s = min(timeout_s, budget_s)
     ids = collect(paths, marker, keyword, cwd)
@@ -239,14 +249,14 @@ def run(paths: list[str], shards: int, cwd: Path, marker: str = "gpu", keyword: 
 
     with ThreadPoolExecutor(n) as pool:
         done = list(pool.map(one, range(n)))
-    failed = list(dict.fromkeys(f.node for p in done for f in p.failures))  # a failure and a teardown error: once
+    failed = failed_nodes(done)
     rerun = None
     if failed:
-        left = timeout_s if budget_s is None else min(timeout_s, budget_s - (time.monotonic() - t0))
+        left = timeout_s if budget_s is None else min(timeout_s, budget_s - (time.perf_counter() - t0))
         emit(f"{len(failed)} failed side by side: rerun alone")
         rerun = run_pass("rerun alone", failed, marker, cwd, max(1.0, left))
         emit(f"{rerun.label}: {rerun.summary or 'no summary'}")
-    return MatrixResult(collected=len(ids), shards=done, rerun=rerun, wall_s=time.monotonic() - t0)
+    return MatrixResult(collected=len(ids), shards=done, rerun=rerun, wall_s=time.perf_counter() - t0)
 
 
 def record(result: MatrixResult, paths: list[str], marker: str, keyword: str, facts: dict) -> str:
