@@ -72,7 +72,8 @@ def markdown(ws: Path, campaign=None) -> str:
                                                f"{floor} (results/{cache_file(s.device, ws).name})"))
     for p in c.peers.values():
         gm, n = p.geomean_best()
-        table.append((f"peers on {p.device}", f"{_x(gm)} over the best peer per case ({n} cases, run {p.run_id}, "
+        cases = f"{n} case" + ("" if n == 1 else "s")
+        table.append((f"peers on {p.device}", f"{_x(gm)} over the best peer per case ({cases}, run {p.run_id}, "
                                               f"{p.date})" + (f"; {p.stale}" if p.stale else "")))
     lines += ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in table]
     if groups := ranking.heldout_by_plan(rows, c.floor_ms):
