@@ -13,7 +13,6 @@ CUDA tensors run the split-KV TileLang CUDA kernels of tl_decode_cuda.py, built 
 the TileLang C-target kernel of tl_decode_cpu.py. Only torch is imported at module level; tilelang is
 imported on first compile.
 """
-import dataclasses
 import math
 import os
 import sys
@@ -187,8 +186,7 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
     if dev.smem_per_unit and need > dev.smem_per_unit:
         raise ValueError(f"block_N={p.block_N} needs about {need} bytes of shared memory a CTA at head dim {s.d}; "
                          f"{dev.name} has {dev.smem_per_unit} a unit")
-    return dataclasses.replace(p, unit_ctas=_cuda.unit_ctas_default(balanced, p.threads, need, dev.smem_per_unit,
-                                                                    dev.nvcc))
+    return p
 
 
 def _tiling(s: _Shape, dev, cfg: dict, threads: int) -> tuple:

@@ -147,9 +147,6 @@ class Plan:
     comb_unroll: int = 0
     #: nvcc's --use_fast_math (a compile flag: the lowered source is the same)
     fast_math: bool = False
-    #: CTAs a unit the main kernel is compiled to hold (__launch_bounds__' minimum, so ptxas caps its registers;
-    #: unit_ctas_default); 0: ptxas' own choice
-    unit_ctas: int = 0
 
     def __post_init__(self):
         check_plan(self)
@@ -658,8 +655,6 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
         # rows' extra splits. Every block derives the plan from L alone (no host sync, no second
         # kernel), so the same launch serves any lengths.
         with T.Kernel(hkv, batch + pool, threads=threads, prelude=pre) as (h, y):
-            if p.unit_ctas:
-                T.annotate_min_blocks_per_sm(p.unit_ctas)
             if pdl and bal_combine:
                 T.pdl_trigger()
             tot = T.alloc_var("int32")
@@ -1099,24 +1094,6 @@ def comb_unroll_default(num_splits: int, combine: bool) -> int:
     pages 1.020 (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; over at most 32 splits it only
     costs (case 10 0.942, case 14 0.996)."""
     return COMB_WIDE_UNROLL if combine and num_splits >= COMB_WIDE_MIN_SPLITS else 0
-
-
-#: registers of a unit (sm_80 to sm_90: 64K 32-bit) and the fewest a thread is capped at (unit_ctas_default)
-REGISTER_FILE = 65536
-MIN_CAP_REGISTERS = 128
-
-
-def unit_ctas_default(balanced: int, threads: int, smem: int, smem_per_unit: int, nvcc: bool = True) -> int:
-    """CTAs a unit a balanced kernel is compiled to hold: as many as the unit's shared memory holds (smem bytes a
-    CTA, 1 KB a CTA reserved), at most the count whose threads keep MIN_CAP_REGISTERS registers each. ptxas gives
-    decode_balanced 137-184 registers a thread where decode_direct takes 108-124 on the same tiles (its prologue's row
-    search and its merge), so registers, not shared memory, cap it at 2-3 CTAs a unit where the direct kernel holds 4.
-    0 (ptxas' choice) for other kernels, off nvcc (HIP and MACA take their own launch bounds), or where the
-    size is unknown."""
-    if not balanced or not nvcc or not smem_per_unit or smem <= 0:
-        return 0
-    by_smem = smem_per_unit // (smem + 1024)
-    return max(1, min(by_smem, REGISTER_FILE // (threads * MIN_CAP_REGISTERS)))
 
 
 def fast_math_default(nvcc: bool = True) -> bool:
