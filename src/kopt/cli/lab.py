@@ -167,6 +167,11 @@ def ab(
                                                                        "instead of selecting again (no lowering on "
                                                                        "the GPU host); it must name this run's "
                                                                        "candidates and device."),
+    processes: int = typer.Option(1, "--processes", min=1, max=16, help="Time every group this many times, each "
+                                                                        "in a new child process: a line a case "
+                                                                        "over them (median, min, max) and SPREAD "
+                                                                        "in the summary. A kernel can run at two "
+                                                                        "speeds from one process to the next."),
 ) -> None:
     """The A/B of a kernel change on the cases it touches: the named cases and held-out draws whose plans the two
     candidates resolve differently, each timed paired against the old candidate (GPU); one AB line each, then a
@@ -236,7 +241,7 @@ def ab(
     if dry_run:
         return
     opts = BenchOptions(device="cuda", timeout_s=timeout, record=not no_record, quick=quick)
-    _, ok = run_ab(new, old, groups, opts, extra, out, _say)
+    _, ok = run_ab(new, old, groups, opts, extra, out, _say, processes)
     if not ok:
         raise typer.Exit(1)
 

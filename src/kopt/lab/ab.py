@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -296,12 +297,51 @@ def summary_line(ratios: list[tuple[str, Optional[float]]]) -> str:
             f"MAX:{hi[1]:.3f}x ({hi[0]})")
 
 
+def spread_lines(ratios: list[tuple[str, Optional[float]]], processes: int) -> tuple[list[str], list]:
+    """Over `processes` runs of the same cases ((where, ratio) in run order, where = 'group/case'): one line a case,
+    `AB case=C seed=S median=x min=x max=x timed=k/N` (NA where no run timed it), and each case's (where, median) for
+    the summary. A kernel can run at two speeds from one process to the next (where its CTAs land), which one paired
+    process cannot show."""
+    per: dict[str, list[Optional[float]]] = {}
+    for w, r in ratios:
+        per.setdefault(w, []).append(r)
+    lines, medians = [], []
+    for w, rs in per.items():
+        seed, case = w.split("/", 1)
+        got = sorted(r for r in rs if r)
+        head = f"AB case={case} seed={seed}"
+        if not got:
+            lines.append(f"{head} NA: no run timed it (timed=0/{processes})")
+            medians.append((w, None))
+            continue
+        med = statistics.median(got)
+        lines.append(f"{head} median={med:.3f}x min={got[0]:.3f}x max={got[-1]:.3f}x timed={len(got)}/{processes}")
+        medians.append((w, med))
+    return lines, medians
+
+
+def spread_field(ratios: list[tuple[str, Optional[float]]]) -> str:
+    """`SPREAD:x (where)`: the widest max over min of one case's ratios across the runs (1.000x: every run agreed);
+    NA where no case timed twice."""
+    per: dict[str, list[float]] = {}
+    for w, r in ratios:
+        if r:
+            per.setdefault(w, []).append(r)
+    wide = [(w, max(rs) / min(rs)) for w, rs in per.items() if len(rs) > 1]
+    if not wide:
+        return "SPREAD:NA"
+    w, x = max(wide, key=lambda t: t[1])
+    return f"SPREAD:{x:.3f}x ({w})"
+
+
 def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: Optional[Path],
-        emit: Callable[[str], None]) -> tuple[list[str], bool]:
+        emit: Callable[[str], None], processes: int = 1) -> tuple[list[str], bool]:
     """Time each group's changed cases: the new candidate against the old one (and `peers`), paired in one child per
     group (kopt.eval.bench.evaluate_peers, rows in the ledger unless opts.record is off), its CSV and table under
     `out` (default results/<backend>/ab-<device>-<date>/<group>.csv), and the run's record beside them (write_log:
-    ab.txt). Returns (the lines, every row correct)."""
+    ab.txt). With `processes` N > 1 every group runs in N children one after another: each line says its process
+    (`process=i/N`), each group's CSV its own (`<group>-p<i>.csv`), then a line a case over the N (spread_lines) and
+    the summary over each case's median, with SPREAD (spread_field). Returns (the lines, every row correct)."""
     from dataclasses import replace
 
     from kopt import paths
@@ -316,42 +356,53 @@ def run(new: Path, old: Path, groups: list[Group], opts, peers: list[str], out: 
     ok = True
     folder: Optional[Path] = None
     first: Optional[dict] = None  # a row of the run: its device, versions and time head ab.txt
-    for g in groups:
-        cases = g.changed
-        if not cases:
-            continue
-        print(f"timing {len(cases)} case(s) of {g.label}, paired...", file=sys.stderr, flush=True)  # progress
+    for i in range(1, processes + 1):
+        tag = f" process={i}/{processes}" if processes > 1 else ""
+        for g in groups:
+            cases = g.changed
+            if not cases:
+                continue
+            print(f"timing {len(cases)} case(s) of {g.label}, paired{tag.replace('=', ' ')}...", file=sys.stderr,
+                  flush=True)  # progress
 
-        def on_result(r, g=g):  # each case's line as soon as it is timed
-            nonlocal ok
-            line, ratio = case_line(g.seed, r, old_peer, g.fields.get(r.case, ""))
+            def on_result(r, g=g):  # each case's line as soon as it is timed
+                nonlocal ok
+                line, ratio = case_line(g.seed, r, old_peer, g.fields.get(r.case, ""))
+                emit(line + tag)
+                lines.append(line + tag)
+                ratios.append((f"{g.label}/{r.case}", ratio))
+                ok = ok and bool(r.compiled and r.correct)
+
+            rows = bench.evaluate_peers(new, cases, replace(opts, heldout_seed=g.seed), [str(old), *peers], on_result)
+            for c in cases:  # a case the run never reported (its child stopped): NA, counted, never left out
+                if all(r.case != c.id for r in rows):
+                    line = f"AB case={c.id} seed={g.label} NA: no row came back (the run stopped before it){tag}"
+                    emit(line)
+                    lines.append(line)
+                    ratios.append((f"{g.label}/{c.id}", None))
+                    ok = False
+            if opts.record and rows:
+                dicts = [r.model_dump(mode="json") for r in rows]
+                first = first or dicts[0]
+                p = panel.build(dicts, {c.id: c.kind for c in cases})
+                backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
+                folder = Path(out) if out else paths.workspace() / "results" / backend / f"ab-{p.slug}-{p.date}"
+                name = f"{g.label}-p{i}.csv" if processes > 1 else f"{g.label}.csv"
+                for f in panel.write_results(rows, cases, paths.workspace(), folder / name):
+                    print(f"wrote {paths.relative(f)}", file=sys.stderr, flush=True)
+    tail: list[str] = []
+    if processes > 1:
+        tail, medians = spread_lines(ratios, processes)
+        for line in tail:
             emit(line)
-            lines.append(line)
-            ratios.append((f"{g.label}/{r.case}", ratio))
-            ok = ok and bool(r.compiled and r.correct)
-
-        rows = bench.evaluate_peers(new, cases, replace(opts, heldout_seed=g.seed), [str(old), *peers], on_result)
-        for c in cases:  # a case the run never reported (its child stopped): NA, counted, never left out
-            if all(r.case != c.id for r in rows):
-                line = f"AB case={c.id} seed={g.label} NA: no row came back (the run stopped before it)"
-                emit(line)
-                lines.append(line)
-                ratios.append((f"{g.label}/{c.id}", None))
-                ok = False
-        if opts.record and rows:
-            dicts = [r.model_dump(mode="json") for r in rows]
-            first = first or dicts[0]
-            p = panel.build(dicts, {c.id: c.kind for c in cases})
-            backend = next((r.backend for r in rows if r.backend not in ("", "NA")), "tilelang")
-            folder = Path(out) if out else paths.workspace() / "results" / backend / f"ab-{p.slug}-{p.date}"
-            for f in panel.write_results(rows, cases, paths.workspace(), folder / f"{g.label}.csv"):
-                print(f"wrote {paths.relative(f)}", file=sys.stderr, flush=True)
-    last = summary_line(ratios)
+        last = f"{summary_line(medians)} PROCESSES:{processes} {spread_field(ratios)}"
+    else:
+        last = summary_line(ratios)
     emit(last)
     if folder is not None and first is not None:
-        f = write_log(folder, new, old, groups, first, lines + [last])
+        f = write_log(folder, new, old, groups, first, lines + tail + [last])
         print(f"wrote {paths.relative(f)}", file=sys.stderr, flush=True)
-    return lines + [last], ok
+    return lines + tail + [last], ok
 
 
 def write_log(folder: Path, new: Path, old: Path, groups: list[Group], row: dict, lines: list[str]) -> Path:

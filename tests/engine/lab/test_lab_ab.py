@@ -130,6 +130,7 @@ def test_lowered_marks_exactly_the_cases_an_edit_of_kernel_code_reaches(tmp_path
     (["--seeds", "205", "--plan-for", "X9", "--dry-run"], "no such GPU profile"),
     (["--seeds", "205", "--peers", "fa9"], "unknown peer"),
     (["--case", "99", "--plan-for", "H200", "--dry-run"], "99"),
+    (["--case", "5", "--plan-for", "H200", "--dry-run", "--processes", "0"], "--processes"),
 ])
 def test_lab_ab_usage_errors(argv, says, tmp_path):
     code, out, err = run_main(["lab", "ab", "--candidate", str(SHIPPED), "--against", str(SHIPPED), *argv])
@@ -402,3 +403,77 @@ def test_a_recorded_run_leaves_its_whole_record_beside_its_csvs(monkeypatch, tmp
     assert "named: 2 of 2 cases to time on H200: 2,4\n  2: block_N\n  4: eager,k_clamp\n" in log
     assert str(tmp_path) not in log
     assert log.endswith("\n".join(lines) + "\n") and lines[-1].startswith("AB: CASES:2 TIMED:2 GEOMEAN:2.000x")
+
+
+def test_the_spread_over_processes():
+    """Over several processes: a line a case with the median, min and max of its ratios and how many runs timed it
+    (NA where none did), each case's median for the summary, and SPREAD: the widest max over min of one case (NA where
+    no case timed twice)."""
+    from kopt.lab.ab import spread_field, spread_lines
+
+    ratios = [("20261206/1005", 1.03), ("named/12", 1.0), ("20261206/1005", 0.97), ("named/12", None),
+              ("20261206/1005", 0.99), ("named/12", 1.002), ("205/7", None), ("205/7", None), ("205/7", None)]
+    lines, medians = spread_lines(ratios, 3)
+    assert lines == ["AB case=1005 seed=20261206 median=0.990x min=0.970x max=1.030x timed=3/3",
+                     "AB case=12 seed=named median=1.001x min=1.000x max=1.002x timed=2/3",
+                     "AB case=7 seed=205 NA: no run timed it (timed=0/3)"]
+    assert medians == [("20261206/1005", 0.99), ("named/12", 1.001), ("205/7", None)]
+    assert spread_field(ratios) == "SPREAD:1.062x (20261206/1005)"
+    assert spread_field([("a/1", 1.0), ("a/2", None)]) == "SPREAD:NA"
+
+
+def test_processes_time_every_group_in_a_new_child_each(monkeypatch, tmp_path):
+    """run(processes=3): every group is timed three times, one child each; each line names its process; each
+    process's CSV is its own; a case whose row one process lost is NA there and the run is not ok; the summary is over
+    each case's median, with the processes and the spread, and ab.txt holds every line."""
+    from kopt.candidate import candidate_id
+    from kopt.cases import load_cases
+    from kopt.eval import BenchOptions, bench
+    from kopt.lab.ab import Group, run
+    from kopt.paths import cache_home
+    from kopt.records import CaseResult
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("KOPT_WORKSPACE", str(SHIPPED.parents[2]))
+    old = cache_home() / "patched" / "0123456789abcdef" / "solution" / "tilelang" / "run_kernel.py"
+    old.parent.mkdir(parents=True)
+    old.write_text("def run(q, k_cache, v_cache, cache_seqlens):\n    return q\n")
+    c2, c4 = (c for c in load_cases() if c.id in (2, 4))
+    speed = iter([2.0, 1.0, 1.0, 1.0, 2.2])  # case 2 in processes 1-3, then case 4 in processes 1 and 3
+    calls = []
+
+    def fake(new, cases, opts, peers, on_result):
+        calls.append([c.id for c in cases])
+        rows = []
+        for c in cases:
+            if c.id == 4 and len(calls) == 2:  # process 2 loses case 4's row
+                continue
+            sp = next(speed)
+            t = {"method": "cupti", "median_ms": 0.01, "q1_ms": 0.01, "q3_ms": 0.01, "min_ms": 0.01, "n": 9,
+                 "rel_iqr": 0.0}
+            peer = {"peer": f"cand-{candidate_id(old)}", "ref": "x", "correct": True, "timing": t,
+                    "ref_timing": {**t, "median_ms": 0.01 * sp}, "speedup": sp, "speedup_ci": [sp, sp]}
+            row = CaseResult.model_validate({
+                "row_id": f"r{len(calls)}{c.id}", "mode": "peers", "kind": "case", "run_id": f"r{len(calls)}",
+                "device": "H200", "candidate_id": "new", "status": "ok", "compiled": True, "correct": True,
+                "case": c.id, "variant": "fp16-d128-contig-full", "backend": "tilelang", "runtime_ms": 0.01,
+                "ref_runtime_ms": 0.02, "speedup": 2.0, "ref": "x", "timestamp": "2026-12-07T05:26:42+00:00",
+                "versions": {"torch": "2.11.0"}, "peers": [peer]})
+            on_result(row)
+            rows.append(row)
+        return rows
+
+    monkeypatch.setattr(bench, "evaluate_peers", fake)
+    out = tmp_path / "ab"
+    got = []
+    lines, ok = run(SHIPPED, old, [Group(None, [c2, c4], {2: "block_N", 4: "eager"})], BenchOptions(record=True), [],
+                    out, got.append, processes=3)
+    assert calls == [[2, 4], [2, 4], [2, 4]] and not ok and got == lines
+    assert lines[0].startswith("AB case=2 seed=named new_ms=") and lines[0].endswith(" process=1/3")
+    assert lines[3] == "AB case=4 seed=named NA: no row came back (the run stopped before it) process=2/3"
+    assert lines[6:] == ["AB case=2 seed=named median=1.000x min=1.000x max=2.000x timed=3/3",
+                         "AB case=4 seed=named median=1.600x min=1.000x max=2.200x timed=2/3",
+                         "AB: CASES:2 TIMED:2 GEOMEAN:1.265x MIN:1.000x (named/2) MAX:1.600x (named/4) "
+                         "PROCESSES:3 SPREAD:2.200x (named/4)"]
+    assert sorted(f.name for f in out.glob("*.csv")) == ["named-p1.csv", "named-p2.csv", "named-p3.csv"]
+    assert (out / "ab.txt").read_text().endswith("\n".join(lines) + "\n")
