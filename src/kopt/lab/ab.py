@@ -300,8 +300,7 @@ def summary_line(ratios: list[tuple[str, Optional[float]]]) -> str:
 def spread_lines(ratios: list[tuple[str, Optional[float]]], processes: int) -> tuple[list[str], list]:
     """Over `processes` runs of the same cases ((where, ratio) in run order, where = 'group/case'): one line a case,
     `AB case=C seed=S median=x min=x max=x timed=k/N` (NA where no run timed it), and each case's (where, median) for
-    the summary. A kernel can run at two speeds from one process to the next (where its CTAs land), which one paired
-    process cannot show."""
+    the summary. A kernel can run at two speeds from one process to the next, which one paired process cannot show."""
     per: dict[str, list[Optional[float]]] = {}
     for w, r in ratios:
         per.setdefault(w, []).append(r)
