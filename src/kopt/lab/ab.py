@@ -297,17 +297,23 @@ def summary_line(ratios: list[tuple[str, Optional[float]]]) -> str:
             f"MAX:{hi[1]:.3f}x ({hi[0]})")
 
 
+def _timed_by_case(ratios: list[tuple[str, Optional[float]]]) -> dict[str, list[float]]:
+    """Each case's timed ratios over the runs, sorted, in the order the cases first came (an untimed case: [])."""
+    per: dict[str, list[float]] = {}
+    for w, r in ratios:
+        per.setdefault(w, [])
+        if r:
+            per[w].append(r)
+    return {w: sorted(rs) for w, rs in per.items()}
+
+
 def spread_lines(ratios: list[tuple[str, Optional[float]]], processes: int) -> tuple[list[str], list]:
     """Over `processes` runs of the same cases ((where, ratio) in run order, where = 'group/case'): one line a case,
     `AB case=C seed=S median=x min=x max=x timed=k/N` (NA where no run timed it), and each case's (where, median) for
     the summary. A kernel can run at two speeds from one process to the next, which one paired process cannot show."""
-    per: dict[str, list[Optional[float]]] = {}
-    for w, r in ratios:
-        per.setdefault(w, []).append(r)
     lines, medians = [], []
-    for w, rs in per.items():
+    for w, got in _timed_by_case(ratios).items():
         seed, case = w.split("/", 1)
-        got = sorted(r for r in rs if r)
         head = f"AB case={case} seed={seed}"
         if not got:
             lines.append(f"{head} NA: no run timed it (timed=0/{processes})")
@@ -322,11 +328,7 @@ def spread_lines(ratios: list[tuple[str, Optional[float]]], processes: int) -> t
 def spread_field(ratios: list[tuple[str, Optional[float]]]) -> str:
     """`SPREAD:x (where)`: the widest max over min of one case's ratios across the runs (1.000x: every run agreed);
     NA where no case timed twice."""
-    per: dict[str, list[float]] = {}
-    for w, r in ratios:
-        if r:
-            per.setdefault(w, []).append(r)
-    wide = [(w, max(rs) / min(rs)) for w, rs in per.items() if len(rs) > 1]
+    wide = [(w, got[-1] / got[0]) for w, got in _timed_by_case(ratios).items() if len(got) > 1]
     if not wide:
         return "SPREAD:NA"
     w, x = max(wide, key=lambda t: t[1])
