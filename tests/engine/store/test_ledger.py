@@ -48,8 +48,9 @@ def test_unwritable_ledger_fails_before_any_work(tmp_path):
 
 
 def _rows(*ids):
-    return [CaseResult(row_id=i, run_id="run1", mode="verdict", candidate_id="c1", case=n)
-            for n, i in enumerate(ids, 1)]
+    """Rows with a fixed timestamp: two calls give the same bytes for the same ids, whatever second each runs in."""
+    return [CaseResult(row_id=i, run_id="run1", mode="verdict", candidate_id="c1", case=n,
+                       timestamp="2026-12-07T12:00:00+00:00") for n, i in enumerate(ids, 1)]
 
 
 def test_import_appends_only_the_rows_not_yet_held_in_order_and_verbatim(tmp_path):
