@@ -13,7 +13,6 @@ CUDA tensors run the split-KV TileLang CUDA kernels of tl_decode_cuda.py, built 
 the TileLang C-target kernel of tl_decode_cpu.py. Only torch is imported at module level; tilelang is
 imported on first compile.
 """
-import dataclasses
 import math
 import os
 import sys
@@ -187,8 +186,7 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
     if dev.smem_per_unit and need > dev.smem_per_unit:
         raise ValueError(f"block_N={p.block_N} needs about {need} bytes of shared memory a CTA at head dim {s.d}; "
                          f"{dev.name} has {dev.smem_per_unit} a unit")
-    return dataclasses.replace(p, smem_pad=_cuda.resident_pad(balanced, dev.units, p.threads, need,
-                                                               dev.smem_per_unit, dev.nvcc))
+    return p
 
 
 def _tiling(s: _Shape, dev, cfg: dict, threads: int) -> tuple:
@@ -394,7 +392,7 @@ def device_plan(case: dict, device: dict, config=None) -> dict:
     kernels it launches, its shared memory a CTA (tl_decode_cuda.smem_bytes) and the device facts it read."""
     p, dev = _profile_plan(case, device, config)
     return {**_plan_fields(p), "kernels": [p.kernel],
-            "smem_bytes": _cuda.smem_bytes(p.G, p.d, p.block_N, p.v_split, p.counter, p.threads) + p.smem_pad,
+            "smem_bytes": _cuda.smem_bytes(p.G, p.d, p.block_N, p.v_split, p.counter, p.threads),
             "device": dev.name, "backend": dev.backend, "arch": dev.arch, "units": dev.units,
             "warp_size": dev.warp_size, "smem_per_unit": dev.smem_per_unit, "l2_bytes": dev.l2_bytes}
 
@@ -422,7 +420,7 @@ def _plan_fields(p: _cuda.Plan) -> dict:
             "num_splits": p.num_splits, "threads": p.threads, "eager": p.eager, "last_cta": p.last_cta,
             "balanced": p.balanced, "v_split": p.v_split, "red_batch": p.red_batch, "red_once": p.red_once,
             "pdl": p.pdl, "fast_math": p.fast_math, "tile_page": p.tile_page, "even_split": p.even_split,
-            "k_clamp": p.k_clamp, "smem_pad": p.smem_pad,
+            "k_clamp": p.k_clamp,
             "comb_unroll": p.comb_unroll, "paged": p.paged, "page_size": p.page_size}
 
 

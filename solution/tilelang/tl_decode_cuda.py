@@ -147,9 +147,6 @@ class Plan:
     comb_unroll: int = 0
     #: nvcc's --use_fast_math (a compile flag: the lowered source is the same)
     fast_math: bool = False
-    #: bytes of shared memory a balanced CTA holds beyond its tiles, so that a unit holds no more CTAs than the plan's
-    #: target a unit (resident_pad); 0: none
-    smem_pad: int = 0
 
     def __post_init__(self):
         check_plan(self)
@@ -660,9 +657,6 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
         with T.Kernel(hkv, batch + pool, threads=threads, prelude=pre) as (h, y):
             if pdl and bal_combine:
                 T.pdl_trigger()
-            if p.smem_pad:  # held for the CTA's life: the unit's shared memory then admits only the target CTAs
-                pad = T.alloc_shared([p.smem_pad // 4], "int32")
-                pad[T.get_thread_binding()] = y
             tot = T.alloc_var("int32")
             rb = T.alloc_var("int32")
             rs = T.alloc_var("int32")
@@ -690,9 +684,6 @@ def _build_balanced(T, p: Plan, sym: dict, pre):
             # an idle pool block (rb < 0) gets sid = ns: an empty range, and it writes nothing
             sd = T.if_then_else(rb >= 0, rs, ns)
             body(Q, K, V, L, BT, sd, h, bb, ns, Out, Opart, LSE, Cnt, rb >= 0)
-            if p.smem_pad:
-                if pad[T.get_thread_binding()] < 0:  # never (it holds a block index): the pad lives to the CTA's end
-                    Cnt[0, 0] = 0
         if bal_combine:  # rows too large for one CTA's merge: one CTA per (query head, such row)
             with T.Kernel(hq, T.min(batch, crows), threads=d) as (hh, c):
                 part2 = T.alloc_fragment([d], "int32")  # the batch's tiles as the split grid sums them
@@ -1103,25 +1094,6 @@ def comb_unroll_default(num_splits: int, combine: bool) -> int:
     pages 1.020 (1.052 with even_split), in 256-token pages 1.018, R3 1.014 / 1.003; over at most 32 splits it only
     costs (case 10 0.942, case 14 0.996)."""
     return COMB_WIDE_UNROLL if combine and num_splits >= COMB_WIDE_MIN_SPLITS else 0
-
-
-#: shared memory a unit keeps for the system a resident CTA (the CUDA occupancy calculator's 1 KB)
-SMEM_RESERVED = 1024
-
-
-def resident_pad(target: int, units: int, threads: int, smem: int, smem_per_unit: int, nvcc: bool = True) -> int:
-    """Bytes of shared memory a balanced CTA holds beyond its own (smem, smem_bytes' bound) so that a unit admits at
-    most its target CTAs, round(target / units): the CTA's whole share then sits midway between a unit's memory over
-    one CTA more and over the target (SMEM_RESERVED a CTA), so the estimate's few KB of slack cannot move the count.
-    The grid's first blocks, one a row, then spread over the units as the target does, whatever order the hardware
-    fills them in; idle pool blocks wait for a free slot. 0 where the CTA already fills that share, off nvcc (HIP and
-    MACA take their own limits), or where a size is unknown."""
-    if not target or not nvcc or not smem_per_unit or not units:
-        return 0
-    cap = max(1, round(target / units))
-    share = (smem_per_unit // (cap + 1) + smem_per_unit // cap) // 2
-    pad = (share - SMEM_RESERVED - smem) // 128 * 128
-    return pad if pad >= 4 * threads else 0
 
 
 def fast_math_default(nvcc: bool = True) -> bool:
