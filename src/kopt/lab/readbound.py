@@ -119,8 +119,8 @@ def run(path: Path, cases: list, emit: Callable[[str], None] = print, seed: Opti
 
 
 def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
-    """The markdown table of readbound's rows, and the geomeans (emitted too) over the perf cases and over the held-out
-    draws, each where there are any."""
+    """The markdown table of readbound's rows, why a row's plan-shaped read is NA (its reason, with its cases), and the
+    geomeans (emitted too) over the perf cases and over the held-out draws, each where there are any."""
     lines = ["| case | plan | MB | limit µs | read µs | plan-shaped read µs | the same, head-major µs "
              "| candidate µs | read % of limit | candidate % of limit | candidate / read (95% CI) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -129,6 +129,12 @@ def table(rows: list[dict], emit: Callable[[str], None] = print) -> list[str]:
                      f"{r['read_us']:.2f} | "
                      f"{us(r['shaped_us'])} | {us(r['hm_us'])} | {r['cand_us']:.2f} | {r['read_pct']:.1f} | "
                      f"{r['cand_pct']:.1f} | {r['ratio']:.3f} ({r['lo']:.3f}-{r['hi']:.3f}) |")
+    why: dict[str, list[str]] = {}  # a plan-shaped read's NA reason (shaped_na) -> its cases
+    for r in rows:
+        if r["shaped_us"] is None and str(r.get("shaped_how") or "").startswith("NA: "):
+            why.setdefault(r["shaped_how"].removeprefix("NA: "), []).append(str(r["case"]))
+    if why:
+        lines += ["", "plan-shaped reads NA: " + "; ".join(f"{k} ({', '.join(v)})" for k, v in why.items())]
     for kind, what in (("perf", "perf cases"), ("heldout", "held-out draws")):
         sel = [r for r in rows if r["kind"] == kind]
         if not sel:

@@ -165,6 +165,14 @@ def test_readbound_says_why_a_case_has_no_shaped_read_and_takes_the_perf_geomean
     # per plan class: its draws' geomeans, and all draws' geomean with that class alone at its read
     assert lines[-2] == "| balanced | 1 | 45.0 | 10.0 | 2.000 | 42.4 |"  # sqrt(40 x 45)
     assert lines[-1] == "| direct floor | 1 | 80.0 | 40.0 | 2.000 | 28.3 |"  # sqrt(80 x 10)
+    # a NA plan-shaped read says why, under the table, with its cases
+    na = [row | {"case": c, "shaped_how": shaped_na(ragged if c == 3 else uniform, plan)}
+          for c, plan in ((1, {"paged": True}), (2, {"paged": True}), (3, {"paged": False, "balanced": 0}))]
+    lines = table(na + [row | {"case": 4, "shaped_us": 3.0, "hm_us": 3.5, "shaped_how": "triton 4 warps"}],
+                  emit=lambda s: None)
+    assert lines[lines.index("") + 1] == ("plan-shaped reads NA: a paged cache (1, 2); ragged lengths (the shaped read "
+                                          "reads the allocated length) (3)")
+    assert "| 4 | NA | 2.00 | 1.00 | 2.00 | 3.00 | 3.50 | 4.00 | 50.0 | 25.0 | 2.000 (1.900-2.100) |" in lines
 
 
 def test_a_plan_class_is_its_kernel_and_the_floor():
