@@ -302,7 +302,7 @@ def _timed_by_case(ratios: list[tuple[str, Optional[float]]]) -> dict[str, list[
     per: dict[str, list[float]] = {}
     for w, r in ratios:
         per.setdefault(w, [])
-        if r:
+        if r is not None:
             per[w].append(r)
     return {w: sorted(rs) for w, rs in per.items()}
 
