@@ -172,15 +172,12 @@ def resolve(s: _Shape, dev, cfg: dict, softmax_scale=None) -> _cuda.Plan:
     es = cfg.get("even_split")
     even_split = bool(int(es)) if es is not None else _cuda.even_split_default(balanced, s.page)
     combine = split and not last_cta
-    red_once = _cuda.red_once_default(ns > 1 and not balanced, eager, dev.nvcc, dev.warp_size)
-    # threads 256 on a direct eager plan: two tile groups of 128 (prototype, screened by config only)
-    groups = 2 if threads == 256 and not split and eager and v_split == 1 and red_once else 1
     p = _cuda.Plan(
         dtype=s.dtype, hq=s.hq, hkv=s.hkv, d=s.d, paged=s.paged, page_size=s.page, block_N=block_N,
         threads=threads or _cuda.default_threads(block_N, v_split, dev.warp_size), num_splits=ns,
         scale=float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(s.d), balanced=balanced,
         last_cta=last_cta, eager=eager, v_split=v_split, red_batch=red_batch,
-        red_once=red_once, groups=groups,
+        red_once=_cuda.red_once_default(ns > 1 and not balanced, eager, dev.nvcc, dev.warp_size),
         tile_page=_cuda.tile_page_applies(s.paged, s.page, block_N, eager), even_split=even_split,
         k_clamp=_cuda.k_clamp_default(s.paged, eager, s.batch * s.hkv * ns * v_split, dev.units),
         pdl=dev.dependent_launch and combine, comb_unroll=_cuda.comb_unroll_default(ns, combine),

@@ -82,23 +82,19 @@ RED_ONCE_PRELUDE = r"""
 namespace tl {
 template <class Reducer, int thread_offset, class Barrier, int batch_size, int workspace_stride>
 struct AllReduce<Reducer, 128, 32, thread_offset, Barrier, batch_size, workspace_stride> {
-  // a tile group's own two barrier ids (groups of 128 threads at thread_offset 0, 128: ids 1-2, 5-6; TileLang's
-  // NamedBarrier<128> would give every group ids 1-2, and bar.sync then mixes the groups' warps)
-  static constexpr int kBar = thread_offset == 0 ? 1 : 3 + 2 * (thread_offset / 128);
-  static TL_DEVICE void bar(int id) { asm volatile("bar.sync %0, %1;" : : "r"(id), "r"(128)); }
   template <typename T> static TL_DEVICE T run(T x, T *red_buf = nullptr) {
     const int t = threadIdx.x - thread_offset, b = t & ~96;
-    bar(kBar);
+    Barrier::template sync<1>();
     red_buf[t] = x;
-    bar(kBar + 1);
+    Barrier::template sync<2>();
     return Reducer()(Reducer()(red_buf[b], red_buf[b + 32]), Reducer()(red_buf[b + 64], red_buf[b + 96]));
   }
   template <typename T> static TL_DEVICE void run_batch(T *x, T *red_buf = nullptr) {
     const int t = threadIdx.x - thread_offset, b = t & ~96;
-    bar(kBar);
+    Barrier::template sync<1>();
 #pragma unroll
     for (int i = 0; i < batch_size; i++) red_buf[t + i * workspace_stride] = x[i];
-    bar(kBar + 1);
+    Barrier::template sync<2>();
 #pragma unroll
     for (int i = 0; i < batch_size; i++) {
       const T *r = red_buf + i * workspace_stride;
@@ -151,9 +147,6 @@ class Plan:
     comb_unroll: int = 0
     #: nvcc's --use_fast_math (a compile flag: the lowered source is the same)
     fast_math: bool = False
-    #: tile groups: the CTA's warps in this many groups of 128 threads, each on its own share of the CTA's tiles
-    #: (a split inside the CTA), merged once through shared memory (direct eager plans, red_once: CUDA)
-    groups: int = 1
 
     def __post_init__(self):
         check_plan(self)
@@ -236,17 +229,11 @@ def check_plan(p: Plan) -> None:
         raise ValueError("even_split=1 on an eager plan: eager split ranges come from the allocated length (eager=0)")
     if p.pdl and not p.combine:
         raise ValueError("pdl on a plan without a combine kernel")
-    if p.groups not in (1, 2) or (p.groups > 1 and (p.split or p.v_split > 1 or not p.eager or not p.red_once
-                                                    or p.threads != 128 * p.groups)):
-        raise ValueError(f"groups={p.groups}: 1, or 2 on a direct eager plan with red_once at {128 * p.groups} "
-                         f"threads (got split {p.split}, v_split {p.v_split}, eager {p.eager}, red_once "
-                         f"{p.red_once}, threads {p.threads})")
 
 
 def kernel_plan(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256, block_N=64, threads=128,
                 split=True, scale=None, eager=False, last_cta=None, balanced=0, pdl=False, comb_unroll=0, v_split=1,
-                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, k_clamp=False,
-                groups=1) -> Plan:
+                red_batch=RED_BATCH, red_once=False, tile_page=False, even_split=False, k_clamp=False) -> Plan:
     """A Plan from build parameters alone, for GPU-less checks (run_kernel._cuda_plan resolves the real ones):
     ``split`` stands for two splits (the kernels take the count at run time); ``last_cta`` None: the balanced
     kernel's merge in its last CTAs, a uniform split kernel's in its combine kernel."""
@@ -257,7 +244,7 @@ def kernel_plan(dtype="float16", hq=32, hkv=8, d=128, paged=False, page_size=256
                 scale=float(scale) if scale is not None else 1.0 / math.sqrt(d), balanced=int(balanced),
                 last_cta=merge_last and split, eager=bool(eager), v_split=int(v_split), red_batch=int(red_batch),
                 red_once=bool(red_once), tile_page=bool(tile_page), even_split=bool(even_split), pdl=bool(pdl),
-                comb_unroll=int(comb_unroll), k_clamp=bool(k_clamp), groups=int(groups))
+                comb_unroll=int(comb_unroll), k_clamp=bool(k_clamp))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -284,7 +271,7 @@ def _symbols(T, p: Plan) -> dict:
     return sym
 
 
-def _decode_body(T, p: Plan, sym: dict, finish, lead: bool = True):
+def _decode_body(T, p: Plan, sym: dict, finish):
     """The macro a decode CTA runs: the tiles [t_begin, t_end) of its split of row b's keys for the G query heads of
     kv head h (Q, K and V through shared memory, QK^T and PV on the tensor cores, the online exp2 softmax in fp32),
     then ``finish(acc_o, l_sum, m_cur, Out, Opart, LSE, Cnt, h, b, sid, nsplit, active, vc)``, the kernel's epilogue.
@@ -374,8 +361,7 @@ def _decode_body(T, p: Plan, sym: dict, finish, lead: bool = True):
         T.fill(m_cur, -T.infinity(accum))
         tp = tile_page and not eager  # eager rows may pass the sequence: they keep the per-row clamped page
 
-        # a tile group past the first (lead False) runs only its own tiles, from L[b]: its first tile is not eager
-        for k in T.Pipelined(T.max(n_iter, 1) if eager and lead else n_iter, num_stages=num_stages):
+        for k in T.Pipelined(T.max(n_iter, 1) if eager else n_iter, num_stages=num_stages):
             base = (tb + k) * block_N
             if q_loop:  # Q rides in the first cp.async group with K (a copy outside the loop would be a
                 # synchronous load and a barrier before the first K/V loads); later iterations
@@ -393,7 +379,7 @@ def _decode_body(T, p: Plan, sym: dict, finish, lead: bool = True):
                     # read from it), and rows past the sequence re-read its last key, as a non-eager plan's
                     # do, instead of streaming the rest of the allocated tile (only eager K rows can pass the
                     # sequence: only they pay the page-id clamp)
-                    lim = T.if_then_else(k == 0, alloc_len, seqlen) if eager and lead else seqlen
+                    lim = T.if_then_else(k == 0, alloc_len, seqlen) if eager else seqlen
                     r0, r1 = kv_row(BT, b, T.min(base + i, lim - 1), clamp_page=eager)
                     if k_clamp:  # the row within its page from L[b], which arrives with the table read: a row
                         # past the sequence re-reads the sequence's last offset in the same table page (one row a
@@ -525,58 +511,6 @@ def _build_direct(T, p: Plan, sym: dict, pre):
     ):
         with T.Kernel(v_split, hkv, batch, threads=threads, prelude=pre) as (vc, h, b):
             body(Q, K, V, L, BT, 0, h, b, 1, Out, None, None, vc=vc)
-
-    return decode_direct
-
-
-def _build_direct_groups(T, p: Plan, sym: dict, pre):
-    """decode_direct with tile groups: group g of 128 threads runs split g of 2 of the row's eager range (the lead
-    group's first tile eager, the other's from L[b]); each leaves its unnormalised O, row max and row sum in shared
-    memory, and all threads merge them and write O."""
-    batch, kv_shape, max_pages = sym["batch"], sym["kv_shape"], sym["max_pages"]
-    hq, hkv, d, dtype, threads, G = p.hq, p.hkv, p.d, p.dtype, p.threads, p.G
-    block_H, accum, ng = _block_h(G), "float32", p.groups
-
-    @T.macro
-    def stash(acc_o, l_sum, m_cur, Out, Os, Ms, Ls, h, b, sid, nsplit, active, vc):
-        for i, j in T.Parallel(block_H, d):
-            Os[sid, i, j] = acc_o[i, j]
-        for i in T.Parallel(block_H):
-            Ms[sid, i] = m_cur[i]
-            Ls[sid, i] = l_sum[i]
-
-    lead = _decode_body(T, p, sym, stash)
-    rest = _decode_body(T, p, sym, stash, lead=False)
-
-    @T.prim_func
-    def decode_direct(
-        Q: T.Tensor([batch, hq, d], dtype),
-        K: T.Tensor(kv_shape, dtype),
-        V: T.Tensor(kv_shape, dtype),
-        L: T.Tensor([batch], "int32"),
-        BT: T.Tensor([batch, max_pages], "int32"),
-        Out: T.Tensor([batch, hq, d], dtype),
-    ):
-        with T.Kernel(1, hkv, batch, threads=threads, prelude=pre) as (vc, h, b):
-            T.annotate_min_blocks_per_sm(2)  # two CTAs a unit: 128 registers a thread at 256 threads
-            tx = T.get_thread_binding()
-            Os = T.alloc_shared([ng, block_H, d], accum)
-            Ms = T.alloc_shared([ng, block_H], accum)
-            Ls = T.alloc_shared([ng, block_H], accum)
-            if tx < 128:
-                lead(Q, K, V, L, BT, 0, h, b, ng, Out, Os, Ms, Ls)
-            else:
-                rest(Q, K, V, L, BT, 1, h, b, ng, Out, Os, Ms, Ls)
-            T.sync_threads()
-            for i, j in T.Parallel(block_H, d):
-                if i < G:
-                    mm = T.max(Ms[0, i], Ms[1, i])
-                    mu = T.if_then_else(mm == -T.infinity(accum), 0.0, mm)
-                    w0 = T.exp2(Ms[0, i] - mu)
-                    w1 = T.exp2(Ms[1, i] - mu)
-                    ll = Ls[0, i] * w0 + Ls[1, i] * w1
-                    Out[b, h * G + i, j] = T.cast(
-                        T.if_then_else(ll > 0, (Os[0, i, j] * w0 + Os[1, i, j] * w1) / ll, 0.0), dtype)
 
     return decode_direct
 
@@ -782,8 +716,6 @@ def build_decode(p: Plan):
     import tilelang.language as T
 
     pre = RED_ONCE_PRELUDE if p.red_once else None
-    if p.groups > 1:
-        return _build_direct_groups(T, p, _symbols(T, p), pre)
     return _BUILDERS[p.kernel](T, p, _symbols(T, p), pre)
 
 
