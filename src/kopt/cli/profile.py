@@ -28,6 +28,8 @@ def command(
     timeline: bool = typer.Option(True, "--timeline/--no-timeline", help="Also record a timeline beside ncu/mcProfiler "
                                                                          "counters."),
     kernel_name: Optional[str] = typer.Option(None, "--kernel-name", help="mcProfiler kernel-name filter."),
+    source: bool = typer.Option(False, "--source", help="ncu only: also sample warp stalls per SASS instruction "
+                                                        "(SourceCounters) and export them as source_sass.csv."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per profiler run, seconds."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object (summary.json) on stdout."),
 ) -> None:
@@ -49,7 +51,7 @@ def command(
     opts = ProfileOptions(case=case, tool=tool, candidate=candidate, device=device, dtype=dtype, head_dim=head_dim,
                           page_size=page_size, seqlens=seqlens, seed=seed, heldout=heldout,
                           heldout_seed=heldout_seed, warmup=warmup, calls=calls,
-                          timeout_s=timeout, timeline=timeline, kernel_name=kernel_name,
+                          timeout_s=timeout, timeline=timeline, kernel_name=kernel_name, source=source,
                           config=cfg)
     err = err_console()
     with err.status(f"profiling case {case}...") as st:

@@ -10,8 +10,11 @@ trailing slash in `kopt_call/` is how ncu names a push/pop range):
 
 Import: `ncu --import report.ncu-rep --csv --page raw --print-units base` (one row per kernel,
 one column per metric, a units row under the header). `--page details --csv` (one row per
-metric) parses too. Metric names follow the Nsight Compute metric reference; a name the
-installed ncu does not know is dropped and the run retried, and reported NA with that reason.
+metric) parses too. With `source` (kopt profile --source) the SourceCounters section is collected
+too and `--page source --csv --print-source sass` is exported as source_sass.csv: each SASS
+instruction of the profiled kernels with its warp-stall samples, for reading by hand. Metric names
+follow the Nsight Compute metric reference; a name the installed ncu does not know is dropped and
+the run retried, and reported NA with that reason.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from kopt.profile.models import KernelMetrics
 
 NVTX_INCLUDE = "kopt_call/"
 SECTIONS = ("LaunchStats", "Occupancy", "SpeedOfLight", "WarpStateStats")
+#: The section whose sampled warp stalls the source page shows per SASS instruction (kopt profile --source).
+SOURCE_SECTION = "SourceCounters"
+SOURCE_FILE = "source_sass.csv"
 #: Warp stall reasons, as ncu names them in smsp__average_warp_latency_issue_stalled_<r>.ratio (the
 #: family knowledge/profiling/diagnosis_checklist.md verified on an H200 with ncu 2025.3.1). The
 #: WarpStateStats section's per-issue family (ALTERNATES) is read when the first is absent; only
@@ -97,8 +103,11 @@ def profile_command(ncu: str, out_base: Path, target_argv: list[str], metrics: O
 
 
 def import_command(ncu: str, report: Path, page: str = "raw", as_csv: bool = True) -> list[str]:
-    """Export a saved report: `--page raw --csv` for parsing, `--page details` for people."""
+    """Export a saved report: `--page raw --csv` for parsing, `--page details` for people, `--page source` (SASS,
+    with the SourceCounters section's per-instruction stall samples) for reading by hand."""
     cmd = [ncu, "--import", str(report), "--page", page]
+    if page == "source":
+        return cmd + ["--csv", "--print-source", "sass"]
     return cmd + (["--csv", "--print-units", "base"] if as_csv else [])
 
 
@@ -238,12 +247,16 @@ def _unknown_metrics(output: str, names: list[str]) -> list[str]:
                                     for ln in bad)]
 
 
-def run(ncu: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.0, retries: int = 2) -> NcuRun:
-    """Collect, import and parse; retries without metrics this ncu rejects; ProfileError with a reason on failure."""
+def run(ncu: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.0, retries: int = 2,
+        source: bool = False) -> NcuRun:
+    """Collect, import and parse; retries without metrics this ncu rejects; ProfileError with a reason on failure.
+    ``source``: also collect SourceCounters and export the SASS source page (SOURCE_FILE); an export that fails is
+    a note, not an error (the counters stand)."""
     log, base = out_dir / "ncu.log", out_dir / "report"
     names, dropped, commands = list(METRICS.values()), {}, []
+    sections = SECTIONS + ((SOURCE_SECTION,) if source else ())
     for attempt in range(retries + 1):
-        cmd = profile_command(ncu, base, target_argv, names)
+        cmd = profile_command(ncu, base, target_argv, names, sections)
         commands.append(cmd)
         p = run_logged(cmd, log, timeout_s)
         if p.timed_out:
@@ -284,4 +297,14 @@ def run(ncu: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.
         (out_dir / "report_details.txt").write_text(det.output)
         files.append("report_details.txt")
     notes = [f"ncu dropped {len(dropped)} metric(s) it does not know: {', '.join(sorted(dropped))}"] if dropped else []
+    if source:
+        cmd = import_command(ncu, rep, "source")
+        commands.append(cmd)
+        src = run_logged(cmd, out_dir / "ncu_import.log", timeout_s)
+        if src.rc == 0 and src.output.strip():
+            (out_dir / SOURCE_FILE).write_text(src.output)
+            files.append(SOURCE_FILE)
+        else:
+            why = tail_lines(src.output) or "no output"
+            notes.append(f"{SOURCE_FILE}: NA, ncu's source page export failed ({why})")
     return NcuRun(kernels, files, commands, p.output, notes)

@@ -48,6 +48,8 @@ class ProfileOptions:
     timeline: bool = True
     """Also take a kineto/mcTracer timeline next to the counters (SM-timeline dimension)."""
     kernel_name: Optional[str] = None
+    source: bool = False
+    """ncu only: also sample warp stalls per SASS instruction (SourceCounters) and export them (source_sass.csv)."""
     out_dir: Optional[Path] = None
     config: Optional[dict] = None
     """Passed as run(config=...) (a kernel variant to profile beside the default plan); None: the candidate's own."""
@@ -142,6 +144,9 @@ def profile(opts: ProfileOptions, progress: Optional[Callable[[str], None]] = No
     info = hardware.detect(device)
     vendor = info.profile.vendor if info.profile else ("cpu" if device == "cpu" else "nvidia")
     tool, notes = choose_tool(opts.tool, device, vendor)
+    if opts.source and tool != Tool.ncu:
+        raise UsageError(f"--source samples warp stalls per SASS instruction with ncu; this run would use {tool.value} "
+                         "(give --tool ncu on a CUDA device)")
     backend = declared_backend(path)
     out = opts.out_dir or output_dir(ws, backend, case.id)
     out.mkdir(parents=True, exist_ok=True)
@@ -187,7 +192,7 @@ def _collect(tool: Tool, spec: TargetSpec, out: Path, opts: ProfileOptions, unit
     kernels, timeline = [], None
     if tool == Tool.ncu:
         say("ncu: profiling one call (kernel replay takes a while)")
-        r = ncu.run(ncu.find_ncu(), out, spec.argv(), timeout_s=opts.timeout_s)
+        r = ncu.run(ncu.find_ncu(), out, spec.argv(), timeout_s=opts.timeout_s, source=opts.source)
         kernels, s.files, s.commands, s.notes = r.kernels, s.files + r.files, s.commands + r.commands, s.notes + r.notes
     elif tool == Tool.mcprofiler:
         say("mcProfiler: collecting counters")

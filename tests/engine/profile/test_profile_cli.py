@@ -53,6 +53,10 @@ def test_profile_errors_are_one_line(workspace):
     assert r.exit_code == 2 and "candidate file not found" in r.stderr
     r = runner.invoke(app, ["profile", "--case", "1", "--tool", "nsys", "--device", "cpu", "--candidate", str(HONEST)])
     assert r.exit_code == 2 and "--tool must be one of" in r.stderr
+    r = runner.invoke(app, ["profile", "--case", "1", "--source", "--device", "cpu", "--candidate", str(HONEST)])
+    assert r.exit_code == 2 and "--source samples warp stalls per SASS instruction with ncu" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert not list(workspace.glob("results/*/profiling"))      # nothing created
 
 
 def test_profile_config_reaches_the_candidate_and_the_summary(workspace, tmp_path):

@@ -46,6 +46,8 @@ def test_ncu_command_line():
     assert cmd[-len(TARGET):] == TARGET
     imp = ncu.import_command("ncu", Path("r.ncu-rep"))
     assert imp == ["ncu", "--import", "r.ncu-rep", "--page", "raw", "--csv", "--print-units", "base"]
+    src = ncu.import_command("ncu", Path("r.ncu-rep"), "source")
+    assert src == ["ncu", "--import", "r.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"]
 
 
 def test_metax_command_lines(tmp_path):
@@ -98,6 +100,12 @@ FAKE_NCU = r'''#!{py}
 import os, sys, time
 a = sys.argv[1:]
 mode = os.environ.get("FAKE_NCU_MODE", "ok")
+if "--import" in a and "source" in a:
+    if mode == "nosource":
+        print("==ERROR== no source counters in this report")
+        sys.exit(1)
+    print('"Address","Source","Warp Stall Sampling (All Samples)"\n"0x0","LDG.E R2, [R4]","7"')
+    sys.exit(0)
 if "--import" in a:
     print(open(os.environ["FAKE_NCU_CSV"]).read() if "raw" in a else "details page")
     sys.exit(0)
@@ -138,6 +146,31 @@ def test_ncu_run_parses_and_keeps_raw_files(fake_ncu, tmp_path, monkeypatch):
     k = r.kernels[0]
     assert k.metrics["duration_ns"] == pytest.approx(12500.0)      # 12.5 usecond
     assert "tensor_pct" in k.missing and "tensor_pct" not in k.metrics   # n/a -> NA with a reason
+
+
+def test_ncu_run_source_collects_stalls_per_instruction_and_exports_them(fake_ncu, tmp_path, monkeypatch):
+    """source=True adds the SourceCounters section to the collection and writes the SASS source page beside the
+    counters; without it neither happens; a source page ncu cannot export is a NA note, the counters stand."""
+    plain, with_src = tmp_path / "plain", tmp_path / "src"
+    plain.mkdir()
+    with_src.mkdir()
+    r = ncu.run(str(fake_ncu), plain, TARGET, timeout_s=30)
+    assert ncu.SOURCE_SECTION not in r.commands[0] and ncu.SOURCE_FILE not in r.files
+    assert not (plain / ncu.SOURCE_FILE).exists()
+    r = ncu.run(str(fake_ncu), with_src, TARGET, timeout_s=30, source=True)
+    sections = [r.commands[0][i + 1] for i, a in enumerate(r.commands[0]) if a == "--section"]
+    assert sections == [*ncu.SECTIONS, ncu.SOURCE_SECTION]
+    assert r.commands[-1][-5:] == ["--page", "source", "--csv", "--print-source", "sass"]
+    assert ncu.SOURCE_FILE in r.files and "LDG.E R2, [R4]" in (with_src / ncu.SOURCE_FILE).read_text()
+    assert [k.name for k in r.kernels] == ["decode_split_kernel", "combine_kernel"] and not r.notes
+    monkeypatch.setenv("FAKE_NCU_MODE", "nosource")
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    r = ncu.run(str(fake_ncu), gone, TARGET, timeout_s=30, source=True)
+    assert ncu.SOURCE_FILE not in r.files and not (gone / ncu.SOURCE_FILE).exists()
+    assert r.notes == [f"{ncu.SOURCE_FILE}: NA, ncu's source page export failed "
+                       "(==ERROR== no source counters in this report)"]
+    assert r.kernels
 
 
 def test_ncu_run_drops_unknown_metrics_and_retries(fake_ncu, tmp_path, monkeypatch):
