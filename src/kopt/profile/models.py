@@ -49,6 +49,20 @@ class KernelMetrics(BaseModel):
     """Short name -> why it is NA."""
 
 
+class HotInstruction(BaseModel):
+    """One SASS instruction of a profiled kernel with the warp stalls ncu sampled on it (kopt profile --source)."""
+
+    kernel: str
+    offset: int
+    """Bytes from the kernel's first instruction (cuobjdump's offsets), not a load address."""
+    sass: str
+    samples: int
+    share_pct: float
+    """Of all the samples taken in this kernel."""
+    stalls: dict[str, int] = Field(default_factory=dict)
+    """Stall reason (ncu's column, less its stall_ prefix) -> samples, the largest first, zeros left out."""
+
+
 class Dimension(BaseModel):
     """One of the six diagnosis dimensions."""
 
@@ -110,6 +124,8 @@ class ProfileSummary(BaseModel):
     copy_ceiling_gbps: Optional[float] = None
     config: Optional[dict] = None
     """The run(config=...) profiled (--config); None: the candidate's own plan."""
+    hot: list[HotInstruction] = Field(default_factory=list)
+    """--source: the instructions holding the most sampled warp stalls, the most first (source_sass.csv has all)."""
     notes: list[str] = Field(default_factory=list)
     """Fallbacks taken, unverified formats, tools missing."""
 

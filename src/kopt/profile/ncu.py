@@ -12,7 +12,8 @@ Import: `ncu --import report.ncu-rep --csv --page raw --print-units base` (one r
 one column per metric, a units row under the header). `--page details --csv` (one row per
 metric) parses too. With `source` (kopt profile --source) the SourceCounters section is collected
 too and `--page source --csv --print-source sass` is exported as source_sass.csv: each SASS
-instruction of the profiled kernels with its warp-stall samples, for reading by hand. Metric names
+instruction of the profiled kernels with its warp-stall samples, sampled once every 32 cycles
+(`--warp-sampling-interval 0`), of which `parse_source` keeps the hottest for summary.md. Metric names
 follow the Nsight Compute metric reference; a name the installed ncu does not know is dropped and
 the run retried, and reported NA with that reason.
 """
@@ -27,13 +28,18 @@ from pathlib import Path
 from typing import Optional
 
 from kopt.profile.common import ProfileError, run_logged, tail_lines, target_error
-from kopt.profile.models import KernelMetrics
+from kopt.profile.models import HotInstruction, KernelMetrics
 
 NVTX_INCLUDE = "kopt_call/"
 SECTIONS = ("LaunchStats", "Occupancy", "SpeedOfLight", "WarpStateStats")
 #: The section whose sampled warp stalls the source page shows per SASS instruction (kopt profile --source).
 SOURCE_SECTION = "SourceCounters"
 SOURCE_FILE = "source_sass.csv"
+#: With SOURCE_SECTION: sample each warp once every 2^(5+0) = 32 cycles, ncu's finest. Its `auto` chose 2048 cycles
+#: for a 5.6 µs decode kernel on an H100 (2026-12-08): 18 samples in all, too few to rank instructions by.
+SAMPLING_INTERVAL = 0
+#: Instructions summary.md lists from the source page, the most sampled first.
+HOT_TOP = 16
 #: Warp stall reasons, as ncu names them in smsp__average_warp_latency_issue_stalled_<r>.ratio (the
 #: family knowledge/profiling/diagnosis_checklist.md verified on an H200 with ncu 2025.3.1). The
 #: WarpStateStats section's per-issue family (ALTERNATES) is read when the first is absent; only
@@ -91,9 +97,11 @@ def find_ncu() -> Optional[str]:
 
 def profile_command(ncu: str, out_base: Path, target_argv: list[str], metrics: Optional[list[str]] = None,
                     sections=SECTIONS, launch_count: int = 64) -> list[str]:
-    """The collection command line (see the module docstring)."""
+    """The collection command line (see the module docstring); with SOURCE_SECTION, the finest warp sampling."""
     cmd = [ncu, "--nvtx", "--nvtx-include", NVTX_INCLUDE, "--clock-control", "none", "--target-processes", "all",
            "--launch-count", str(launch_count)]
+    if SOURCE_SECTION in sections:
+        cmd += ["--warp-sampling-interval", str(SAMPLING_INTERVAL)]
     for s in sections:
         cmd += ["--section", s]
     names = list(METRICS.values()) if metrics is None else metrics
@@ -109,6 +117,57 @@ def import_command(ncu: str, report: Path, page: str = "raw", as_csv: bool = Tru
     if page == "source":
         return cmd + ["--csv", "--print-source", "sass"]
     return cmd + (["--csv", "--print-units", "base"] if as_csv else [])
+
+
+_SAMPLES = "Warp Stall Sampling (All Samples)"
+
+
+def parse_source(text: str, top: int = HOT_TOP) -> tuple[list[HotInstruction], dict[str, int]]:
+    """The source page (`--page source --csv --print-source sass`, one block a kernel: a "Kernel Name" row, a
+    header, one row an instruction) as the ``top`` most sampled instructions over all kernels, and each kernel's
+    sample total. Offsets count from the kernel's first instruction; a page without the samples column is a
+    ProfileError."""
+    hot, totals = [], {}
+    for block in _source_blocks(text):
+        kernel, head, rows = block
+        if _SAMPLES not in head or "Address" not in head:
+            raise ProfileError(f"ncu source page has no {_SAMPLES!r} column (SourceCounters not collected?)")
+        ix = {h: i for i, h in enumerate(head)}
+        stall_cols = [h for h in head if h.startswith("stall_") and not h.endswith("(Not Issued)")]
+        rows = [r for r in rows if len(r) == len(head)]
+        if not rows:
+            continue
+        base = int(rows[0][ix["Address"]], 16)
+        total = sum(int(_number(r[ix[_SAMPLES]]) or 0) for r in rows)
+        totals[kernel] = totals.get(kernel, 0) + total
+        for r in rows:
+            n = int(_number(r[ix[_SAMPLES]]) or 0)
+            if n:
+                stalls = {c[len("stall_"):]: int(_number(r[ix[c]]) or 0) for c in stall_cols}
+                hot.append(HotInstruction(kernel=kernel, offset=int(r[ix["Address"]], 16) - base,
+                                          sass=" ".join(r[ix["Source"]].split()), samples=n,
+                                          share_pct=round(100.0 * n / total, 1),
+                                          stalls=dict(sorted(((k, v) for k, v in stalls.items() if v),
+                                                             key=lambda kv: -kv[1]))))
+    if not totals:
+        raise ProfileError('ncu source page has no "Kernel Name" block with instructions')
+    hot.sort(key=lambda h: -h.samples)
+    return hot[:top], totals
+
+
+def _source_blocks(text: str):
+    kernel, head, rows = None, None, []
+    for r in csv.reader(io.StringIO(text)):
+        if r[:1] == ["Kernel Name"]:
+            if kernel is not None and head:
+                yield kernel, head, rows
+            kernel, head, rows = (r[1] if len(r) > 1 else "?"), None, []
+        elif kernel is not None and head is None:
+            head = r
+        elif head is not None:
+            rows.append(r)
+    if kernel is not None and head:
+        yield kernel, head, rows
 
 
 def _number(text: str) -> Optional[float]:
@@ -239,6 +298,7 @@ class NcuRun:
     commands: list[list[str]]
     output: str
     notes: list[str] = field(default_factory=list)
+    hot: list[HotInstruction] = field(default_factory=list)
 
 
 def _unknown_metrics(output: str, names: list[str]) -> list[str]:
@@ -297,6 +357,7 @@ def run(ncu: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.
         (out_dir / "report_details.txt").write_text(det.output)
         files.append("report_details.txt")
     notes = [f"ncu dropped {len(dropped)} metric(s) it does not know: {', '.join(sorted(dropped))}"] if dropped else []
+    hot = []
     if source:
         cmd = import_command(ncu, rep, "source")
         commands.append(cmd)
@@ -304,7 +365,28 @@ def run(ncu: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.
         if src.rc == 0 and src.output.strip():
             (out_dir / SOURCE_FILE).write_text(src.output)
             files.append(SOURCE_FILE)
+            hot, why = _hot(src.output)
+            notes += why
         else:
             why = tail_lines(src.output) or "no output"
             notes.append(f"{SOURCE_FILE}: NA, ncu's source page export failed ({why})")
-    return NcuRun(kernels, files, commands, p.output, notes)
+    return NcuRun(kernels, files, commands, p.output, notes, hot)
+
+
+#: Fewer samples in a kernel than this and its shares are called coarse in the notes.
+FEW_SAMPLES = 200
+
+
+def _hot(text: str) -> tuple[list[HotInstruction], list[str]]:
+    """parse_source with its caveats as notes: a page it cannot read is NA, a kernel with few samples is coarse."""
+    try:
+        hot, totals = parse_source(text)
+    except ProfileError as e:
+        return [], [f"hot instructions: NA, {e}"]
+    notes = [f"warp samples per kernel (one every {2 ** (5 + SAMPLING_INTERVAL)} cycles): "
+             + ", ".join(f"{k} {n}" for k, n in totals.items())]
+    few = [k for k, n in totals.items() if n < FEW_SAMPLES]
+    if few:
+        notes.append(f"fewer than {FEW_SAMPLES} warp samples in {', '.join(few)}: its hot-instruction shares are "
+                     "coarse")
+    return hot, notes

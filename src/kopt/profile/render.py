@@ -67,6 +67,14 @@ def summary_markdown(s: ProfileSummary, titles: Optional[dict] = None) -> str:
             lines += ["", "NA metrics: " + ", ".join(f"{n} ({s.kernels[0].missing.get(n, 'NA')})"
                                                     for n in missing[:8]) + (" ..." if len(missing) > 8 else "")]
         lines.append("")
+    if s.hot:
+        lines += ["## Hot instructions (sampled warp stalls)", "",
+                  "| kernel | offset | SASS | samples | % of kernel | leading stalls |", "|---|---:|---|---:|---:|---|"]
+        for h in s.hot:
+            stalls = ", ".join(f"{k} {v}" for k, v in list(h.stalls.items())[:3]) or "-"
+            lines.append(f"| `{h.kernel[:40]}` | 0x{h.offset:04x} | `{h.sass.replace('|', '/')}` | {h.samples} | "
+                         f"{h.share_pct:.1f} | {stalls} |")
+        lines.append("")
     if s.timeline:
         t = s.timeline
         lines += ["## Timeline", "", f"{t['event_kind']}: {t['n_events']} events, span {fmt(t['span_us'])} µs, "

@@ -194,6 +194,7 @@ def _collect(tool: Tool, spec: TargetSpec, out: Path, opts: ProfileOptions, unit
         say("ncu: profiling one call (kernel replay takes a while)")
         r = ncu.run(ncu.find_ncu(), out, spec.argv(), timeout_s=opts.timeout_s, source=opts.source)
         kernels, s.files, s.commands, s.notes = r.kernels, s.files + r.files, s.commands + r.commands, s.notes + r.notes
+        s.hot = r.hot
     elif tool == Tool.mcprofiler:
         say("mcProfiler: collecting counters")
         kernels, files, cmds = metax.run_mcprofiler(metax.find_mcprofiler(), out, spec.argv(),

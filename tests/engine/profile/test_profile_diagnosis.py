@@ -301,7 +301,7 @@ def test_pattern_titles_from_the_checklist(tmp_path):
 def test_rendering_table_and_markdown():
     from rich.console import Console
 
-    from kopt.profile.models import ProfileSummary, Tool
+    from kopt.profile.models import HotInstruction, ProfileSummary, Tool
     from kopt.profile.render import diagnosis_table, summary_markdown
 
     main = k("split", duration_ns=9000, grid_size=32, waves_per_sm=0.2, dram_pct=30)
@@ -313,6 +313,11 @@ def test_rendering_table_and_markdown():
     s = ProfileSummary(case=10, tool=Tool.ncu, kernels=[main], diagnosis=d, notes=["n1"], files=["report_raw.csv"])
     md = summary_markdown(s, {})
     assert "| tail effect | **limiting** |" in md and "`split`" in md and "- n1" in md
+    assert "Hot instructions" not in md
+    s.hot = [HotInstruction(kernel="split", offset=0x39A0, sass="IMAD.SHL.U32 R40, R40, 0x200, RZ", samples=4,
+                            share_pct=22.2, stalls={"long_sb": 3, "wait": 1})]
+    md = summary_markdown(s, {})
+    assert "| `split` | 0x39a0 | `IMAD.SHL.U32 R40, R40, 0x200, RZ` | 4 | 22.2 | long_sb 3, wait 1 |" in md
 
 
 def test_real_h200_case10_profile_diagnoses_a_and_d():

@@ -16,6 +16,7 @@ from kopt.profile.models import Tool
 from kopt.profile.runner import choose_tool, declared_backend, output_dir
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "traces"
+SOURCE_FIX = "ncu_source_h100_case1001_trimmed.csv"
 TARGET = TargetSpec(candidate=Path("cand.py"), case=10, device="cuda", dtype="fp16", page_size=0).argv("python3")
 
 
@@ -104,7 +105,7 @@ if "--import" in a and "source" in a:
     if mode == "nosource":
         print("==ERROR== no source counters in this report")
         sys.exit(1)
-    print('"Address","Source","Warp Stall Sampling (All Samples)"\n"0x0","LDG.E R2, [R4]","7"')
+    print(open(os.environ["FAKE_NCU_SOURCE"]).read())
     sys.exit(0)
 if "--import" in a:
     print(open(os.environ["FAKE_NCU_CSV"]).read() if "raw" in a else "details page")
@@ -133,6 +134,7 @@ def fake_ncu(tmp_path, monkeypatch) -> Path:
     p.write_text(FAKE_NCU.replace("{py}", sys.executable))
     p.chmod(p.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("FAKE_NCU_CSV", str(FIX / "ncu_raw_synthetic.csv"))
+    monkeypatch.setenv("FAKE_NCU_SOURCE", str(FIX / SOURCE_FIX))
     return p
 
 
@@ -157,12 +159,18 @@ def test_ncu_run_source_collects_stalls_per_instruction_and_exports_them(fake_nc
     r = ncu.run(str(fake_ncu), plain, TARGET, timeout_s=30)
     assert ncu.SOURCE_SECTION not in r.commands[0] and ncu.SOURCE_FILE not in r.files
     assert not (plain / ncu.SOURCE_FILE).exists()
+    assert "--warp-sampling-interval" not in r.commands[0] and not r.hot
     r = ncu.run(str(fake_ncu), with_src, TARGET, timeout_s=30, source=True)
     sections = [r.commands[0][i + 1] for i, a in enumerate(r.commands[0]) if a == "--section"]
     assert sections == [*ncu.SECTIONS, ncu.SOURCE_SECTION]
+    i = r.commands[0].index("--warp-sampling-interval")
+    assert r.commands[0][i + 1] == "0"                      # ncu's finest: one sample every 32 cycles
     assert r.commands[-1][-5:] == ["--page", "source", "--csv", "--print-source", "sass"]
-    assert ncu.SOURCE_FILE in r.files and "LDG.E R2, [R4]" in (with_src / ncu.SOURCE_FILE).read_text()
-    assert [k.name for k in r.kernels] == ["decode_split_kernel", "combine_kernel"] and not r.notes
+    assert ncu.SOURCE_FILE in r.files and "IMAD.SHL.U32 R40" in (with_src / ncu.SOURCE_FILE).read_text()
+    assert [k.name for k in r.kernels] == ["decode_split_kernel", "combine_kernel"]
+    assert r.hot[0].sass == "LDC R1, c[0x0][0x28]" and r.hot[0].samples == 4
+    assert r.notes == ["warp samples per kernel (one every 32 cycles): decode_direct_kernel 18",
+                       "fewer than 200 warp samples in decode_direct_kernel: its hot-instruction shares are coarse"]
     monkeypatch.setenv("FAKE_NCU_MODE", "nosource")
     gone = tmp_path / "gone"
     gone.mkdir()
@@ -171,6 +179,29 @@ def test_ncu_run_source_collects_stalls_per_instruction_and_exports_them(fake_nc
     assert r.notes == [f"{ncu.SOURCE_FILE}: NA, ncu's source page export failed "
                        "(==ERROR== no source counters in this report)"]
     assert r.kernels
+
+
+def test_parse_source_ranks_a_real_export_by_sampled_stalls():
+    """The source page of an H100 profile (trimmed to its sampled rows): offsets from the kernel's first instruction,
+    shares of the kernel's samples, stall reasons largest first with zeros left out."""
+    hot, totals = ncu.parse_source((FIX / SOURCE_FIX).read_text())
+    assert totals == {"decode_direct_kernel": 18} and sum(h.samples for h in hot) == 18
+    assert [h.samples for h in hot] == sorted((h.samples for h in hot), reverse=True)
+    ld = next(h for h in hot if h.sass.startswith("IMAD.SHL.U32 R40"))
+    assert (ld.offset, ld.samples, ld.share_pct, ld.stalls) == (0x39A0, 4, 22.2, {"long_sb": 4})
+    assert hot[0].offset == 0 and len(ncu.parse_source((FIX / SOURCE_FIX).read_text(), top=3)[0]) == 3
+
+
+def test_parse_source_keeps_kernels_apart_and_rejects_a_page_without_samples():
+    text = (FIX / SOURCE_FIX).read_text()
+    two = text + text.replace('"decode_direct_kernel"', '"combine_kernel"', 1)
+    hot, totals = ncu.parse_source(two, top=100)
+    assert totals == {"decode_direct_kernel": 18, "combine_kernel": 18}
+    assert {h.kernel for h in hot} == {"decode_direct_kernel", "combine_kernel"} and len(hot) == 2 * 11
+    with pytest.raises(ProfileError, match="no 'Warp Stall Sampling"):
+        ncu.parse_source('"Kernel Name","k",""\n"Address","Source"\n"0x10","NOP"\n')
+    with pytest.raises(ProfileError, match="no \"Kernel Name\" block"):
+        ncu.parse_source('"Address","Source"\n')
 
 
 def test_ncu_run_drops_unknown_metrics_and_retries(fake_ncu, tmp_path, monkeypatch):
