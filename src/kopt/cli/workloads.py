@@ -12,7 +12,8 @@ import typer
 def command(
     draw: Optional[int] = typer.Option(None, "--draw", min=1, max=256, help="Show N held-out cases drawn as "
                                                                             "`kopt verify` would draw them."),
-    seed: int = typer.Option(0, "--seed", min=0, help="With --draw: the draw's seed (kopt verify --heldout-seed)."),
+    seed: int = typer.Option(0, "--seed", "--heldout-seed", min=0,
+                             help="With --draw: the draw's seed (as kopt verify, bench and profile take it)."),
     cpu: bool = typer.Option(False, "--cpu", help="With --draw: the draw cut to CPU size, as a CPU verdict runs it."),
     file: Optional[Path] = typer.Option(None, "--file", help="Workload file (default bench/workloads.yaml)."),
     plan_for: Optional[str] = typer.Option(

@@ -264,3 +264,15 @@ def test_workloads_plans_a_draw_on_a_device_and_marks_what_a_change_moves(tmp_pa
                        "no such candidate file")):
         r = CliRunner().invoke(app, bad)
         assert r.exit_code == 2 and says in r.output, (bad, r.output)
+
+
+def test_workloads_takes_the_seed_by_the_name_verify_bench_and_profile_give_it():
+    """`kopt workloads --draw N --heldout-seed S` is the draw of `--seed S`, and of no other seed."""
+    import json
+
+    def cases(*flags):
+        r = CliRunner().invoke(app, ["workloads", "--draw", "6", *flags, "--json"])
+        assert r.exit_code == 0, r.output
+        return [(x["case"], x["model"], x["batch"], x["max_len"]) for x in json.loads(r.stdout)]
+
+    assert cases("--heldout-seed", "20261207") == cases("--seed", "20261207") != cases("--seed", "20261206")
