@@ -61,6 +61,10 @@ class HotInstruction(BaseModel):
     """Of all the samples taken in this kernel."""
     stalls: dict[str, int] = Field(default_factory=dict)
     """Stall reason (ncu's column, less its stall_ prefix) -> samples, the largest first, zeros left out."""
+    waits_on: str = ""
+    """What it waits behind, read from the SASS before it: the barrier or scoreboard wait right before it (DEPBAR:
+    cp.async groups; BAR: the CTA's threads), else the nearest earlier writer of a register it reads, as
+    "0x0120 LDG.E R4, desc[...]" (program order: inside a loop the writer may be the previous iteration's)."""
 
 
 class Dimension(BaseModel):

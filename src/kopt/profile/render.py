@@ -69,11 +69,13 @@ def summary_markdown(s: ProfileSummary, titles: Optional[dict] = None) -> str:
         lines.append("")
     if s.hot:
         lines += ["## Hot instructions (sampled warp stalls)", "",
-                  "| kernel | offset | SASS | samples | % of kernel | leading stalls |", "|---|---:|---|---:|---:|---|"]
+                  "| kernel | offset | SASS | samples | % of kernel | leading stalls | waits on |",
+                  "|---|---:|---|---:|---:|---|---|"]
         for h in s.hot:
             stalls = ", ".join(f"{k} {v}" for k, v in list(h.stalls.items())[:3]) or "-"
+            wait = f"`{h.waits_on.replace('|', '/')}`" if h.waits_on else "-"
             lines.append(f"| `{h.kernel[:40]}` | 0x{h.offset:04x} | `{h.sass.replace('|', '/')}` | {h.samples} | "
-                         f"{h.share_pct:.1f} | {stalls} |")
+                         f"{h.share_pct:.1f} | {stalls} | {wait} |")
         lines.append("")
     if s.timeline:
         t = s.timeline

@@ -315,9 +315,10 @@ def test_rendering_table_and_markdown():
     assert "| tail effect | **limiting** |" in md and "`split`" in md and "- n1" in md
     assert "Hot instructions" not in md
     s.hot = [HotInstruction(kernel="split", offset=0x39A0, sass="IMAD.SHL.U32 R40, R40, 0x200, RZ", samples=4,
-                            share_pct=22.2, stalls={"long_sb": 3, "wait": 1})]
+                            share_pct=22.2, stalls={"long_sb": 3, "wait": 1}, waits_on="0x3990 DEPBAR.LE SB0, 0x1")]
     md = summary_markdown(s, {})
-    assert "| `split` | 0x39a0 | `IMAD.SHL.U32 R40, R40, 0x200, RZ` | 4 | 22.2 | long_sb 3, wait 1 |" in md
+    assert ("| `split` | 0x39a0 | `IMAD.SHL.U32 R40, R40, 0x200, RZ` | 4 | 22.2 | long_sb 3, wait 1 | "
+            "`0x3990 DEPBAR.LE SB0, 0x1` |") in md
 
 
 def test_real_h200_case10_profile_diagnoses_a_and_d():

@@ -189,7 +189,33 @@ def test_parse_source_ranks_a_real_export_by_sampled_stalls():
     assert [h.samples for h in hot] == sorted((h.samples for h in hot), reverse=True)
     ld = next(h for h in hot if h.sass.startswith("IMAD.SHL.U32 R40"))
     assert (ld.offset, ld.samples, ld.share_pct, ld.stalls) == (0x39A0, 4, 22.2, {"long_sb": 4})
+    assert ld.waits_on == "0x3990 DEPBAR.LE SB0, 0x1"         # the cp.async group wait right before it
+    add = next(h for h in hot if h.sass == "FADD.FTZ R0, R41, R0")
+    assert add.stalls == {"short_sb": 1} and add.waits_on == "0x4850 SHFL.BFLY PT, R0, R41, 0x2, 0x1f"
+    assert next(h for h in hot if h.sass.startswith("LDC R1")).waits_on == ""   # reads no register
     assert hot[0].offset == 0 and len(ncu.parse_source((FIX / SOURCE_FIX).read_text(), top=3)[0]) == 3
+
+
+@pytest.mark.parametrize("sass,at,want", [
+    (["LDG.E R4, desc[UR4][R2.64]", "IADD3 R6, R6, 0x1, RZ", "FADD R8, R4, R6"], 2, 1),    # the nearest writer of R6
+    (["LDG.E R4, desc[UR4][R2.64]", "IADD3 R6, R7, 0x1, RZ", "FADD R8, R4, R9"], 2, 0),    # R4 from the load
+    (["LDG.E.64 R4, desc[UR4][R2.64]", "FADD R8, R5, R9"], 1, 0),                         # R5 of a 64-bit load
+    (["LDS.128 R8, [R2]", "FADD R0, R11, R9"], 1, 0),                                     # R11 of a 128-bit load
+    (["LDG.E R4, desc[UR4][R2.64]", "FADD R8, R5, R9"], 1, None),                         # a 32-bit load: R4 only
+    (["MOV R4, 0x1", "STG.E desc[UR4][R4.64], R4", "FADD R8, R5, R9"], 2, None),           # a store writes no R4/R5
+    (["MOV R4, 0x1", "BAR.SYNC.DEFER_BLOCKING 0x0", "FADD R8, R4, R9"], 2, 1),             # behind the barrier
+    (["MOV R4, 0x1", "ISETP.GE.AND P0, PT, R4, 0x2, PT", "@P0 FADD R8, R4, R9"], 2, 0),    # ISETP writes P0 only
+    (["SHFL.BFLY PT, R4, R3, 0x2, 0x1f", "FADD R8, R4, R9"], 1, 0),                        # SHFL writes R4
+    (["MOV R4, 0x1", "FADD R8, RZ, R9"], 1, None),                                         # RZ is no register
+])
+def test_waits_on_reads_the_dependence_from_the_sass(sass, at, want):
+    assert ncu.waits_on(sass, at) == want
+
+
+def test_waits_on_looks_back_only_so_far():
+    sass = ["LDG.E R4, desc[UR4][R2.64]"] + ["NOP"] * ncu.WRITER_WINDOW + ["FADD R8, R4, R9"]
+    assert ncu.waits_on(sass, len(sass) - 1) is None
+    assert ncu.waits_on(sass[:1] + sass[2:], len(sass) - 2) == 0      # one instruction nearer: found
 
 
 def test_parse_source_keeps_kernels_apart_and_rejects_a_page_without_samples():
