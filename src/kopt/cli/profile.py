@@ -38,7 +38,7 @@ def command(
     from kopt.errors import UsageError
     from kopt.paths import default_candidate
     from kopt.profile.diagnosis import pattern_titles
-    from kopt.profile.render import diagnosis_table
+    from kopt.profile.render import diagnosis_table, hot_table
     from kopt.profile.runner import ProfileOptions, profile
     from kopt.store import resolve_candidate as resolve
 
@@ -61,6 +61,8 @@ def command(
         return
     out_console().print(diagnosis_table(s.diagnosis, pattern_titles(),
                                         title=f"case {case} ({s.variant}) - {s.diagnosis.source}"))
+    if s.hot:
+        out_console().print(hot_table(s.hot))
     for n in s.notes:
         err.print(f"[dim]note: {n}[/dim]", highlight=False)
     err.print(f"wrote {s.out_dir}/summary.md (kernel: {s.diagnosis.kernel or 'NA'})", highlight=False)

@@ -113,6 +113,19 @@ def diagnosis_table(d: Diagnosis, titles: Optional[dict] = None, title: str = "k
     return t
 
 
+def hot_table(hot, top: int = 8):
+    """A rich Table of the most sampled SASS instructions (kopt profile --source)."""
+    from rich.table import Table
+
+    t = Table(title=f"top {min(top, len(hot))} sampled instructions (summary.md has {len(hot)})")
+    for col in ("kernel", "offset", "SASS", "samples", "%", "stalls", "waits on"):
+        t.add_column(col, overflow="fold")
+    for h in hot[:top]:
+        t.add_row(h.kernel[:32], f"0x{h.offset:04x}", h.sass, str(h.samples), f"{h.share_pct:.1f}",
+                  ", ".join(f"{k} {v}" for k, v in list(h.stalls.items())[:2]) or "-", h.waits_on or "-")
+    return t
+
+
 def trace_table(s, top: int = 10):
     """A rich Table of the top kernels of a trace summary."""
     from rich.table import Table

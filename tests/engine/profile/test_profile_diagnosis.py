@@ -302,7 +302,7 @@ def test_rendering_table_and_markdown():
     from rich.console import Console
 
     from kopt.profile.models import HotInstruction, ProfileSummary, Tool
-    from kopt.profile.render import diagnosis_table, summary_markdown
+    from kopt.profile.render import diagnosis_table, hot_table, summary_markdown
 
     main = k("split", duration_ns=9000, grid_size=32, waves_per_sm=0.2, dram_pct=30)
     d = dg.diagnose(ev(main, kv_bytes=16 * MiB, ideal_bytes=16 * MiB))
@@ -319,6 +319,11 @@ def test_rendering_table_and_markdown():
     md = summary_markdown(s, {})
     assert ("| `split` | 0x39a0 | `IMAD.SHL.U32 R40, R40, 0x200, RZ` | 4 | 22.2 | long_sb 3, wait 1 | "
             "`0x3990 DEPBAR.LE SB0, 0x1` |") in md
+    con = Console(width=220, record=True)
+    con.print(hot_table(s.hot))
+    text = con.export_text()
+    assert "top 1 sampled instructions" in text and "IMAD.SHL.U32 R40, R40, 0x200, RZ" in text
+    assert "DEPBAR.LE SB0, 0x1" in text and "long_sb 3, wait 1" in text
 
 
 def test_real_h200_case10_profile_diagnoses_a_and_d():
