@@ -432,7 +432,7 @@ def run(ncu: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.
             (out_dir / SOURCE_FILE).write_text(src.output)
             files.append(SOURCE_FILE)
             hot, why = _hot(src.output)
-            notes += why
+            notes += why + dropped_samples_note(imp.output)
         else:
             why = tail_lines(src.output) or "no output"
             notes.append(f"{SOURCE_FILE}: NA, ncu's source page export failed ({why})")
@@ -441,6 +441,18 @@ def run(ncu: str, out_dir: Path, target_argv: list[str], timeout_s: float = 600.
 
 #: Fewer samples in a kernel than this and its shares are called coarse in the notes.
 FEW_SAMPLES = 200
+
+
+def dropped_samples_note(raw: str) -> list[str]:
+    """A note when ncu's sample buffer overflowed (smsp__pcsamp_dropped_bytes in the raw page, read if there)."""
+    rows = _csv_rows(raw)
+    col = "smsp__pcsamp_dropped_bytes"
+    if col not in rows[0]:
+        return []
+    i = rows[0].index(col)
+    dropped = sum(_number(r[i]) or 0 for r in rows[1:] if len(r) > i)
+    return [f"ncu dropped {dropped:,.0f} bytes of warp samples (its buffer was full): the hot-instruction shares "
+            "undercount"] if dropped else []
 
 
 def _hot(text: str) -> tuple[list[HotInstruction], list[str]]:

@@ -218,6 +218,15 @@ def test_waits_on_looks_back_only_so_far():
     assert ncu.waits_on(sass[:1] + sass[2:], len(sass) - 2) == 0      # one instruction nearer: found
 
 
+def test_a_full_sample_buffer_is_a_note():
+    raw = ('"ID","Kernel Name","smsp__pcsamp_dropped_bytes","smsp__pcsamp_sample_count"\n'
+           '"","","byte",""\n"0","k","{}","1,203"\n"1","c","0","18"\n')
+    assert ncu.dropped_samples_note(raw.format("0")) == []
+    assert ncu.dropped_samples_note(raw.format("4,096")) == [
+        "ncu dropped 4,096 bytes of warp samples (its buffer was full): the hot-instruction shares undercount"]
+    assert ncu.dropped_samples_note('"ID","Kernel Name"\n"0","k"\n') == []       # not collected: nothing to say
+
+
 def test_parse_source_keeps_kernels_apart_and_rejects_a_page_without_samples():
     text = (FIX / SOURCE_FIX).read_text()
     two = text + text.replace('"decode_direct_kernel"', '"combine_kernel"', 1)
