@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kopt.profile import metax, ncu
+from kopt.profile import metax, ncu, sass
 from kopt.profile.common import ProfileError, TargetSpec
 from kopt.profile.models import Tool
 from kopt.profile.runner import choose_tool, declared_backend, output_dir
@@ -184,7 +184,7 @@ def test_ncu_run_source_collects_stalls_per_instruction_and_exports_them(fake_nc
 def test_parse_source_ranks_a_real_export_by_sampled_stalls():
     """The source page of an H100 profile (trimmed to its sampled rows): offsets from the kernel's first instruction,
     shares of the kernel's samples, stall reasons largest first with zeros left out."""
-    hot, totals = ncu.parse_source((FIX / SOURCE_FIX).read_text())
+    hot, totals = sass.parse_source((FIX / SOURCE_FIX).read_text())
     assert totals == {"decode_direct_kernel": 18} and sum(h.samples for h in hot) == 18
     assert [h.samples for h in hot] == sorted((h.samples for h in hot), reverse=True)
     ld = next(h for h in hot if h.sass.startswith("IMAD.SHL.U32 R40"))
@@ -193,10 +193,10 @@ def test_parse_source_ranks_a_real_export_by_sampled_stalls():
     add = next(h for h in hot if h.sass == "FADD.FTZ R0, R41, R0")
     assert add.stalls == {"short_sb": 1} and add.waits_on == "0x4850 SHFL.BFLY PT, R0, R41, 0x2, 0x1f"
     assert next(h for h in hot if h.sass.startswith("LDC R1")).waits_on == ""   # reads no register
-    assert hot[0].offset == 0 and len(ncu.parse_source((FIX / SOURCE_FIX).read_text(), top=3)[0]) == 3
+    assert hot[0].offset == 0 and len(sass.parse_source((FIX / SOURCE_FIX).read_text(), top=3)[0]) == 3
 
 
-@pytest.mark.parametrize("sass,at,want", [
+@pytest.mark.parametrize("code,at,want", [
     (["LDG.E R4, desc[UR4][R2.64]", "IADD3 R6, R6, 0x1, RZ", "FADD R8, R4, R6"], 2, 1),    # the nearest writer of R6
     (["LDG.E R4, desc[UR4][R2.64]", "IADD3 R6, R7, 0x1, RZ", "FADD R8, R4, R9"], 2, 0),    # R4 from the load
     (["LDG.E.64 R4, desc[UR4][R2.64]", "FADD R8, R5, R9"], 1, 0),                         # R5 of a 64-bit load
@@ -208,14 +208,14 @@ def test_parse_source_ranks_a_real_export_by_sampled_stalls():
     (["SHFL.BFLY PT, R4, R3, 0x2, 0x1f", "FADD R8, R4, R9"], 1, 0),                        # SHFL writes R4
     (["MOV R4, 0x1", "FADD R8, RZ, R9"], 1, None),                                         # RZ is no register
 ])
-def test_waits_on_reads_the_dependence_from_the_sass(sass, at, want):
-    assert ncu.waits_on(sass, at) == want
+def test_waits_on_reads_the_dependence_from_the_sass(code, at, want):
+    assert sass.waits_on(code, at) == want
 
 
 def test_waits_on_looks_back_only_so_far():
-    sass = ["LDG.E R4, desc[UR4][R2.64]"] + ["NOP"] * ncu.WRITER_WINDOW + ["FADD R8, R4, R9"]
-    assert ncu.waits_on(sass, len(sass) - 1) is None
-    assert ncu.waits_on(sass[:1] + sass[2:], len(sass) - 2) == 0      # one instruction nearer: found
+    code = ["LDG.E R4, desc[UR4][R2.64]"] + ["NOP"] * sass.WRITER_WINDOW + ["FADD R8, R4, R9"]
+    assert sass.waits_on(code, len(code) - 1) is None
+    assert sass.waits_on(code[:1] + code[2:], len(code) - 2) == 0      # one instruction nearer: found
 
 
 def test_a_full_sample_buffer_is_a_note():
@@ -230,13 +230,13 @@ def test_a_full_sample_buffer_is_a_note():
 def test_parse_source_keeps_kernels_apart_and_rejects_a_page_without_samples():
     text = (FIX / SOURCE_FIX).read_text()
     two = text + text.replace('"decode_direct_kernel"', '"combine_kernel"', 1)
-    hot, totals = ncu.parse_source(two, top=100)
+    hot, totals = sass.parse_source(two, top=100)
     assert totals == {"decode_direct_kernel": 18, "combine_kernel": 18}
     assert {h.kernel for h in hot} == {"decode_direct_kernel", "combine_kernel"} and len(hot) == 2 * 11
     with pytest.raises(ProfileError, match="no 'Warp Stall Sampling"):
-        ncu.parse_source('"Kernel Name","k",""\n"Address","Source"\n"0x10","NOP"\n')
+        sass.parse_source('"Kernel Name","k",""\n"Address","Source"\n"0x10","NOP"\n')
     with pytest.raises(ProfileError, match="no \"Kernel Name\" block"):
-        ncu.parse_source('"Address","Source"\n')
+        sass.parse_source('"Address","Source"\n')
 
 
 def test_ncu_run_drops_unknown_metrics_and_retries(fake_ncu, tmp_path, monkeypatch):
