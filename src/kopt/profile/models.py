@@ -58,7 +58,7 @@ class HotInstruction(BaseModel):
     sass: str
     samples: int
     share_pct: float
-    """Of all the samples taken in this kernel."""
+    """Of all the samples taken in this kernel launch (its block of the source page)."""
     stalls: dict[str, int] = Field(default_factory=dict)
     """Stall reason (ncu's column, less its stall_ prefix) -> samples, the largest first, zeros left out."""
     waits_on: str = ""
