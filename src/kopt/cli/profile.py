@@ -29,7 +29,9 @@ def command(
                                                                          "counters."),
     kernel_name: Optional[str] = typer.Option(None, "--kernel-name", help="mcProfiler kernel-name filter."),
     source: bool = typer.Option(False, "--source", help="ncu only: also sample warp stalls per SASS instruction "
-                                                        "(SourceCounters) and export them as source_sass.csv."),
+                                                        "(SourceCounters, every 32 cycles), export them as "
+                                                        "source_sass.csv and list the most sampled, each with what "
+                                                        "it waits on."),
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="Wall-clock limit per profiler run, seconds."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object (summary.json) on stdout."),
 ) -> None:
