@@ -60,6 +60,17 @@ def run_logged(cmd: list[str], log: Path, timeout_s: float, cwd: Optional[Path] 
         raise ProfileError(f"cannot start {cmd[0]}: {e.strerror or e}") from None
 
 
+def number(text: str) -> Optional[float]:
+    """A number as a profiler prints it ("1,203", "0.73"), None for an empty cell, n/a, NaN or "-"."""
+    t = (text or "").strip().replace(",", "")
+    if not t or t.lower() in ("n/a", "na", "nan", "-"):
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
 def tail_lines(text: str, n: int = 3) -> str:
     """The last meaningful lines of a tool's output, joined for a one-line error."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("USDT:")]

@@ -13,9 +13,9 @@ one column per metric, a units row under the header). `--page details --csv` (on
 metric) parses too. With `source` (kopt profile --source) the SourceCounters section is collected
 too and `--page source --csv --print-source sass` is exported as source_sass.csv: each SASS
 instruction of the profiled kernels with its warp-stall samples, sampled once every 32 cycles
-(`--warp-sampling-interval 0`), of which `kopt.profile.sass.parse_source` keeps the hottest for summary.md. Metric names
-follow the Nsight Compute metric reference; a name the installed ncu does not know is dropped and
-the run retried, and reported NA with that reason.
+(`--warp-sampling-interval 0`), of which `kopt.profile.sass.parse_source` keeps the hottest for
+summary.md. Metric names follow the Nsight Compute metric reference; a name the installed ncu does
+not know is dropped and the run retried, and reported NA with that reason.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from kopt.profile.common import ProfileError, run_logged, tail_lines, target_error
+from kopt.profile.common import ProfileError, number, run_logged, tail_lines, target_error
 from kopt.profile.models import HotInstruction, KernelMetrics
 from kopt.profile.sass import parse_source
 
@@ -118,16 +118,6 @@ def import_command(ncu: str, report: Path, page: str = "raw", as_csv: bool = Tru
     return cmd + (["--csv", "--print-units", "base"] if as_csv else [])
 
 
-def _number(text: str) -> Optional[float]:
-    t = (text or "").strip().replace(",", "")
-    if not t or t.lower() in ("n/a", "na", "nan", "-"):
-        return None
-    try:
-        return float(t)
-    except ValueError:
-        return None
-
-
 def normalize(value: Optional[float], unit: str) -> Optional[float]:
     """A value in kopt's units: times in ns, sizes in bytes, everything else as printed."""
     if value is None:
@@ -154,7 +144,7 @@ def parse_csv(text: str) -> list[KernelMetrics]:
     head = rows[0]
     if "Metric Name" in head:
         return _parse_long(head, rows[1:])
-    has_units = len(rows) > 1 and _number(rows[1][0]) is None   # the units row has an empty ID
+    has_units = len(rows) > 1 and number(rows[1][0]) is None   # the units row has an empty ID
     units = rows[1] if has_units else [""] * len(head)
     data = rows[2:] if has_units else rows[1:]
     out = []
@@ -176,10 +166,10 @@ def _put(k: KernelMetrics, name: str, val: str, unit: str) -> None:
     """Keep curated metrics (value in kopt units, text as printed); the full set stays in the CSV."""
     if name in _BY_NAME:
         k.raw[name] = f"{val} {unit}".strip()
-        k.metrics[_BY_NAME[name]] = normalize(_number(val), unit)
+        k.metrics[_BY_NAME[name]] = normalize(number(val), unit)
     elif name in ALTERNATES:
         k.raw[name] = f"{val} {unit}".strip()
-        k.metrics["alt:" + ALTERNATES[name]] = normalize(_number(val), unit)
+        k.metrics["alt:" + ALTERNATES[name]] = normalize(number(val), unit)
 
 
 def _finish(k: KernelMetrics, rec: dict) -> None:
@@ -223,7 +213,7 @@ def _geometry_fallback(k: KernelMetrics, rec: dict) -> None:
 
 
 def _int(text: Optional[str]) -> Optional[int]:
-    v = _number(text or "")
+    v = number(text or "")
     return int(v) if v is not None else None
 
 
@@ -332,7 +322,7 @@ def dropped_samples_note(raw: str) -> list[str]:
     if col not in rows[0]:
         return []
     i = rows[0].index(col)
-    dropped = sum(_number(r[i]) or 0 for r in rows[1:] if len(r) > i)
+    dropped = sum(number(r[i]) or 0 for r in rows[1:] if len(r) > i)
     return [f"ncu dropped {dropped:,.0f} bytes of warp samples (its buffer was full): the hot-instruction shares "
             "undercount"] if dropped else []
 

@@ -16,7 +16,7 @@ import io
 import re
 from typing import Optional
 
-from kopt.profile.common import ProfileError
+from kopt.profile.common import ProfileError, number
 from kopt.profile.models import HotInstruction
 
 #: Instructions summary.md lists from the source page, the most sampled first.
@@ -24,8 +24,7 @@ HOT_TOP = 16
 
 
 def _count(text: str) -> int:
-    t = (text or "").strip().replace(",", "")
-    return int(float(t)) if t.replace(".", "", 1).isdigit() else 0
+    return int(number(text) or 0)
 
 
 _SAMPLES = "Warp Stall Sampling (All Samples)"
